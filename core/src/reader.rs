@@ -1,0 +1,133 @@
+//! The `Reader` abstraction: "answer these typed questions about this state with label
+//! distributions". The raw System One API and the policy runtime both call it; the accelerator
+//! sidecar and an upstream System One server implement it.
+
+use crate::question::Question;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// One read request: a state and the questions that need a model read, in request order. No
+/// caller ids: errors about a question name its index in `questions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadRequest {
+    /// The state rendered to text (see [`crate::text::render_value`]).
+    pub state: String,
+    pub questions: Vec<Question>,
+    #[serde(default)]
+    pub options: ReadOptions,
+}
+
+/// Server extensions a plain client never sends; defaults reproduce the reference read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadOptions {
+    /// Base seed of the noise draws (reference: 42).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Exact number of noise draws per read; `None` = the automatic re-read rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draws: Option<u32>,
+}
+
+/// Probabilities over a question's labels, in the question's label order
+/// (noul: `[yes, no]`; choice: options; score: levels). Finite, non-negative, summing to 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LabelDistribution(pub Vec<f64>);
+
+impl LabelDistribution {
+    pub fn probabilities(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+/// Token usage as the contract counts it: integers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// What a read cost, for logs and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadStats {
+    /// Model reads (one prefill each).
+    pub reads: u32,
+    /// Noise draws over all reads.
+    pub draws: u32,
+    /// Prompt tokens over all reads.
+    pub prompt_tokens: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub reused_tokens: u64,
+    pub tokenize_seconds: f64,
+    pub prefill_seconds: f64,
+    pub denoise_seconds: f64,
+}
+
+/// The answer to a [`ReadRequest`]: one distribution per question, same order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadOutcome {
+    pub distributions: Vec<LabelDistribution>,
+    pub usage: Usage,
+    #[serde(default)]
+    pub stats: ReadStats,
+}
+
+/// Why a read failed. Each variant maps to exactly one HTTP status in the API layer, and only the
+/// ones that can succeed on retry map to a 5xx.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReadError {
+    /// A question the model cannot answer as asked (e.g. its labels do not occupy one token
+    /// slot). `question` is its index in the request's `questions`. Never succeeds on retry: 422.
+    #[error("question {question}: {message}")]
+    InvalidQuestion { question: usize, message: String },
+    /// The request as a whole is beyond a limit of the model (prompt too long, …): 400.
+    #[error("{message}")]
+    TooLarge { message: String },
+    /// Not able to take it now (queue full, loading, restarting): 503 with `Retry-After`.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after_seconds: u64,
+    },
+    /// Did not finish in time: 504.
+    #[error("read timed out")]
+    Timeout,
+    /// An upstream server said no in a way that is the caller's fault: passed through as 4xx.
+    #[error("upstream rejected the request ({status}): {message}")]
+    Rejected { status: u16, message: String },
+    /// Anything else (a bug, a broken model output): 500, logged.
+    #[error("internal read error: {message}")]
+    Internal { message: String },
+}
+
+impl ReadError {
+    pub fn internal(message: impl Into<String>) -> Self {
+        ReadError::Internal {
+            message: message.into(),
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>, retry_after: Duration) -> Self {
+        ReadError::Unavailable {
+            message: message.into(),
+            retry_after_seconds: retry_after.as_secs().max(1),
+        }
+    }
+}
+
+/// Answers typed questions about a state with label distributions.
+#[async_trait::async_trait]
+pub trait Reader: Send + Sync {
+    /// The real model name this reader serves (what responses report in `model`).
+    fn model_name(&self) -> &str;
+
+    /// Reads every question of `request`; `request.questions` all need a read
+    /// ([`Question::needs_read`]). The outcome has one distribution per question.
+    async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError>;
+
+    /// Whether the reader can take reads now (for `/readyz`).
+    async fn ready(&self) -> bool {
+        true
+    }
+}
