@@ -160,3 +160,22 @@ pub fn execute<T: ReadTokenizer, D: Denoiser>(
         stats,
     })
 }
+
+impl ReadTokenizer for crate::tokenizer::Tokenizer {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        crate::tokenizer::Tokenizer::encode(self, text).map_err(|e| e.to_string())
+    }
+
+    fn chat_prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, String> {
+        crate::tokenizer::Tokenizer::encode(self, &crate::tokenizer::render_chat(system, user))
+            .map_err(|e| e.to_string())
+    }
+
+    fn token_id(&self, token: &str) -> Option<u32> {
+        crate::tokenizer::Tokenizer::token_id(self, token)
+    }
+
+    fn pad_id(&self) -> u32 {
+        self.special().pad
+    }
+}
