@@ -125,6 +125,107 @@ impl Experts {
     }
 }
 
+/// Makes mlx-rs install its error handler (it does so on its first safe op), so a failing raw
+/// mlx-c call reports through it instead of mlx-c's default handler, which exits the process.
+fn ensure_mlx_error_handler() -> Result<(), ModelError> {
+    let _ = Array::from_int(0).as_dtype(Dtype::Int32)?;
+    Ok(())
+}
+
+fn nvfp4_mode() -> CString {
+    CString::from(c"nvfp4")
+}
+
+fn optional_int(value: i32) -> mlx_sys::mlx_optional_int {
+    mlx_sys::mlx_optional_int {
+        value,
+        has_value: true,
+    }
+}
+
+/// `mx.quantize(w, 16, 4, mode="nvfp4", global_scale=gs)` for one matrix (or a stack sharing one
+/// scalar `global_scale`): returns (uint32 codes `[..., in/8]`, uint8 E4M3 scales `[..., in/16]`).
+/// For conversion tools and tests; MLX only accepts a scalar global scale here.
+pub fn quantize_nvfp4(w: &Array, global_scale: f32) -> Result<(Array, Array), ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let gs = Array::from_f32(global_scale);
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: all handles are live for the call; the result vector is freed after its two
+    // arrays have been taken out (each `get` hands back a new reference we own).
+    unsafe {
+        let mut res = mlx_sys::mlx_vector_array_new();
+        let status = mlx_sys::mlx_quantize(
+            &mut res,
+            w.as_ptr(),
+            optional_int(16),
+            optional_int(4),
+            mode.as_ptr(),
+            gs.as_ptr(),
+            stream.as_ptr(),
+        );
+        let mut out = Vec::new();
+        if status == 0 {
+            for i in 0..mlx_sys::mlx_vector_array_size(res) {
+                let mut a = mlx_sys::mlx_array_new();
+                mlx_sys::mlx_vector_array_get(&mut a, res, i);
+                out.push(Array::from_ptr(a));
+            }
+        }
+        mlx_sys::mlx_vector_array_free(res);
+        if status != 0 || out.len() < 2 {
+            return Err(ModelError::Nvfp4(format!(
+                "mlx_quantize(mode=nvfp4) failed for w {:?}",
+                w.shape()
+            )));
+        }
+        let scales = out.swap_remove(1);
+        let codes = out.swap_remove(0);
+        Ok((codes, scales))
+    }
+}
+
+/// `mx.dequantize(codes, scales, 16, 4, mode="nvfp4", global_scale=gs)` → float32.
+pub fn dequantize_nvfp4(
+    codes: &Array,
+    scales: &Array,
+    global_scale: f32,
+) -> Result<Array, ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let gs = Array::from_f32(global_scale);
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: as in `gather_qmm_nvfp4`.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let none = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_dequantize(
+            &mut res,
+            codes.as_ptr(),
+            scales.as_ptr(),
+            none,
+            optional_int(16),
+            optional_int(4),
+            mode.as_ptr(),
+            gs.as_ptr(),
+            mlx_sys::mlx_optional_dtype {
+                value: Dtype::Float32 as mlx_sys::mlx_dtype,
+                has_value: true,
+            },
+            stream.as_ptr(),
+        );
+        mlx_sys::mlx_array_free(none);
+        let out = Array::from_ptr(res);
+        if status != 0 {
+            return Err(ModelError::Nvfp4(format!(
+                "mlx_dequantize(mode=nvfp4) failed for codes {:?}",
+                codes.shape()
+            )));
+        }
+        Ok(out)
+    }
+}
+
 /// `gather_qmm` in mode "nvfp4" (group 16, 4 bits, transposed weights), which mlx-rs's safe API
 /// cannot express because it hard-codes mode "affine".
 pub fn gather_qmm_nvfp4(
@@ -133,10 +234,8 @@ pub fn gather_qmm_nvfp4(
     scales: &Array,
     rhs_indices: &Array,
 ) -> Result<Array, ModelError> {
-    // Routes any MLX error through mlx-rs's handler (installed on the first safe op) rather than
-    // mlx-c's default, which aborts the process.
-    let _ = Array::from_int(0).as_dtype(Dtype::Int32)?;
-    let mode = CString::new("nvfp4").map_err(|_| ModelError::Nvfp4("mode string".into()))?;
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
     let stream = mlx_rs::Stream::thread_local_or_default();
     // SAFETY: every handle passed is a live mlx_array owned by the caller for the duration of the
     // call; the empty arrays stand for mlx-c's "null" optional inputs; `res` is a fresh handle
@@ -153,14 +252,8 @@ pub fn gather_qmm_nvfp4(
             none,
             rhs_indices.as_ptr(),
             true,
-            mlx_sys::mlx_optional_int {
-                value: 16,
-                has_value: true,
-            },
-            mlx_sys::mlx_optional_int {
-                value: 4,
-                has_value: true,
-            },
+            optional_int(16),
+            optional_int(4),
             mode.as_ptr(),
             false,
             stream.as_ptr(),
@@ -176,5 +269,94 @@ pub fn gather_qmm_nvfp4(
             )));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_rs::{ops, random, Array};
+
+    use super::*;
+    use crate::model::linear::Linear;
+
+    const E: i32 = 4;
+    const OUT: i32 = 32;
+    const IN: i32 = 64;
+
+    fn max_abs(a: &Array, b: &Array) -> Result<f32, ModelError> {
+        let d = ops::abs(ops::subtract(a, b)?)?.max(None)?;
+        Ok(d.item_exact::<f32>())
+    }
+
+    fn inputs() -> Result<(Array, Array, Array), ModelError> {
+        let key = random::key(7)?;
+        let w = random::normal::<f32>(&[E, OUT, IN][..], None, 0.05, &key)?;
+        let x = random::normal::<f32>(&[5, 1, 1, IN][..], None, None, &random::key(8)?)?;
+        let idx = Array::from_slice(&[0u32, 3, 1, 1, 2, 0, 3, 2, 1, 0], &[5, 2]);
+        Ok((w, x, idx))
+    }
+
+    #[test]
+    fn nvfp4_experts_match_dequantised_dense() -> Result<(), ModelError> {
+        let (w, x, idx) = inputs()?;
+        let mut codes = Vec::new();
+        let mut scales = Vec::new();
+        let mut dense = Vec::new();
+        let mut gs = Vec::new();
+        for e in 0..E {
+            let we = w.take_axis(Array::from_int(e), 0)?;
+            // Per-expert abs-max global scale, as mlx-lm's converter does; expert e gets a
+            // different scale so a wrong gather of global_scale shows.
+            let g = ops::abs(&we)?.max(None)?.item_exact::<f32>() * (1.0 + e as f32);
+            let (c, s) = quantize_nvfp4(&we, g)?;
+            dense.push(dequantize_nvfp4(&c, &s, g)?);
+            codes.push(c);
+            scales.push(s);
+            gs.push(g);
+        }
+        let nv = Experts::nvfp4(
+            ops::stack(&codes, 0)?,
+            ops::stack(&scales, 0)?,
+            Array::from_slice(&gs, &[E]),
+        )?;
+        let reference = Experts::dense(ops::stack(&dense, 0)?)?;
+        let got = nv.forward(&x, &idx)?;
+        let want = reference.forward(&x, &idx)?;
+        assert_eq!(got.shape(), &[5, 2, 1, OUT]);
+        let d = max_abs(&got, &want)?;
+        eprintln!("nvfp4 experts vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "nvfp4 vs dequantised dense: {d}");
+        Ok(())
+    }
+
+    #[test]
+    fn affine_experts_match_dequantised_dense() -> Result<(), ModelError> {
+        let (w, x, idx) = inputs()?;
+        let (q, s, b) = ops::quantize(&w, 64, 4)?;
+        let deq = ops::dequantize(&q, &s, &b, 64, 4)?;
+        let got = Experts::affine(q, s, b, 64, 4).forward(&x, &idx)?;
+        let want = Experts::dense(deq)?.forward(&x, &idx)?;
+        let d = max_abs(&got, &want)?;
+        eprintln!("affine experts vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "affine vs dequantised dense: {d}");
+        Ok(())
+    }
+
+    #[test]
+    fn affine_linear_matches_dequantised_dense() -> Result<(), ModelError> {
+        let (w, _, _) = inputs()?;
+        let w = w.take_axis(Array::from_int(0), 0)?;
+        let x = random::normal::<f32>(&[3, IN][..], None, None, &random::key(9)?)?;
+        let (q, s, b) = ops::quantize(&w, 64, 8)?;
+        let deq = ops::dequantize(&q, &s, &b, 64, 8)?;
+        let quant = Linear::affine(q, s, b, 64, 8);
+        let dense = Linear::dense(deq);
+        let d = max_abs(&quant.forward(&x)?, &dense.forward(&x)?)?;
+        eprintln!("affine linear vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "affine linear: {d}");
+        let ids = Array::from_slice(&[1u32, 5], &[2]);
+        let d = max_abs(&quant.rows(&ids)?, &dense.rows(&ids)?)?;
+        assert!(d < 1e-5, "affine rows: {d}");
+        Ok(())
     }
 }
