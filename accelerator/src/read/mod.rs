@@ -16,7 +16,9 @@ use draws::{
     reread_seeds, SlotReading, DEFAULT_SEED, MAX_DRAWS,
 };
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest, ReadStats};
-pub use plan::{PlanError, PlanSettings, PlannedRead, Planner, ReadPlan, ReadTokenizer, Slot};
+pub use plan::{
+    PlanError, PlanSettings, PlannedRead, Planner, ReadPlan, ReadTokenizer, Slot, MAX_CANVAS_CAP,
+};
 use std::time::Instant;
 
 /// Logits rows read at the slot positions: `[draw][slot][vocab]`, flattened.
