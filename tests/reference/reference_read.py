@@ -328,9 +328,9 @@ def slot_reading(logprobs_row, label_ids):
 # ----------------------------------------------------------------------------------------------------
 def import_reference(src):
     """Load mlx_vlm.models.diffusion_gemma's modules with stub packages in place of the package
-    __init__ files of mlx_vlm, mlx_vlm.models and the model packages it reaches (diffusion_gemma,
-    gemma4, qwen3_vl): those __init__ files pull processors (transformers) the model code does not
-    need. Every model module itself is mlx_vlm's unmodified file."""
+    __init__ files of every package of mlx_vlm (diffusion_gemma reaches into gemma4, qwen3_5,
+    qwen3_vl, speculative): those __init__ files pull processors, transformers, requests, ... that
+    the model code does not need. Every model module itself is mlx_vlm's unmodified file."""
     if src:
         src = os.path.abspath(src)
         pkg = src if os.path.basename(src.rstrip("/")) == "mlx_vlm" else os.path.join(src, "mlx_vlm")
@@ -339,13 +339,22 @@ def import_reference(src):
         if spec is None or not spec.submodule_search_locations:
             raise SystemExit("mlx_vlm not found: run tests/reference/setup.sh or pass --mlx-vlm-src")
         pkg = list(spec.submodule_search_locations)[0]
-    for name, sub in (("mlx_vlm", ""), ("mlx_vlm.models", "models"),
-                      ("mlx_vlm.models.diffusion_gemma", "models/diffusion_gemma"),
-                      ("mlx_vlm.models.gemma4", "models/gemma4"),
-                      ("mlx_vlm.models.qwen3_vl", "models/qwen3_vl")):
+    stubs = []
+    for root, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        if root == pkg or "__init__.py" in files:
+            rel = os.path.relpath(root, pkg)
+            name = "mlx_vlm" if rel == "." else "mlx_vlm." + rel.replace(os.sep, ".")
+            stubs.append((name, root))
+    for name, path in stubs:
         m = types.ModuleType(name)
-        m.__path__ = [os.path.join(pkg, sub)]
+        m.__path__ = [path]
         sys.modules[name] = m
+    # The model's terminal visualizer (display only) patches mlx_vlm's generation engine at import,
+    # which imports transformers; the read never generates, so it gets an inert stand-in.
+    vis = types.ModuleType("mlx_vlm.models.diffusion_gemma.visualizer")
+    vis.make_unmasking_visualizer = lambda *a, **k: None
+    sys.modules[vis.__name__] = vis
     C = importlib.import_module("mlx_vlm.models.diffusion_gemma.config")
     L = importlib.import_module("mlx_vlm.models.diffusion_gemma.language")
     D = importlib.import_module("mlx_vlm.models.diffusion_gemma.diffusion_gemma")

@@ -11,6 +11,8 @@ mlx_vlm_pin="mlx-vlm==0.7.10"
 if [ ! -x "$venv/bin/python" ]; then
     "$python" -m venv "$venv"
 fi
+# keep the venv out of git wherever it lives (as Python 3.13's venv does)
+[ -f "$venv/.gitignore" ] || echo '*' > "$venv/.gitignore"
 stamp="$venv/.hunch-reference-stamp"
 want="$(cat "$here/requirements.txt"; echo "$mlx_vlm_pin")"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
