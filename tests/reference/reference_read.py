@@ -140,6 +140,7 @@ class Tok:
         from datetime import datetime
 
         import jinja2
+        import jinja2.ext
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         def raise_exception(message):
