@@ -144,7 +144,7 @@ pub struct Nvfp4 {
 }
 
 fn check_rows(len: usize, cols: usize, group: usize) -> Result<(), QuantError> {
-    if cols == 0 || cols % group != 0 || len % cols != 0 {
+    if cols == 0 || !cols.is_multiple_of(group) || !len.is_multiple_of(cols) {
         return Err(QuantError::BadShape { len, cols, group });
     }
     Ok(())
@@ -236,7 +236,7 @@ pub fn quantize_affine(
     }
     check_rows(w.len(), cols, group_size)?;
     let per_word = (32 / bits) as usize;
-    if group_size % per_word != 0 {
+    if !group_size.is_multiple_of(per_word) {
         return Err(QuantError::BadShape {
             len: w.len(),
             cols,

@@ -287,18 +287,29 @@ pub fn affine_quantization_config(specs: &[TensorSpec]) -> Value {
     Value::Object(q)
 }
 
-/// Write every tensor of `dims` in `layout` under `out`, taking values from `source`
+/// Layout, dense dtype and shard size of a write.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    pub layout: Layout,
+    pub dense: DenseDtype,
+    pub max_shard_bytes: u64,
+}
+
+/// Write every tensor of `dims` in `opts.layout` under `out`, taking values from `source`
 /// (which returns f32 values; they are rounded to `dense` before storing or quantising).
 pub fn write_layout(
     out: &Path,
     dims: &ModelDims,
     config: &Value,
     generation_config: Option<&Value>,
-    layout: Layout,
-    dense: DenseDtype,
-    max_shard_bytes: u64,
+    opts: WriteOptions,
     source: &mut dyn FnMut(&TensorSpec) -> Result<Vec<f32>, WriteError>,
 ) -> Result<WriteSummary, WriteError> {
+    let WriteOptions {
+        layout,
+        dense,
+        max_shard_bytes,
+    } = opts;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let dense_t = match layout {
         // "everything else BF16" in the super-decider layout
@@ -465,9 +476,11 @@ pub fn write_random_checkpoint(
         &dims,
         &config,
         Some(&gen),
-        spec.layout,
-        spec.dtype,
-        spec.max_shard_bytes,
+        WriteOptions {
+            layout: spec.layout,
+            dense: spec.dtype,
+            max_shard_bytes: spec.max_shard_bytes,
+        },
         &mut source,
     )?;
     if spec.tokenizer {
@@ -538,9 +551,11 @@ pub fn convert_with(
         &dims,
         &config,
         gen.as_ref(),
-        layout,
-        dense,
-        max_shard_bytes,
+        WriteOptions {
+            layout,
+            dense,
+            max_shard_bytes,
+        },
         &mut source,
     )?;
     for f in CARRIED_FILES {
