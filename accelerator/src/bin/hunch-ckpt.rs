@@ -7,6 +7,7 @@
 //! hunch-ckpt inspect DIR
 //! ```
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -119,29 +120,39 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Cmd::Inspect { dir } => {
             let c = Checkpoint::open(&dir).map_err(|e| e.to_string())?;
-            println!(
-                "{}: layout {}, {} layers, {} tensors",
-                dir.display(),
-                c.layout,
-                c.dims.layers.len(),
-                c.tensors().len()
-            );
-            for (name, w) in c.weights() {
-                match w {
-                    Weight::Dense(t) => println!("  {name}: {} {:?}", t.dtype, t.shape),
-                    Weight::Quantized(q) => println!(
-                        "  {name}: {:?} codes {:?} scales {} {:?}",
-                        q.mode, q.codes.shape, q.scales.dtype, q.scales.shape
-                    ),
-                }
-            }
-            if !c.ignored.is_empty() {
-                println!(
-                    "  ({} tensors not part of the text model ignored)",
-                    c.ignored.len()
-                );
-            }
+            // A closed pipe (`| head`) ends the listing quietly instead of panicking in println!.
+            let _ = inspect(&c, &dir);
         }
+    }
+    Ok(())
+}
+
+fn inspect(c: &Checkpoint, dir: &std::path::Path) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}: layout {}, {} layers, {} tensors",
+        dir.display(),
+        c.layout,
+        c.dims.layers.len(),
+        c.tensors().len()
+    )?;
+    for (name, w) in c.weights() {
+        match w {
+            Weight::Dense(t) => writeln!(out, "  {name}: {} {:?}", t.dtype, t.shape)?,
+            Weight::Quantized(q) => writeln!(
+                out,
+                "  {name}: {:?} codes {:?} scales {} {:?}",
+                q.mode, q.codes.shape, q.scales.dtype, q.scales.shape
+            )?,
+        }
+    }
+    if !c.ignored.is_empty() {
+        writeln!(
+            out,
+            "  ({} tensors not part of the text model ignored)",
+            c.ignored.len()
+        )?;
     }
     Ok(())
 }

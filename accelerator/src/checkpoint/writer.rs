@@ -240,6 +240,27 @@ fn encode(
     })
 }
 
+/// Split a shard's members into batches of at most `threads` tensors and about 1 GiB of f32
+/// values, so a full-size checkpoint does not hold several expert stacks at once.
+fn batches(members: &[usize], specs: &[TensorSpec], threads: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut bytes = 0usize;
+    for &i in members {
+        let b = specs[i].numel() * 4;
+        if !cur.is_empty() && (cur.len() >= threads || bytes + b > 1 << 30) {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        cur.push(i);
+        bytes += b;
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
 /// Result of a write.
 #[derive(Debug, Clone)]
 pub struct WriteSummary {
@@ -303,7 +324,7 @@ pub fn write_layout(
     config: &Value,
     generation_config: Option<&Value>,
     opts: WriteOptions,
-    source: &mut dyn FnMut(&TensorSpec) -> Result<Vec<f32>, WriteError>,
+    source: &(dyn Fn(&TensorSpec) -> Result<Vec<f32>, WriteError> + Sync),
 ) -> Result<WriteSummary, WriteError> {
     let WriteOptions {
         layout,
@@ -356,6 +377,31 @@ pub fn write_layout(
         "format".to_string(),
         if layout == Layout::Hf { "pt" } else { "mlx" }.to_string(),
     );
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let produce = |i: usize| -> Result<Vec<Vec<u8>>, WriteError> {
+        let spec = &specs[i];
+        let mut values = source(spec)?;
+        if values.len() != spec.numel() {
+            return Err(WriteError::Source {
+                src: out.to_path_buf(),
+                why: format!(
+                    "{} has {} values, expected {:?}",
+                    spec.name,
+                    values.len(),
+                    spec.shape
+                ),
+            });
+        }
+        if dense_t == Dtype::BF16 {
+            // Quantise what a bf16 checkpoint holds, so random nvfp4/affine = convert(random hf).
+            values
+                .iter_mut()
+                .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+        }
+        encode(spec, &values, planned[i].0, dense_t)
+    };
     for (k, members) in shards.iter().enumerate() {
         let fname = file_name(k);
         let path = out.join(&fname);
@@ -374,29 +420,30 @@ pub fn write_layout(
         }
         let n_tensors = plan.len();
         let mut w = SafetensorsWriter::create(&path, plan, &meta)?;
-        for &i in members {
-            let spec = &specs[i];
-            let (storage, outs) = &planned[i];
-            let mut values = source(spec)?;
-            if values.len() != spec.numel() {
-                return Err(WriteError::Source {
-                    src: out.to_path_buf(),
-                    why: format!(
-                        "{} has {} values, expected {:?}",
-                        spec.name,
-                        values.len(),
-                        spec.shape
-                    ),
-                });
-            }
-            if dense_t == Dtype::BF16 {
-                // Quantise what a bf16 checkpoint holds, so random nvfp4/affine = convert(random hf).
-                values
-                    .iter_mut()
-                    .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
-            }
-            for (t, b) in outs.iter().zip(encode(spec, &values, *storage, dense_t)?) {
-                w.write(&t.name, &b)?;
+        // Values are produced and encoded on several threads, a bounded batch at a time, and
+        // written in plan order; the output does not depend on the thread count.
+        for batch in batches(members, &specs, threads) {
+            let results: Vec<Result<Vec<Vec<u8>>, WriteError>> = std::thread::scope(|sc| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|&i| sc.spawn(move || produce(i)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(WriteError::Source {
+                                src: out.to_path_buf(),
+                                why: "a tensor worker panicked".into(),
+                            })
+                        })
+                    })
+                    .collect()
+            });
+            for (&i, r) in batch.iter().zip(results) {
+                for (t, b) in planned[i].1.iter().zip(r?) {
+                    w.write(&t.name, &b)?;
+                }
             }
         }
         w.finish()?;
@@ -470,7 +517,7 @@ pub fn write_random_checkpoint(
     let (config, gen) = random::build_config(spec.preset, &spec.overrides)?;
     let dims = ModelDims::from_config(&config)?;
     let seed = spec.seed;
-    let mut source = |t: &TensorSpec| Ok(random::generate(t, seed));
+    let source = |t: &TensorSpec| Ok(random::generate(t, seed));
     let mut summary = write_layout(
         out_dir,
         &dims,
@@ -481,7 +528,7 @@ pub fn write_random_checkpoint(
             dense: spec.dtype,
             max_shard_bytes: spec.max_shard_bytes,
         },
-        &mut source,
+        &source,
     )?;
     if spec.tokenizer {
         tiny::write_tiny_tokenizer(&out_dir.join("tokenizer.json"), dims.vocab)?;
@@ -530,7 +577,7 @@ pub fn convert_with(
     let dims = ModelDims::from_config(&config)?;
     let files = hf_weight_files(src).map_err(|e| source_err(e.to_string()))?;
     let set = TensorSet::open(&files)?;
-    let mut source = |t: &TensorSpec| -> Result<Vec<f32>, WriteError> {
+    let source = |t: &TensorSpec| -> Result<Vec<f32>, WriteError> {
         let view = set
             .get(&t.name)
             .ok_or_else(|| source_err(format!("tensor {} is missing", t.name)))?;
@@ -556,7 +603,7 @@ pub fn convert_with(
             dense,
             max_shard_bytes,
         },
-        &mut source,
+        &source,
     )?;
     for f in CARRIED_FILES {
         let from = src.join(f);
