@@ -659,6 +659,7 @@ mod tests {
             panic!()
         };
         assert_eq!(g.scales.dtype, Dtype::F32);
+        assert_eq!(c.config["dtype"], "float32");
     }
 
     /// The transformers-written reference checkpoint (f32, with a vision tower) converts and

@@ -455,6 +455,13 @@ pub fn write_layout(
 
     let mut config = config.clone();
     if let Value::Object(m) = &mut config {
+        // config.json names the dtype the dense tensors are stored in
+        let name = if dense_t == Dtype::F32 {
+            "float32"
+        } else {
+            "bfloat16"
+        };
+        m.insert("dtype".into(), json!(name));
         match layout {
             Layout::Hf => {}
             Layout::Nvfp4 => {
