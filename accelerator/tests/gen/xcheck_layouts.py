@@ -5,9 +5,17 @@ compare bytes with the Rust-written nvfp4/affine checkpoints."""
 import json, sys
 import mlx.core as mx
 hf, nv, af = sys.argv[1:4]
-H = mx.load(f"{hf}/model.safetensors")
-N = mx.load(f"{nv}/model.safetensors")
-A = mx.load(f"{af}/model.safetensors")
+import glob
+
+
+def load(d):
+    out = {}
+    for f in sorted(glob.glob(f"{d}/*.safetensors")):
+        out.update(mx.load(f))
+    return out
+
+
+H, N, A = load(hf), load(nv), load(af)
 cfg = json.load(open(f"{af}/config.json"))["quantization"]
 n_nv = n_af = 0
 for name, w in H.items():
