@@ -5,6 +5,7 @@
 //! hunch-ckpt random --preset tiny --layout hf|nvfp4|affine --out DIR [--seed N] [--set k=v]...
 //! hunch-ckpt convert --from DIR --to DIR --layout nvfp4|affine
 //! hunch-ckpt inspect DIR
+//! hunch-ckpt tokenize DIR TEXT [--chat]
 //! ```
 
 use std::io::Write;
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 use hunch_accelerator::checkpoint::random::{DenseDtype, Preset, RandomSpec};
 use hunch_accelerator::checkpoint::writer::{self, Layout, WriteSummary};
 use hunch_accelerator::checkpoint::{Checkpoint, Weight};
+use hunch_accelerator::tokenizer::{render_chat, Tokenizer};
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +66,14 @@ enum Cmd {
     },
     /// Detect, validate and list a checkpoint's modules.
     Inspect { dir: PathBuf },
+    /// Print the token ids of TEXT (no special tokens added) under DIR/tokenizer.json, as JSON.
+    Tokenize {
+        dir: PathBuf,
+        text: String,
+        /// Wrap TEXT as the user turn of the chat format (empty system turn) first.
+        #[arg(long)]
+        chat: bool,
+    },
 }
 
 fn print_summary(s: &WriteSummary, seconds: f64) {
@@ -122,6 +132,12 @@ fn run(cli: Cli) -> Result<(), String> {
             let c = Checkpoint::open(&dir).map_err(|e| e.to_string())?;
             // A closed pipe (`| head`) ends the listing quietly instead of panicking in println!.
             let _ = inspect(&c, &dir);
+        }
+        Cmd::Tokenize { dir, text, chat } => {
+            let t = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
+            let text = if chat { render_chat("", &text) } else { text };
+            let ids = t.encode(&text).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::json!(ids));
         }
     }
     Ok(())
