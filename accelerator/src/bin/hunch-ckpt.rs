@@ -5,8 +5,10 @@
 //! hunch-ckpt random --preset tiny --layout hf|nvfp4|affine --out DIR [--seed N] [--set k=v]...
 //! hunch-ckpt convert --from DIR --to DIR --layout nvfp4|affine
 //! hunch-ckpt inspect DIR
+//! hunch-ckpt tokenize DIR TEXT [--chat]
 //! ```
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,6 +16,7 @@ use clap::{Parser, Subcommand};
 use hunch_accelerator::checkpoint::random::{DenseDtype, Preset, RandomSpec};
 use hunch_accelerator::checkpoint::writer::{self, Layout, WriteSummary};
 use hunch_accelerator::checkpoint::{Checkpoint, Weight};
+use hunch_accelerator::tokenizer::{render_chat, Tokenizer};
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +66,14 @@ enum Cmd {
     },
     /// Detect, validate and list a checkpoint's modules.
     Inspect { dir: PathBuf },
+    /// Print the token ids of TEXT (no special tokens added) under DIR/tokenizer.json, as JSON.
+    Tokenize {
+        dir: PathBuf,
+        text: String,
+        /// Wrap TEXT as the user turn of the chat format (empty system turn) first.
+        #[arg(long)]
+        chat: bool,
+    },
 }
 
 fn print_summary(s: &WriteSummary, seconds: f64) {
@@ -119,29 +130,45 @@ fn run(cli: Cli) -> Result<(), String> {
         }
         Cmd::Inspect { dir } => {
             let c = Checkpoint::open(&dir).map_err(|e| e.to_string())?;
-            println!(
-                "{}: layout {}, {} layers, {} tensors",
-                dir.display(),
-                c.layout,
-                c.dims.layers.len(),
-                c.tensors().len()
-            );
-            for (name, w) in c.weights() {
-                match w {
-                    Weight::Dense(t) => println!("  {name}: {} {:?}", t.dtype, t.shape),
-                    Weight::Quantized(q) => println!(
-                        "  {name}: {:?} codes {:?} scales {} {:?}",
-                        q.mode, q.codes.shape, q.scales.dtype, q.scales.shape
-                    ),
-                }
-            }
-            if !c.ignored.is_empty() {
-                println!(
-                    "  ({} tensors not part of the text model ignored)",
-                    c.ignored.len()
-                );
-            }
+            // A closed pipe (`| head`) ends the listing quietly instead of panicking in println!.
+            let _ = inspect(&c, &dir);
         }
+        Cmd::Tokenize { dir, text, chat } => {
+            let t = Tokenizer::from_dir(&dir).map_err(|e| e.to_string())?;
+            let text = if chat { render_chat("", &text) } else { text };
+            let ids = t.encode(&text).map_err(|e| e.to_string())?;
+            println!("{}", serde_json::json!(ids));
+        }
+    }
+    Ok(())
+}
+
+fn inspect(c: &Checkpoint, dir: &std::path::Path) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{}: layout {}, {} layers, {} tensors",
+        dir.display(),
+        c.layout,
+        c.dims.layers.len(),
+        c.tensors().len()
+    )?;
+    for (name, w) in c.weights() {
+        match w {
+            Weight::Dense(t) => writeln!(out, "  {name}: {} {:?}", t.dtype, t.shape)?,
+            Weight::Quantized(q) => writeln!(
+                out,
+                "  {name}: {:?} codes {:?} scales {} {:?}",
+                q.mode, q.codes.shape, q.scales.dtype, q.scales.shape
+            )?,
+        }
+    }
+    if !c.ignored.is_empty() {
+        writeln!(
+            out,
+            "  ({} tensors not part of the text model ignored)",
+            c.ignored.len()
+        )?;
     }
     Ok(())
 }

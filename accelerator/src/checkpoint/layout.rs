@@ -93,6 +93,21 @@ pub fn detect_layout(dir: &Path) -> Result<Layout, LayoutError> {
         });
     }
     let cfg = read_json(&cfg_path)?;
+    // HF's own quantised checkpoints (ModelOpt, compressed-tensors …) name a quant_method in
+    // quantization_config; only mlx_lm's block (no quant_method) is the affine layout.
+    if let Some(method) = cfg
+        .get("quantization_config")
+        .and_then(|q| q.get("quant_method"))
+        .and_then(Value::as_str)
+    {
+        return Err(LayoutError::Quantization {
+            path: cfg_path,
+            module: "(quantization_config)".into(),
+            why: format!(
+                "quant_method {method:?} is not supported; convert from the bf16 HF checkpoint"
+            ),
+        });
+    }
     match cfg
         .get("quantization")
         .or_else(|| cfg.get("quantization_config"))
@@ -644,6 +659,7 @@ mod tests {
             panic!()
         };
         assert_eq!(g.scales.dtype, Dtype::F32);
+        assert_eq!(c.config["dtype"], "float32");
     }
 
     /// The transformers-written reference checkpoint (f32, with a vision tower) converts and
@@ -664,5 +680,19 @@ mod tests {
             let c = Checkpoint::open(&out).expect("open converted");
             assert!(c.ignored.is_empty());
         }
+    }
+
+    #[test]
+    fn hf_quantised_configs_are_refused_by_name() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path().join("hf");
+        random(&d, Layout::Hf, &[]);
+        assert_eq!(detect_layout(&d).expect("detect"), Layout::Hf);
+        let cfg_path = d.join("config.json");
+        let mut cfg = read_json(&cfg_path).expect("cfg");
+        cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"});
+        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        let msg = detect_layout(&d).expect_err("refused").to_string();
+        assert!(msg.contains("\"modelopt\""), "{msg}");
     }
 }

@@ -49,18 +49,30 @@ pub const E2M1_VALUES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 
 /// Value of an FP8 E4M3 byte (bias 7, no infinities, `0x7F`/`0xFF` are NaN).
 pub fn e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-    let e = i32::from((b >> 3) & 0x0F);
-    let m = f32::from(b & 0x07);
-    if e == 15 && b & 0x07 == 7 {
-        return f32::NAN;
+    E4M3_LUT[usize::from(b)]
+}
+
+/// All 256 E4M3 values, built at compile time from the bit layout.
+static E4M3_LUT: [f32; 256] = e4m3_lut();
+
+const fn e4m3_lut() -> [f32; 256] {
+    let mut t = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        let e = ((b >> 3) & 0x0F) as u32;
+        let m = (b & 0x07) as u32;
+        let mag = if e == 15 && m == 7 {
+            f32::NAN
+        } else if e == 0 {
+            // subnormal: m/8 · 2^-6 = m · 2^-9, exact
+            m as f32 * f32::from_bits((127 - 9) << 23)
+        } else {
+            f32::from_bits(((e + 127 - 7) << 23) | (m << 20))
+        };
+        t[b] = if b & 0x80 != 0 { -mag } else { mag };
+        b += 1;
     }
-    let mag = if e == 0 {
-        m / 8.0 * 2f32.powi(-6)
-    } else {
-        (1.0 + m / 8.0) * 2f32.powi(e - 7)
-    };
-    sign * mag
+    t
 }
 
 /// Nearest E4M3 byte of a non-negative value, ties to even, saturating at 448 (MLX's `to_fp8`).
@@ -94,34 +106,23 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     }
 }
 
+/// Mid-points between consecutive E2M1 magnitudes; a value equal to one rounds down.
+const E2M1_MIDPOINTS: [f32; 7] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0];
+
 /// E2M1 code of a value: nearest, **ties toward zero**, saturating at ±6, and code 0 (not the
 /// negative zero 8) for anything that rounds to zero — all three as MLX does.
 pub fn f32_to_e2m1(x: f32) -> u8 {
     if x.is_nan() {
         return 0;
     }
-    let sign = if x < 0.0 { 8 } else { 0 };
     let a = x.abs();
-    if a >= 6.0 {
-        return 7 | sign;
-    }
-    let mut code = 0u8;
-    for (i, pair) in E2M1_VALUES.windows(2).enumerate() {
-        let (lo, hi) = (pair[0], pair[1]);
-        if a <= hi {
-            // a == mid-point goes down (toward zero)
-            code = if a - lo <= hi - a {
-                i as u8
-            } else {
-                i as u8 + 1
-            };
-            break;
-        }
-    }
+    let code = E2M1_MIDPOINTS.iter().take_while(|&&m| a > m).count() as u8;
     if code == 0 {
         0
+    } else if x < 0.0 {
+        code | 8
     } else {
-        code | sign
+        code
     }
 }
 
@@ -144,7 +145,7 @@ pub struct Nvfp4 {
 }
 
 fn check_rows(len: usize, cols: usize, group: usize) -> Result<(), QuantError> {
-    if cols == 0 || cols % group != 0 || len % cols != 0 {
+    if cols == 0 || !cols.is_multiple_of(group) || !len.is_multiple_of(cols) {
         return Err(QuantError::BadShape { len, cols, group });
     }
     Ok(())
@@ -236,7 +237,7 @@ pub fn quantize_affine(
     }
     check_rows(w.len(), cols, group_size)?;
     let per_word = (32 / bits) as usize;
-    if group_size % per_word != 0 {
+    if !group_size.is_multiple_of(per_word) {
         return Err(QuantError::BadShape {
             len: w.len(),
             cols,

@@ -240,6 +240,27 @@ fn encode(
     })
 }
 
+/// Split a shard's members into batches of at most `threads` tensors and about 1 GiB of f32
+/// values, so a full-size checkpoint does not hold several expert stacks at once.
+fn batches(members: &[usize], specs: &[TensorSpec], threads: usize) -> Vec<Vec<usize>> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    let mut bytes = 0usize;
+    for &i in members {
+        let b = specs[i].numel() * 4;
+        if !cur.is_empty() && (cur.len() >= threads || bytes + b > 1 << 30) {
+            out.push(std::mem::take(&mut cur));
+            bytes = 0;
+        }
+        cur.push(i);
+        bytes += b;
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
 /// Result of a write.
 #[derive(Debug, Clone)]
 pub struct WriteSummary {
@@ -287,18 +308,29 @@ pub fn affine_quantization_config(specs: &[TensorSpec]) -> Value {
     Value::Object(q)
 }
 
-/// Write every tensor of `dims` in `layout` under `out`, taking values from `source`
+/// Layout, dense dtype and shard size of a write.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteOptions {
+    pub layout: Layout,
+    pub dense: DenseDtype,
+    pub max_shard_bytes: u64,
+}
+
+/// Write every tensor of `dims` in `opts.layout` under `out`, taking values from `source`
 /// (which returns f32 values; they are rounded to `dense` before storing or quantising).
 pub fn write_layout(
     out: &Path,
     dims: &ModelDims,
     config: &Value,
     generation_config: Option<&Value>,
-    layout: Layout,
-    dense: DenseDtype,
-    max_shard_bytes: u64,
-    source: &mut dyn FnMut(&TensorSpec) -> Result<Vec<f32>, WriteError>,
+    opts: WriteOptions,
+    source: &(dyn Fn(&TensorSpec) -> Result<Vec<f32>, WriteError> + Sync),
 ) -> Result<WriteSummary, WriteError> {
+    let WriteOptions {
+        layout,
+        dense,
+        max_shard_bytes,
+    } = opts;
     std::fs::create_dir_all(out).map_err(io(out))?;
     let dense_t = match layout {
         // "everything else BF16" in the super-decider layout
@@ -345,6 +377,31 @@ pub fn write_layout(
         "format".to_string(),
         if layout == Layout::Hf { "pt" } else { "mlx" }.to_string(),
     );
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let produce = |i: usize| -> Result<Vec<Vec<u8>>, WriteError> {
+        let spec = &specs[i];
+        let mut values = source(spec)?;
+        if values.len() != spec.numel() {
+            return Err(WriteError::Source {
+                src: out.to_path_buf(),
+                why: format!(
+                    "{} has {} values, expected {:?}",
+                    spec.name,
+                    values.len(),
+                    spec.shape
+                ),
+            });
+        }
+        if dense_t == Dtype::BF16 {
+            // Quantise what a bf16 checkpoint holds, so random nvfp4/affine = convert(random hf).
+            values
+                .iter_mut()
+                .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+        }
+        encode(spec, &values, planned[i].0, dense_t)
+    };
     for (k, members) in shards.iter().enumerate() {
         let fname = file_name(k);
         let path = out.join(&fname);
@@ -363,29 +420,30 @@ pub fn write_layout(
         }
         let n_tensors = plan.len();
         let mut w = SafetensorsWriter::create(&path, plan, &meta)?;
-        for &i in members {
-            let spec = &specs[i];
-            let (storage, outs) = &planned[i];
-            let mut values = source(spec)?;
-            if values.len() != spec.numel() {
-                return Err(WriteError::Source {
-                    src: out.to_path_buf(),
-                    why: format!(
-                        "{} has {} values, expected {:?}",
-                        spec.name,
-                        values.len(),
-                        spec.shape
-                    ),
-                });
-            }
-            if dense_t == Dtype::BF16 {
-                // Quantise what a bf16 checkpoint holds, so random nvfp4/affine = convert(random hf).
-                values
-                    .iter_mut()
-                    .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
-            }
-            for (t, b) in outs.iter().zip(encode(spec, &values, *storage, dense_t)?) {
-                w.write(&t.name, &b)?;
+        // Values are produced and encoded on several threads, a bounded batch at a time, and
+        // written in plan order; the output does not depend on the thread count.
+        for batch in batches(members, &specs, threads) {
+            let results: Vec<Result<Vec<Vec<u8>>, WriteError>> = std::thread::scope(|sc| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|&i| sc.spawn(move || produce(i)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(WriteError::Source {
+                                src: out.to_path_buf(),
+                                why: "a tensor worker panicked".into(),
+                            })
+                        })
+                    })
+                    .collect()
+            });
+            for (&i, r) in batch.iter().zip(results) {
+                for (t, b) in planned[i].1.iter().zip(r?) {
+                    w.write(&t.name, &b)?;
+                }
             }
         }
         w.finish()?;
@@ -397,6 +455,13 @@ pub fn write_layout(
 
     let mut config = config.clone();
     if let Value::Object(m) = &mut config {
+        // config.json names the dtype the dense tensors are stored in
+        let name = if dense_t == Dtype::F32 {
+            "float32"
+        } else {
+            "bfloat16"
+        };
+        m.insert("dtype".into(), json!(name));
         match layout {
             Layout::Hf => {}
             Layout::Nvfp4 => {
@@ -459,16 +524,18 @@ pub fn write_random_checkpoint(
     let (config, gen) = random::build_config(spec.preset, &spec.overrides)?;
     let dims = ModelDims::from_config(&config)?;
     let seed = spec.seed;
-    let mut source = |t: &TensorSpec| Ok(random::generate(t, seed));
+    let source = |t: &TensorSpec| Ok(random::generate(t, seed));
     let mut summary = write_layout(
         out_dir,
         &dims,
         &config,
         Some(&gen),
-        spec.layout,
-        spec.dtype,
-        spec.max_shard_bytes,
-        &mut source,
+        WriteOptions {
+            layout: spec.layout,
+            dense: spec.dtype,
+            max_shard_bytes: spec.max_shard_bytes,
+        },
+        &source,
     )?;
     if spec.tokenizer {
         tiny::write_tiny_tokenizer(&out_dir.join("tokenizer.json"), dims.vocab)?;
@@ -517,7 +584,7 @@ pub fn convert_with(
     let dims = ModelDims::from_config(&config)?;
     let files = hf_weight_files(src).map_err(|e| source_err(e.to_string()))?;
     let set = TensorSet::open(&files)?;
-    let mut source = |t: &TensorSpec| -> Result<Vec<f32>, WriteError> {
+    let source = |t: &TensorSpec| -> Result<Vec<f32>, WriteError> {
         let view = set
             .get(&t.name)
             .ok_or_else(|| source_err(format!("tensor {} is missing", t.name)))?;
@@ -538,10 +605,12 @@ pub fn convert_with(
         &dims,
         &config,
         gen.as_ref(),
-        layout,
-        dense,
-        max_shard_bytes,
-        &mut source,
+        WriteOptions {
+            layout,
+            dense,
+            max_shard_bytes,
+        },
+        &source,
     )?;
     for f in CARRIED_FILES {
         let from = src.join(f);

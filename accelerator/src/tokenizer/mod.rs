@@ -15,6 +15,13 @@ pub enum TokenizerError {
         "tokenizer {path} has no single token {token:?}; DiffusionGemma's chat format needs it"
     )]
     MissingSpecial { path: PathBuf, token: &'static str },
+    #[error("tokenizer {path}: {token:?} written in text encodes as {ids:?}, not as its single id {id}; it must be an added (special) token")]
+    NotAtomic {
+        path: PathBuf,
+        token: &'static str,
+        id: u32,
+        ids: Vec<u32>,
+    },
     #[error("tokenising: {0}")]
     Encode(String),
     #[error("detokenising: {0}")]
@@ -100,6 +107,30 @@ impl Tokenizer {
             channel_open: id(SPECIAL_TEXTS[5])?,
             channel_close: id(SPECIAL_TEXTS[6])?,
         };
+        // The read writes these markers as text (`<|channel>thought…`), so each must come back as
+        // its one id, which holds only for added tokens matched before the model runs.
+        let ids = [
+            special.pad,
+            special.eos,
+            special.bos,
+            special.turn_open,
+            special.turn_close,
+            special.channel_open,
+            special.channel_close,
+        ];
+        for (token, id) in SPECIAL_TEXTS.into_iter().zip(ids) {
+            let enc = inner
+                .encode(token, false)
+                .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+            if enc.get_ids() != [id] {
+                return Err(TokenizerError::NotAtomic {
+                    path: path.to_path_buf(),
+                    token,
+                    id,
+                    ids: enc.get_ids().to_vec(),
+                });
+            }
+        }
         Ok(Self { inner, special })
     }
 
@@ -236,6 +267,25 @@ mod tests {
                 .expect("encode")
                 .last(),
             Some(&101)
+        );
+    }
+
+    #[test]
+    fn special_tokens_must_be_added_tokens() {
+        let mut json = tiny::tiny_tokenizer_json(512).expect("json");
+        let added = json["added_tokens"].as_array_mut().expect("added tokens");
+        added.retain(|t| t["content"] != "<turn|>");
+        let e = Tokenizer::from_json(&json.to_string(), "x/tokenizer.json").expect_err("must fail");
+        assert!(
+            matches!(
+                e,
+                TokenizerError::NotAtomic {
+                    token: "<turn|>",
+                    id: 106,
+                    ..
+                }
+            ),
+            "{e}"
         );
     }
 

@@ -1,7 +1,8 @@
 //! A tiny Gemma-style `tokenizer.json` for random checkpoints of any vocabulary size ≥ 512.
 //!
-//! Structure of the real Gemma 3/4 tokenizer: a SentencePiece-converted BPE with no
-//! pre-tokenizer (BPE runs over the whole text), a normalizer that replaces `" "` with `"▁"`,
+//! Structure of the real Gemma 3/4 tokenizer (transformers' `GemmaConverter`): a
+//! SentencePiece-converted BPE whose only pre-tokenizer is a no-op split on " " (BPE runs over
+//! the whole text), a normalizer that replaces `" "` with `"▁"`,
 //! byte fallback through `<0x00>`…`<0xFF>`, a decoder that undoes both, and control tokens as
 //! special added tokens. The control tokens sit at the real ids (pad 0, eos 1, bos 2,
 //! `<|tool_response>` 50, `<|channel>`/`<channel|>` 100/101, `<|turn>`/`<turn|>` 105/106,
@@ -173,7 +174,9 @@ pub fn tiny_tokenizer_json(vocab_size: usize) -> Result<Value, TinyTokenizerErro
         "padding": null,
         "added_tokens": added,
         "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
-        "pre_tokenizer": null,
+        // transformers' GemmaConverter: a split on " " that never fires after the normaliser
+        // has replaced every space (BPE effectively runs over the whole text).
+        "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false},
         "post_processor": {
             "type": "TemplateProcessing",
             "single": [{"SpecialToken": {"id": "<bos>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
@@ -293,7 +296,7 @@ mod tests {
             texts,
             ["q", "1", ":", "▁yes", "\n", "q", "2", ":", "▁B", "\n", "q", "3", ":", "▁7"]
         );
-        assert_eq!(t.token_id("▁AA").is_some(), true);
+        assert!(t.token_id("▁AA").is_some());
         assert_eq!(t.token_id("▁AB"), None);
     }
 
