@@ -65,16 +65,13 @@ impl MlxEngine {
                 progress: options.progress,
             },
         )?;
-        let canvas_cap = options
-            .canvas_cap
-            .min(MAX_CANVAS_CAP)
-            .min(
-                model
-                    .config()
-                    .canvas_length
-                    .map(|c| c.max(1) as usize)
-                    .unwrap_or(MAX_CANVAS_CAP),
-            );
+        let canvas_cap = options.canvas_cap.min(MAX_CANVAS_CAP).min(
+            model
+                .config()
+                .canvas_length
+                .map(|c| c.max(1) as usize)
+                .unwrap_or(MAX_CANVAS_CAP),
+        );
         let planner = Planner::new(
             tokenizer,
             PlanSettings {
@@ -106,7 +103,12 @@ impl MlxEngine {
 
 impl ReadEngine for MlxEngine {
     fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
-        execute(&self.planner, &ModelDenoiser(&self.model), &self.settings, request)
+        execute(
+            &self.planner,
+            &ModelDenoiser(&self.model),
+            &self.settings,
+            request,
+        )
     }
 }
 

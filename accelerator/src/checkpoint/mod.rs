@@ -543,5 +543,5 @@ pub mod tensors;
 pub mod writer;
 
 pub use layout::{detect_layout, Checkpoint, QuantMode, QuantizedWeight, Weight};
-pub use random::{Preset, RandomSpec};
+pub use random::{DenseDtype, Preset, RandomSpec};
 pub use writer::{convert, write_random_checkpoint, Layout};

@@ -441,13 +441,21 @@ mod tests {
         let p = planner(2048, 64, 12_288);
         let tok = p.tokenizer();
         let questions = vec![choice(3), score(3), noul(" Is it urgent? ")];
-        let plan = p.plan("  The app crashes when I pay.\n", &questions).unwrap();
+        let plan = p
+            .plan("  The app crashes when I pay.\n", &questions)
+            .unwrap();
         assert_eq!(plan.reads.len(), 1);
         assert_eq!(plan.format, super::AnswerFormat::Lines);
         let read = &plan.reads[0];
-        assert!(read.system.contains("\nQuestion q1: Which team?\n  A: team 0 (first)\n  B: team 1\n  C: team 2\n"));
-        assert!(read.system.contains("\nQuestion q2: How urgent?\n  1: level 0\n  2: level 1\n  3: level 2\n"));
-        assert!(read.system.contains("\nQuestion q3: Is it urgent?\n  yes\n  no: not at all\n"));
+        assert!(read.system.contains(
+            "\nQuestion q1: Which team?\n  A: team 0 (first)\n  B: team 1\n  C: team 2\n"
+        ));
+        assert!(read
+            .system
+            .contains("\nQuestion q2: How urgent?\n  1: level 0\n  2: level 1\n  3: level 2\n"));
+        assert!(read
+            .system
+            .contains("\nQuestion q3: Is it urgent?\n  yes\n  no: not at all\n"));
         // The prompt is the chat format of the system text and the stripped state.
         let expected = tok
             .encode(&render_chat(&read.system, "The app crashes when I pay."))
@@ -460,7 +468,9 @@ mod tests {
         assert_eq!(read.canvas[template.len()], tok.special().turn_close);
         assert_eq!(read.rows, template.len() + 1);
         assert_eq!(read.canvas.len() % CANVAS_STEP, 0);
-        assert!(read.canvas[read.rows..].iter().all(|&t| t == tok.special().pad));
+        assert!(read.canvas[read.rows..]
+            .iter()
+            .all(|&t| t == tok.special().pad));
         // Each slot holds the in-context label tokens.
         let id = |t: &str| tok.token_id(t).unwrap();
         assert_eq!(read.slots[0].label_ids, vec![id("▁A"), id("▁B"), id("▁C")]);
@@ -484,18 +494,26 @@ mod tests {
         let questions: Vec<Question> = (0..14).map(|i| noul(&format!("statement {i}"))).collect();
         let plan = p.plan("state", &questions).unwrap();
         assert_eq!(plan.format, super::AnswerFormat::Indexed);
-        assert!(plan.reads.len() > 1, "a 32-token canvas cannot hold 14 questions");
+        assert!(
+            plan.reads.len() > 1,
+            "a 32-token canvas cannot hold 14 questions"
+        );
         let mut next = 1;
         for read in &plan.reads {
             assert!(read.canvas.len() <= 32);
             for (k, &q) in read.questions.iter().enumerate() {
                 assert_eq!(q, next - 1);
-                assert!(read.system.contains(&format!("Question q{next}: statement {q}\n")));
+                assert!(read
+                    .system
+                    .contains(&format!("Question q{next}: statement {q}\n")));
                 let _ = k;
                 next += 1;
             }
             // Only its own questions.
-            assert_eq!(read.system.matches("Question q").count(), read.questions.len());
+            assert_eq!(
+                read.system.matches("Question q").count(),
+                read.questions.len()
+            );
         }
         assert_eq!(next, 15);
     }
@@ -515,15 +533,26 @@ mod tests {
     #[test]
     fn limits_name_the_question() {
         let p = planner(2048, 64, 12_288);
-        assert!(p.choice_labels().len() >= 255, "2048-id tiny vocab has every label");
+        assert!(
+            p.choice_labels().len() >= 255,
+            "2048-id tiny vocab has every label"
+        );
         let err = p.plan("s", &[noul("a"), choice(256)]).unwrap_err();
-        assert!(matches!(err, PlanError::Question { question: 1, .. }), "{err:?}");
+        assert!(
+            matches!(err, PlanError::Question { question: 1, .. }),
+            "{err:?}"
+        );
         let err = p.plan("s", &[score(11)]).unwrap_err();
-        assert!(matches!(err, PlanError::Question { question: 0, .. }), "{err:?}");
+        assert!(
+            matches!(err, PlanError::Question { question: 0, .. }),
+            "{err:?}"
+        );
         let small = planner(512, 64, 12_288);
         let limit = small.choice_labels().len();
         let err = small.plan("s", &[choice(limit + 1)]).unwrap_err();
-        assert!(matches!(err, PlanError::Question { question: 0, ref message } if message.contains(&limit.to_string())));
+        assert!(
+            matches!(err, PlanError::Question { question: 0, ref message } if message.contains(&limit.to_string()))
+        );
         assert!(small.plan("s", &[choice(limit)]).is_ok());
     }
 
