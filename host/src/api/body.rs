@@ -1,0 +1,151 @@
+//! Request bodies: read with a size limit (413), then decoded per `Content-Encoding` (the SDK
+//! sends zstd from 1 KiB up; gzip and deflate for other clients), with the same limit on the
+//! decoded size so a small compressed bomb is a 413 too, never an out-of-memory.
+
+use super::error::ApiError;
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use futures_util::StreamExt;
+use std::io::Read;
+
+/// Reads and decodes a body, refusing anything over `limit` bytes (before or after decoding).
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || ApiError::PayloadTooLarge {
+        message: format!("the request body is larger than the limit of {limit} bytes"),
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let mut raw = Vec::with_capacity(declared.map(|n| n as usize).unwrap_or(0));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request(
+                "invalid_body",
+                format!("the request body could not be read: {e}"),
+            )
+        })?;
+        if raw.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        raw.extend_from_slice(&chunk);
+    }
+    decode(headers, raw, limit)
+}
+
+/// Decodes `raw` per the request's `Content-Encoding`.
+pub fn decode(headers: &HeaderMap, raw: Vec<u8>, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    let invalid = |name: &str, e: &dyn std::fmt::Display| {
+        ApiError::bad_request(
+            "invalid_body",
+            format!("the request body is not valid {name} data (Content-Encoding: {name}): {e}"),
+        )
+    };
+    let decoded = match encoding.as_str() {
+        "" | "identity" => return Ok(raw),
+        "zstd" => {
+            let mut source = raw.as_slice();
+            let decoder = ruzstd::decoding::StreamingDecoder::new(&mut source)
+                .map_err(|e| invalid("zstd", &e))?;
+            read_limited(decoder, limit).map_err(|e| e.or_invalid(|e| invalid("zstd", &e)))?
+        }
+        "gzip" | "x-gzip" => read_limited(flate2::read::GzDecoder::new(raw.as_slice()), limit)
+            .map_err(|e| e.or_invalid(|e| invalid("gzip", &e)))?,
+        "deflate" => read_limited(flate2::read::ZlibDecoder::new(raw.as_slice()), limit)
+            .map_err(|e| e.or_invalid(|e| invalid("deflate", &e)))?,
+        other => {
+            return Err(ApiError::UnsupportedMediaType {
+                message: format!(
+                    "Content-Encoding {other:?} is not supported (use zstd, gzip or none)"
+                ),
+            })
+        }
+    };
+    Ok(decoded)
+}
+
+enum DecodeError {
+    TooLarge(usize),
+    Invalid(std::io::Error),
+}
+
+impl DecodeError {
+    fn or_invalid(self, invalid: impl FnOnce(std::io::Error) -> ApiError) -> ApiError {
+        match self {
+            DecodeError::TooLarge(limit) => ApiError::PayloadTooLarge {
+                message: format!(
+                    "the decompressed request body is larger than the limit of {limit} bytes"
+                ),
+            },
+            DecodeError::Invalid(e) => invalid(e),
+        }
+    }
+}
+
+fn read_limited(reader: impl Read, limit: usize) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::new();
+    reader
+        .take(limit as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(DecodeError::Invalid)?;
+    if out.len() > limit {
+        return Err(DecodeError::TooLarge(limit));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use std::io::Write;
+
+    fn with_encoding(e: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_str(e).unwrap());
+        h
+    }
+
+    #[test]
+    fn zstd_and_gzip_round_trip() {
+        let text = b"{\"model\": \"jev-latest\"}".repeat(100);
+        let z = ruzstd::encoding::compress_to_vec(
+            text.as_slice(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert_eq!(
+            decode(&with_encoding("zstd"), z, 1 << 20).ok(),
+            Some(text.clone())
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(decode(&with_encoding("gzip"), gz, 1 << 20).ok(), Some(text));
+    }
+
+    #[test]
+    fn bad_data_bombs_and_unknown_encodings_are_4xx() {
+        let bad = decode(&with_encoding("zstd"), b"not zstd at all".to_vec(), 1 << 20);
+        assert!(matches!(bad, Err(ApiError::BadRequest { .. })));
+        let bomb = ruzstd::encoding::compress_to_vec(
+            vec![b' '; 1 << 20].as_slice(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        assert!(matches!(
+            decode(&with_encoding("zstd"), bomb, 1000),
+            Err(ApiError::PayloadTooLarge { .. })
+        ));
+        assert!(matches!(
+            decode(&with_encoding("br"), vec![1], 10),
+            Err(ApiError::UnsupportedMediaType { .. })
+        ));
+    }
+}
