@@ -17,11 +17,12 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let mut stream = body.into_data_stream();
     if declared.is_some_and(|n| n > limit as u64) {
+        drain(&mut stream, limit).await;
         return Err(too_large());
     }
     let mut raw = Vec::with_capacity(declared.map(|n| n as usize).unwrap_or(0));
-    let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
             ApiError::bad_request(
@@ -30,11 +31,26 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             )
         })?;
         if raw.len() + chunk.len() > limit {
+            drain(&mut stream, limit).await;
             return Err(too_large());
         }
         raw.extend_from_slice(&chunk);
     }
     decode(headers, raw, limit)
+}
+
+/// Reads and discards what is left of a too-large body (up to a bound) before the 413 is sent:
+/// a client still writing its body would otherwise see the connection reset instead of the 413.
+/// Beyond the bound the connection is simply closed.
+async fn drain(stream: &mut axum::body::BodyDataStream, limit: usize) {
+    let bound = limit.saturating_mul(4).max(16 * 1024 * 1024);
+    let mut seen = 0usize;
+    while let Some(Ok(chunk)) = stream.next().await {
+        seen += chunk.len();
+        if seen > bound {
+            break;
+        }
+    }
 }
 
 /// Decodes `raw` per the request's `Content-Encoding`.
