@@ -132,8 +132,12 @@ async fn shutdown_signal() {
     }
 }
 
-/// Serves until a shutdown signal; `extra` routes (e.g. the policies') are merged under `/v1`.
-pub async fn serve_with(settings: Settings, extra: Router<AppState>) -> anyhow::Result<()> {
+/// Serves until a shutdown signal. `extra` builds more routes (e.g. the policies') from the
+/// ready state (registry, gated readers, metrics); they are merged under the `/v1` layers.
+pub async fn serve_with(
+    settings: Settings,
+    extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
+) -> anyhow::Result<()> {
     let readers = build_readers(&settings).await?;
     if readers.registry.models().is_empty() {
         tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
@@ -147,7 +151,7 @@ pub async fn serve_with(settings: Settings, extra: Router<AppState>) -> anyhow::
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
-    let app = router_with(state.clone(), extra);
+    let app = router_with(state.clone(), extra(&state)?);
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -181,5 +185,5 @@ pub async fn serve_with(settings: Settings, extra: Router<AppState>) -> anyhow::
 }
 
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
-    serve_with(settings, Router::new()).await
+    serve_with(settings, |_| Ok(Router::new())).await
 }

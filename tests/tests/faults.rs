@@ -194,3 +194,102 @@ async fn shutdown_drains_in_flight_requests_and_stops_the_sidecar() {
     let logs = hunch.process.logs();
     assert!(logs.contains("sidecar stopped"), "{logs}");
 }
+
+#[tokio::test]
+async fn a_sidecar_started_elsewhere_is_used_by_url_and_named_by_its_health() {
+    let (url, _sidecar) = hunch_e2e::start_process(
+        &fixture_sidecar_bin(),
+        &[
+            "serve".into(),
+            "--model".into(),
+            "/none".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--name".into(),
+            "outside".into(),
+        ],
+        &[("FIXTURE_LOAD_MS", "0".to_string())],
+        "HUNCH_ACCELERATOR_LISTENING ",
+    );
+    let hunch = hunch_e2e::start_hunch(&["--accelerator", &url]);
+    wait_ready(&hunch.url, Duration::from_secs(10)).await;
+    let r = post(&hunch.url, &sample_request()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "outside");
+}
+
+#[tokio::test]
+async fn a_sidecar_that_fails_to_load_is_restarted_and_never_ready() {
+    let bin = fixture_sidecar_bin().to_string_lossy().into_owned();
+    let hunch = start_hunch_with(
+        &["--model", "dg=/none"],
+        &[
+            ("HUNCH_ACCELERATOR_BIN", bin),
+            ("FIXTURE_FAIL_LOAD", "1".into()),
+        ],
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client
+            .get(format!("{}/readyz", hunch.url))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        503
+    );
+    let r = post(&hunch.url, &sample_request()).await;
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let logs = hunch.process.logs();
+    assert!(logs.contains("the sidecar failed"), "{logs}");
+}
+
+#[tokio::test]
+async fn a_toml_file_configures_models_keys_and_limits() {
+    let dir = std::env::temp_dir().join(format!("hunch-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("hunch.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "api_keys = [\"toml-key\"]\nmax_body_bytes = 5000\naccelerator_bin = {:?}\n\
+             [[models]]\nname = \"from-toml\"\ndir = \"/none\"\ndescription = \"configured in TOML\"\nrelease_date = \"2026-09-15\"\n\
+             [aliases]\nfast = \"from-toml\"\n",
+            fixture_sidecar_bin().to_string_lossy()
+        ),
+    )
+    .unwrap();
+    let hunch = start_hunch_with(
+        &["--config", file.to_str().unwrap()],
+        &[("FIXTURE_LOAD_MS", "0".into())],
+    );
+    wait_ready(&hunch.url, Duration::from_secs(10)).await;
+    let client = reqwest::Client::new();
+    let models: Value = client
+        .get(format!("{}/v1/models", hunch.url))
+        .bearer_auth("toml-key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        models["models"][2],
+        json!({"name": "from-toml", "description": "configured in TOML", "release_date": "2026-09-15"})
+    );
+    let mut big = sample_request();
+    big["model"] = json!("fast");
+    big["state"] = json!("x".repeat(6000));
+    let r = client
+        .post(format!("{}/v1/systemone", hunch.url))
+        .bearer_auth("toml-key")
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    let _ = std::fs::remove_dir_all(&dir);
+}

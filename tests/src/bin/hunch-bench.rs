@@ -128,8 +128,9 @@ async fn main() -> anyhow::Result<()> {
         .map(|n| n.get())
         .unwrap_or(1);
     println!(
-        "hunch host overhead ({} requests, {CLIENTS} concurrent clients, 3 questions each, instant reader, {cores} cores, clients on the same machine):",
-        all.len()
+        "hunch host overhead ({} requests, {CLIENTS} concurrent clients, 3 questions each, instant reader, {cores} cores, {} build, clients on the same machine):",
+        all.len(),
+        if cfg!(debug_assertions) { "debug" } else { "release" }
     );
     println!(
         "  p50 {:.3} ms  p99 {:.3} ms  max {:.3} ms",
