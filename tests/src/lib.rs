@@ -84,6 +84,11 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        // Gracefully first, so a hunch stops its sidecars; then for sure.
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+            self.wait_exit(Duration::from_secs(5));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -33,10 +33,24 @@ async fn a_sidecar_dying_mid_request_is_a_503_then_it_is_restarted() {
         started.elapsed() < Duration::from_secs(10),
         "the failed request must not hang"
     );
-    // Until the new sidecar is ready, reads are refused at once, never hung.
-    wait_ready(&hunch.url, Duration::from_secs(30)).await;
-    let r = post(&hunch.url, &sample_request()).await;
-    assert_eq!(r.status(), 200);
+    // Until the new sidecar is ready, reads are refused at once (503 + Retry-After), never hung;
+    // then the restarted sidecar answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = Instant::now();
+        let r = post(&hunch.url, &sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 503);
+        assert!(r.headers().contains_key("retry-after"));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "a refused read must not hang"
+        );
+        assert!(Instant::now() < deadline, "the sidecar was not restarted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let logs = hunch.process.logs();
     assert!(logs.contains("the sidecar exited"), "{logs}");
 }

@@ -171,8 +171,23 @@ async fn start_process(config: &SidecarConfig) -> Result<(Child, String), String
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        // If hunch itself dies, its sidecars must not outlive it holding the accelerator.
+        // If the supervisor is dropped, its sidecar goes with it.
         .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the forked child before exec and only calls `prctl`, which is
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            // If hunch dies without stopping its sidecars (SIGKILL, a crash), the kernel kills them
+            // too: a sidecar must never outlive its supervisor holding the accelerator's memory.
+            // (The signal follows the spawning thread, a runtime worker that lives as long as the
+            // process.)
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = command
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", config.binary.display()))?;
