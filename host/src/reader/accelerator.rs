@@ -18,6 +18,9 @@ pub enum HealthState {
     Loading,
     Ready,
     Failed,
+    /// A state this host does not know yet: treated as not ready, never as an error.
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

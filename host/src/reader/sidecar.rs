@@ -251,7 +251,7 @@ async fn watch_health(client: &AcceleratorClient, shared: &Shared, name: &str) -
                         was_ready = true;
                     }
                 }
-                HealthState::Loading => {
+                HealthState::Loading | HealthState::Unknown => {
                     if h.progress - last_logged >= 0.1 || last_logged < 0.0 {
                         tracing::info!(
                             model = name,
@@ -287,7 +287,12 @@ async fn supervise(
         }
         tracing::info!(model = %config.name, binary = %config.binary.display(), dir = %config.model_dir.display(), "starting sidecar");
         let started = Instant::now();
-        let ended = match start_process(&config).await {
+        let started_process = tokio::select! {
+            started = start_process(&config) => started,
+            // A sidecar that has not printed its address yet is killed on drop (kill_on_drop).
+            _ = shutdown.changed() => break,
+        };
+        let ended = match started_process {
             Err(e) => Ended::Failed(e),
             Ok((mut child, url)) => {
                 match AcceleratorClient::new(&config.name, &url, config.read_timeout) {
