@@ -36,13 +36,26 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         let (name, reader): (String, Arc<dyn hunch_core::Reader>) = match source {
             Source::Sidecar { dir } => {
                 let name = name.clone().unwrap_or_else(|| "default".into());
+                // Fail at startup, not in a restart loop, on what a restart cannot fix.
+                anyhow::ensure!(
+                    dir.is_dir(),
+                    "model {name}: {} is not a directory",
+                    dir.display()
+                );
+                let binary = settings
+                    .accelerator_bin
+                    .clone()
+                    .unwrap_or_else(default_binary);
+                anyhow::ensure!(
+                    binary.is_file(),
+                    "model {name}: no sidecar binary at {} (build hunch-accelerator, or set \
+                     --accelerator-bin / HUNCH_ACCELERATOR_BIN)",
+                    binary.display()
+                );
                 let sidecar = Sidecar::spawn(SidecarConfig {
                     name: name.clone(),
                     model_dir: dir.clone(),
-                    binary: settings
-                        .accelerator_bin
-                        .clone()
-                        .unwrap_or_else(default_binary),
+                    binary,
                     extra_args: settings.sidecar_args.clone(),
                     read_timeout,
                 });

@@ -27,3 +27,26 @@ fn bad_configuration_exits_2_with_a_message() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--upstream"));
 }
+
+#[test]
+fn a_missing_model_directory_or_sidecar_binary_fails_at_startup() {
+    let out = hunch()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--model",
+            "x=/definitely/not/here",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a directory"));
+    let out = hunch()
+        .args(["serve", "--listen", "127.0.0.1:0", "--model", "x=/tmp"])
+        .env("HUNCH_ACCELERATOR_BIN", "/definitely/not/a/binary")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no sidecar binary"));
+}

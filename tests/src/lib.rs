@@ -187,7 +187,7 @@ pub fn start_hunch(args: &[&str]) -> Hunch {
 /// Starts hunch with the fixture sidecar as a supervised model named `name`, and waits until
 /// `/readyz` says ready.
 pub async fn start_hunch_with_fixture(name: &str, extra: &[&str]) -> Hunch {
-    let model = format!("{name}=/nonexistent/fixture-model");
+    let model = format!("{name}={}", std::env::temp_dir().display());
     let mut args = vec!["--model", model.as_str()];
     args.extend_from_slice(extra);
     let bin = fixture_sidecar_bin().to_string_lossy().into_owned();

@@ -104,7 +104,7 @@ async fn a_slow_read_is_a_504() {
 async fn bearer_keys_from_flags_and_env() {
     let bin = fixture_sidecar_bin().to_string_lossy().into_owned();
     let hunch = start_hunch_with(
-        &["--model", "dg=/none", "--api-key", "flag-key"],
+        &["--model", "dg=/tmp", "--api-key", "flag-key"],
         &[
             ("HUNCH_ACCELERATOR_BIN", bin),
             ("HUNCH_API_KEYS", "env-key-1, env-key-2".into()),
@@ -162,7 +162,7 @@ async fn without_keys_any_authorization_header_is_accepted() {
 async fn while_loading_reads_are_refused_with_retry_after() {
     let bin = fixture_sidecar_bin().to_string_lossy().into_owned();
     let hunch = start_hunch_with(
-        &["--model", "dg=/none"],
+        &["--model", "dg=/tmp"],
         &[
             ("HUNCH_ACCELERATOR_BIN", bin),
             ("FIXTURE_LOAD_MS", "4000".into()),
@@ -236,7 +236,7 @@ async fn a_sidecar_started_elsewhere_is_used_by_url_and_named_by_its_health() {
 async fn a_sidecar_that_fails_to_load_is_restarted_and_never_ready() {
     let bin = fixture_sidecar_bin().to_string_lossy().into_owned();
     let hunch = start_hunch_with(
-        &["--model", "dg=/none"],
+        &["--model", "dg=/tmp"],
         &[
             ("HUNCH_ACCELERATOR_BIN", bin),
             ("FIXTURE_FAIL_LOAD", "1".into()),
@@ -269,7 +269,7 @@ async fn a_toml_file_configures_models_keys_and_limits() {
         &file,
         format!(
             "api_keys = [\"toml-key\"]\nmax_body_bytes = 5000\naccelerator_bin = {:?}\n\
-             [[models]]\nname = \"from-toml\"\ndir = \"/none\"\ndescription = \"configured in TOML\"\nrelease_date = \"2026-09-15\"\n\
+             [[models]]\nname = \"from-toml\"\ndir = \"/tmp\"\ndescription = \"configured in TOML\"\nrelease_date = \"2026-09-15\"\n\
              [aliases]\nfast = \"from-toml\"\n",
             fixture_sidecar_bin().to_string_lossy()
         ),

@@ -9,8 +9,7 @@ use super::AppState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use hunch_core::{Answer, ReadRequest, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
 use std::time::Instant;
@@ -19,7 +18,7 @@ pub async fn handle(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Result<(Extension<ReadSummary>, Json<Value>), ApiError> {
     refuse_multipart(&headers)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let encoding = headers
@@ -41,9 +40,8 @@ pub async fn handle(
         draws: answered.stats.draws,
         read_ms: started.elapsed().as_secs_f64() * 1000.0,
     };
-    let mut response = Json(answered.body).into_response();
-    response.extensions_mut().insert(summary);
-    Ok(response)
+    // The summary rides in the response's extensions to the request log line.
+    Ok((Extension(summary), Json(answered.body)))
 }
 
 /// The SDK sends image assets as `multipart/form-data`; a text-only model refuses them by name.
@@ -150,4 +148,118 @@ pub async fn answer(reader: &dyn Reader, request: &SystemOneRequest) -> Result<A
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
     });
     Ok(Answered { body, usage, stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::validate::RequestValidator;
+    use hunch_core::{LabelDistribution, ReadError, ReadOutcome};
+    use std::sync::Mutex;
+
+    /// Answers with fixed distributions, or fails, and remembers what it was asked.
+    struct Stub {
+        result: Result<Vec<Vec<f64>>, ReadError>,
+        asked: Mutex<Vec<ReadRequest>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Reader for Stub {
+        fn model_name(&self) -> &str {
+            "real-name"
+        }
+        async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
+            self.asked.lock().unwrap().push(request);
+            self.result.clone().map(|d| ReadOutcome {
+                distributions: d.into_iter().map(LabelDistribution).collect(),
+                usage: Usage {
+                    input_tokens: 7,
+                    output_tokens: 2,
+                },
+                stats: ReadStats::default(),
+            })
+        }
+    }
+
+    fn stub(result: Result<Vec<Vec<f64>>, ReadError>) -> Stub {
+        Stub {
+            result,
+            asked: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn request() -> SystemOneRequest {
+        RequestValidator::new()
+            .unwrap()
+            .validate(&json!({"model": "jev-latest", "state": "s", "questions": {
+                "single": {"type": "choice", "criteria": {"only": null}},
+                "yn": {"type": "noul", "instructions": "?"},
+                "lvl": {"type": "score", "criteria": ["a", {"b": 1}, "c"]},
+                "pick": {"type": "choice", "criteria": {"x": null, "y": "why"}}
+            }}))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_questions_that_need_a_read_are_read_and_answers_keep_request_order() {
+        let reader = stub(Ok(vec![
+            vec![0.8, 0.2],
+            vec![0.2, 0.3, 0.5],
+            vec![0.25, 0.75],
+        ]));
+        let answered = answer(&reader, &request()).await.unwrap();
+        let asked = reader.asked.lock().unwrap();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(
+            asked[0].questions.len(),
+            3,
+            "the 1-option choice is not read"
+        );
+        let body = &answered.body;
+        assert_eq!(body["model"], "real-name");
+        let ids: Vec<&String> = body["answers"].as_object().unwrap().keys().collect();
+        assert_eq!(ids, vec!["single", "yn", "lvl", "pick"]);
+        assert_eq!(body["answers"]["single"]["confidence"], 1.0);
+        assert_eq!(body["answers"]["yn"]["noul"], 0.8);
+        assert_eq!(
+            body["answers"]["lvl"]["legend"],
+            json!({"0": "a", "1": {"b": 1}, "2": "c"})
+        );
+        assert_eq!(body["answers"]["pick"]["choice"], "y");
+        assert_eq!(
+            body["usage"],
+            json!({"input_tokens": 7, "output_tokens": 2})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reader_error_names_the_callers_question() {
+        // Index 1 of the *read* questions is "lvl" (the 1-option "single" is not read).
+        let reader = stub(Err(ReadError::InvalidQuestion {
+            question: 1,
+            message: "no".into(),
+        }));
+        match answer(&reader, &request()).await {
+            Err(ApiError::Validation(e)) => assert_eq!(e[0].loc_path(), "body.questions.lvl"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn broken_reader_output_is_a_500_never_nan() {
+        let short = stub(Ok(vec![vec![0.5, 0.5]]));
+        assert!(matches!(
+            answer(&short, &request()).await,
+            Err(ApiError::Internal { .. })
+        ));
+        let nan = stub(Ok(vec![
+            vec![f64::NAN, 0.5],
+            vec![0.2, 0.3, 0.5],
+            vec![0.25, 0.75],
+        ]));
+        assert!(matches!(
+            answer(&nan, &request()).await,
+            Err(ApiError::Internal { .. })
+        ));
+    }
 }
