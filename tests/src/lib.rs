@@ -202,6 +202,29 @@ pub async fn start_hunch_with_fixture(name: &str, extra: &[&str]) -> Hunch {
     hunch
 }
 
+/// The server the client-facing tests (official SDK, jevbench) run against. By default hunch with
+/// the fixture sidecar. With `HUNCH_E2E_SERVE_ARGS` set (whitespace-separated, e.g.
+/// `--model dg=/models/diffusiongemma --sidecar-arg=--dtype=float32`), hunch is started with those
+/// arguments instead, so with `HUNCH_BIN` pointing at a real `hunch` (its `hunch-accelerator`
+/// beside it) the same tests run against the real model; `HUNCH_E2E_READY_TIMEOUT` (seconds,
+/// default 600) bounds its loading.
+pub async fn start_hunch_for_clients(extra: &[&str]) -> Hunch {
+    match std::env::var("HUNCH_E2E_SERVE_ARGS") {
+        Ok(args) if !args.trim().is_empty() => {
+            let mut all: Vec<&str> = args.split_whitespace().collect();
+            all.extend_from_slice(extra);
+            let hunch = start_hunch(&all);
+            let secs = std::env::var("HUNCH_E2E_READY_TIMEOUT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(600);
+            wait_ready(&hunch.url, Duration::from_secs(secs)).await;
+            hunch
+        }
+        _ => start_hunch_with_fixture("dg-test", extra).await,
+    }
+}
+
 /// Polls `/readyz` until 200.
 pub async fn wait_ready(url: &str, timeout: Duration) {
     let client = reqwest::Client::new();

@@ -1,10 +1,13 @@
 //! The official clients against a real `hunch serve`: TypeSafe's Python SDK 0.7.5 (zstd bodies on,
 //! every answer type parsed by its models) and `jevbench check`.
 //!
+//! The server is `start_hunch_for_clients`: the fixture sidecar by default, the real accelerator
+//! with `HUNCH_E2E_SERVE_ARGS` (see tests/src/lib.rs).
+//!
 //! They need the venv made by `scripts/python-env.sh`. Without it these tests say so and pass,
 //! unless `HUNCH_E2E_REQUIRE_PYTHON=1` (CI sets it), which makes a missing venv a failure.
 
-use hunch_e2e::{start_hunch_with_fixture, workspace_root};
+use hunch_e2e::{start_hunch_for_clients, workspace_root};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -25,7 +28,7 @@ fn venv_python() -> Option<PathBuf> {
 #[tokio::test]
 async fn the_official_python_sdk_parses_every_answer() {
     let Some(python) = venv_python() else { return };
-    let hunch = start_hunch_with_fixture("dg-test", &[]).await;
+    let hunch = start_hunch_for_clients(&[]).await;
     let script = workspace_root().join("tests/python/sdk_e2e.py");
     let out = Command::new(&python)
         .arg(&script)
@@ -56,7 +59,7 @@ async fn the_official_python_sdk_parses_every_answer() {
 #[tokio::test]
 async fn the_sdk_with_auth_on() {
     let Some(python) = venv_python() else { return };
-    let hunch = start_hunch_with_fixture("dg-test", &["--api-key", "k-123"]).await;
+    let hunch = start_hunch_for_clients(&["--api-key", "k-123"]).await;
     let code = "import typesafe_sdk as ts\n\
         c = ts.TypeSafeClient(retry=ts.RetryPolicy(max_retries=0))\n\
         print(c.system_one('hi', {'q': ts.Noul(instructions='ok?')}).answers['q'].noul)\n\
@@ -79,7 +82,7 @@ async fn the_sdk_with_auth_on() {
 #[tokio::test]
 async fn jevbench_check_passes() {
     let Some(python) = venv_python() else { return };
-    let hunch = start_hunch_with_fixture("dg-test", &[]).await;
+    let hunch = start_hunch_for_clients(&[]).await;
     let jevbench = python.with_file_name("jevbench");
     let out = Command::new(&jevbench)
         .args([

@@ -25,7 +25,13 @@ pub struct ReadSummary {
     pub questions: usize,
     pub reads: u32,
     pub draws: u32,
+    /// Wall time of the read, queue wait included.
     pub read_ms: f64,
+    pub prompt_tokens: u64,
+    pub reused_tokens: u64,
+    pub tokenize_ms: f64,
+    pub prefill_ms: f64,
+    pub denoise_ms: f64,
 }
 
 /// A client id is echoed only when it is short and made of safe characters, so it can never
@@ -76,14 +82,24 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
         %method,
         route = %route,
         status,
-        ms = format!("{:.2}", elapsed.as_secs_f64() * 1000.0),
+        ms = round2(elapsed.as_secs_f64() * 1000.0),
         model = %summary.model,
         questions = summary.questions,
         reads = summary.reads,
         draws = summary.draws,
-        read_ms = format!("{:.2}", summary.read_ms),
+        read_ms = round2(summary.read_ms),
+        prompt_tokens = summary.prompt_tokens,
+        reused_tokens = summary.reused_tokens,
+        tokenize_ms = round2(summary.tokenize_ms),
+        prefill_ms = round2(summary.prefill_ms),
+        denoise_ms = round2(summary.denoise_ms),
     );
     response
+}
+
+/// Milliseconds to two decimals: enough for a log line.
+fn round2(ms: f64) -> f64 {
+    (ms * 100.0).round() / 100.0
 }
 
 pub async fn auth(State(state): State<AppState>, request: Request, next: Next) -> Response {

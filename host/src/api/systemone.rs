@@ -39,6 +39,11 @@ pub async fn handle(
         reads: answered.stats.reads,
         draws: answered.stats.draws,
         read_ms: started.elapsed().as_secs_f64() * 1000.0,
+        prompt_tokens: answered.stats.prompt_tokens,
+        reused_tokens: answered.stats.reused_tokens,
+        tokenize_ms: answered.stats.tokenize_seconds * 1000.0,
+        prefill_ms: answered.stats.prefill_seconds * 1000.0,
+        denoise_ms: answered.stats.denoise_seconds * 1000.0,
     };
     // The summary rides in the response's extensions to the request log line.
     Ok((Extension(summary), Json(answered.body)))
