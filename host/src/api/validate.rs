@@ -235,10 +235,10 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
     };
     let state = body.get("state").map(render_value).unwrap_or_default();
     let options = ReadOptions {
-        seed: body.get("x_seed").and_then(Value::as_u64),
+        seed: body.get("x_seed").and_then(whole_number),
         draws: body
             .get("x_draws")
-            .and_then(Value::as_u64)
+            .and_then(whole_number)
             .and_then(|d| u32::try_from(d).ok()),
     };
 
@@ -267,6 +267,15 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         state,
         questions,
         options,
+    })
+}
+
+/// JSON Schema's `integer` admits `3.0`; read it as 3 rather than dropping it.
+fn whole_number(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+            .map(|f| f as u64)
     })
 }
 
@@ -599,6 +608,28 @@ mod tests {
 
     #[test]
     fn extensions_are_checked() {
+        let r = ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_seed": 3.0, "x_draws": 2.0}),
+        );
+        assert_eq!(
+            r.options,
+            ReadOptions {
+                seed: Some(3),
+                draws: Some(2)
+            }
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_draws": 65})
+            ),
+            vec![("body.x_draws".into(), "less_than_equal".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_seed": 1.5})
+            ),
+            vec![("body.x_seed".into(), "type_error".into())]
+        );
         assert_eq!(
             rejected(
                 json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_draws": 0})
