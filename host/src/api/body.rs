@@ -68,15 +68,27 @@ pub fn decode(headers: &HeaderMap, raw: Vec<u8>, limit: usize) -> Result<Vec<u8>
     let decoded = match encoding.as_str() {
         "" | "identity" => return Ok(raw),
         "zstd" => {
+            // A zstd stream may be several frames back to back (streaming compressors write
+            // them): decode until the input is used up, under one size limit.
             let mut source = raw.as_slice();
-            let decoder = ruzstd::decoding::StreamingDecoder::new(&mut source)
-                .map_err(|e| invalid("zstd", &e))?;
-            read_limited(decoder, limit).map_err(|e| e.or_invalid(|e| invalid("zstd", &e)))?
+            let mut out = Vec::new();
+            while !source.is_empty() {
+                let before = source.len();
+                let decoder = ruzstd::decoding::StreamingDecoder::new(&mut source)
+                    .map_err(|e| invalid("zstd", &e))?;
+                let frame = read_limited(decoder, limit - out.len())
+                    .map_err(|e| e.or_invalid(limit, |e| invalid("zstd", &e)))?;
+                out.extend_from_slice(&frame);
+                if source.len() == before {
+                    break;
+                }
+            }
+            out
         }
         "gzip" | "x-gzip" => read_limited(flate2::read::GzDecoder::new(raw.as_slice()), limit)
-            .map_err(|e| e.or_invalid(|e| invalid("gzip", &e)))?,
+            .map_err(|e| e.or_invalid(limit, |e| invalid("gzip", &e)))?,
         "deflate" => read_limited(flate2::read::ZlibDecoder::new(raw.as_slice()), limit)
-            .map_err(|e| e.or_invalid(|e| invalid("deflate", &e)))?,
+            .map_err(|e| e.or_invalid(limit, |e| invalid("deflate", &e)))?,
         other => {
             return Err(ApiError::UnsupportedMediaType {
                 message: format!(
@@ -89,14 +101,18 @@ pub fn decode(headers: &HeaderMap, raw: Vec<u8>, limit: usize) -> Result<Vec<u8>
 }
 
 enum DecodeError {
-    TooLarge(usize),
+    TooLarge,
     Invalid(std::io::Error),
 }
 
 impl DecodeError {
-    fn or_invalid(self, invalid: impl FnOnce(std::io::Error) -> ApiError) -> ApiError {
+    fn or_invalid(
+        self,
+        limit: usize,
+        invalid: impl FnOnce(std::io::Error) -> ApiError,
+    ) -> ApiError {
         match self {
-            DecodeError::TooLarge(limit) => ApiError::PayloadTooLarge {
+            DecodeError::TooLarge => ApiError::PayloadTooLarge {
                 message: format!(
                     "the decompressed request body is larger than the limit of {limit} bytes"
                 ),
@@ -113,7 +129,7 @@ fn read_limited(reader: impl Read, limit: usize) -> Result<Vec<u8>, DecodeError>
         .read_to_end(&mut out)
         .map_err(DecodeError::Invalid)?;
     if out.len() > limit {
-        return Err(DecodeError::TooLarge(limit));
+        return Err(DecodeError::TooLarge);
     }
     Ok(out)
 }
@@ -145,6 +161,17 @@ mod tests {
         gz.write_all(&text).unwrap();
         let gz = gz.finish().unwrap();
         assert_eq!(decode(&with_encoding("gzip"), gz, 1 << 20).ok(), Some(text));
+    }
+
+    #[test]
+    fn concatenated_zstd_frames_are_one_body() {
+        let level = ruzstd::encoding::CompressionLevel::Fastest;
+        let mut z = ruzstd::encoding::compress_to_vec(&b"{\"model\": "[..], level);
+        z.extend(ruzstd::encoding::compress_to_vec(&b"\"m\"}"[..], level));
+        assert_eq!(
+            decode(&with_encoding("zstd"), z, 1 << 20).ok(),
+            Some(b"{\"model\": \"m\"}".to_vec())
+        );
     }
 
     #[test]
