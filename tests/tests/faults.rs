@@ -62,7 +62,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
         &["--max-concurrent-reads", "1", "--max-queued-reads", "1"],
     )
     .await;
-    let slow = with_state("slow __sleep_ms=1500");
+    let slow = with_state("slow __sleep_ms=3000");
     let calls: Vec<_> = (0..4)
         .map(|_| {
             let url = hunch.url.clone();
@@ -91,11 +91,11 @@ async fn a_full_queue_answers_503_with_retry_after() {
 
 #[tokio::test]
 async fn a_slow_read_is_a_504() {
-    let hunch = start_hunch_with_fixture("dg-test", &["--request-timeout", "0.5"]).await;
+    let hunch = start_hunch_with_fixture("dg-test", &["--request-timeout", "1.5"]).await;
     let started = Instant::now();
-    let r = post(&hunch.url, &with_state("__sleep_ms=3000")).await;
+    let r = post(&hunch.url, &with_state("__sleep_ms=6000")).await;
     assert_eq!(r.status(), 504);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(started.elapsed() < Duration::from_secs(5));
     // The slot is free again: the next read is answered.
     assert_eq!(post(&hunch.url, &sample_request()).await.status(), 200);
 }
@@ -165,7 +165,7 @@ async fn while_loading_reads_are_refused_with_retry_after() {
         &["--model", "dg=/tmp"],
         &[
             ("HUNCH_ACCELERATOR_BIN", bin),
-            ("FIXTURE_LOAD_MS", "4000".into()),
+            ("FIXTURE_LOAD_MS", "8000".into()),
         ],
     );
     let client = reqwest::Client::new();
@@ -188,12 +188,12 @@ async fn shutdown_drains_in_flight_requests_and_stops_the_sidecar() {
     let mut hunch = start_hunch_with_fixture("dg-test", &[]).await;
     let url = hunch.url.clone();
     let in_flight = tokio::spawn(async move {
-        post(&url, &with_state("__sleep_ms=1500"))
+        post(&url, &with_state("__sleep_ms=3000"))
             .await
             .status()
             .as_u16()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     hunch.process.terminate();
     assert_eq!(
         in_flight.await.unwrap(),
