@@ -238,3 +238,11 @@ impl DiffusionGemma {
         Ok(logits)
     }
 }
+
+// The server moves the model and its caches into a worker thread (MLX is not thread-safe, so
+// one thread owns them): both must stay `Send`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<DiffusionGemma>();
+    assert_send::<PromptCache>();
+};
