@@ -9,8 +9,9 @@
 //! 2. find mlx-c's sources: `MLX_C_DIR`, else the published `mlx-sys` 0.7.0 crate (which carries
 //!    them), downloaded through a throw-away manifest and `cargo metadata`;
 //! 3. check that the wheel's MLX is the version mlx-c was written for;
-//! 4. compile mlx-c with `cc` and link `libmlx`;
-//! 5. generate the bindings with bindgen, as upstream does.
+//! 4. generate the bindings with bindgen, as upstream does (first, so that a missing libclang
+//!    fails fast);
+//! 5. compile mlx-c with `cc` and link `libmlx`.
 
 use std::{
     env, fs,
@@ -94,9 +95,10 @@ fn main() {
     let mlx_c_root = locate_mlx_c();
     check_mlx_c_tag(&mlx_c_root);
 
+    // Bindings first: a missing libclang then fails in seconds, not after the C++ build.
+    generate_bindings(&mlx_c_root);
     compile_mlx_c(&mlx_c_root, &include_dir);
     link_mlx(backend, &lib_dir);
-    generate_bindings(&mlx_c_root);
 
     // Dependents read these as DEP_MLX_LIB_DIR, DEP_MLX_INCLUDE, DEP_MLX_VERSION, DEP_MLX_ROOT; a
     // binary's build script turns DEP_MLX_LIB_DIR into an rpath (a dependency's link args never
