@@ -220,6 +220,12 @@ fn ragged_batch_and_bad_tokens_are_errors() -> TestResult {
     assert!(model.denoise(&cache, &[vec![1, 2], vec![3]], None).is_err());
     assert!(model.denoise(&cache, &[vec![512, 2]], None).is_err());
     assert!(model.prefill(&[]).is_err());
+    // The tiny config allows 512 positions: 500 prompt tokens + a 16-token canvas do not fit.
+    let long = model.prefill(&vec![3; 500])?;
+    assert!(matches!(
+        model.denoise(&long, &[vec![1; 16]], None),
+        Err(hunch_accelerator::ModelError::TooLong { .. })
+    ));
     Ok(())
 }
 

@@ -71,6 +71,8 @@ pub struct Config {
     pub rope_full: RopeConfig,
     /// Generation canvas length (top level; a read uses its own canvas width).
     pub canvas_length: Option<i32>,
+    /// Longest sequence (prompt + canvas) the positions were trained for.
+    pub max_position_embeddings: Option<i32>,
     /// Padding token id.
     pub pad_token_id: Option<u32>,
     /// Begin-of-sequence token id.
@@ -137,6 +139,7 @@ struct RawText {
     rms_norm_eps: f32,
     final_logit_softcapping: Option<f32>,
     hidden_activation: Option<String>,
+    max_position_embeddings: Option<i32>,
     pad_token_id: Option<u32>,
     bos_token_id: Option<u32>,
 }
@@ -242,6 +245,7 @@ impl Config {
             rope_sliding: rope(&t.rope_parameters.sliding_attention, "sliding_attention")?,
             rope_full: rope(&t.rope_parameters.full_attention, "full_attention")?,
             canvas_length: raw.canvas_length,
+            max_position_embeddings: t.max_position_embeddings,
             pad_token_id: t.pad_token_id,
             bos_token_id: t.bos_token_id,
         })

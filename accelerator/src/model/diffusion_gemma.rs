@@ -121,6 +121,13 @@ impl DiffusionGemma {
         }
     }
 
+    fn check_length(&self, needed: usize) -> Result<(), ModelError> {
+        match self.config.max_position_embeddings {
+            Some(max) if needed > max as usize => Err(ModelError::TooLong { needed, max }),
+            _ => Ok(()),
+        }
+    }
+
     /// `embed(ids) · √hidden` in the activation dtype.
     fn embed(&self, ids: &Array) -> Result<Array, ModelError> {
         let e = self.embedding.rows(ids)?.as_dtype(self.dtype)?;
@@ -132,6 +139,7 @@ impl DiffusionGemma {
             return Err(ModelError::EmptyPrompt);
         }
         self.check_tokens(prompt_ids)?;
+        self.check_length(prompt_ids.len())?;
         let p = prompt_ids.len() as i32;
         let ids = Array::from_slice(prompt_ids, &[1, p]);
         let mut x = self.embed(&ids)?;
@@ -201,6 +209,7 @@ impl DiffusionGemma {
             flat.extend_from_slice(canvas);
         }
         self.check_tokens(&flat)?;
+        self.check_length(cache.len() + width)?;
         let (b, w) = (canvases.len() as i32, width as i32);
         let vocab = self.config.vocab_size;
         if let Some(sc) = self_conditioning {
