@@ -94,6 +94,7 @@ pub enum ConfigError {
 struct RawTop {
     text_config: RawText,
     canvas_length: Option<i32>,
+    tie_word_embeddings: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -139,6 +140,7 @@ struct RawText {
     rms_norm_eps: f32,
     final_logit_softcapping: Option<f32>,
     hidden_activation: Option<String>,
+    tie_word_embeddings: Option<bool>,
     max_position_embeddings: Option<i32>,
     pad_token_id: Option<u32>,
     bos_token_id: Option<u32>,
@@ -149,6 +151,12 @@ impl Config {
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
         let raw: RawTop = serde_json::from_str(text)?;
         let t = raw.text_config;
+        // The unembedding is the embedding matrix; an untied lm_head would be silently ignored.
+        if raw.tie_word_embeddings == Some(false) || t.tie_word_embeddings == Some(false) {
+            return Err(ConfigError::Invalid(
+                "tie_word_embeddings is false; only the tied unembedding is supported".into(),
+            ));
+        }
         if let Some(act) = &t.hidden_activation {
             if act != "gelu_pytorch_tanh" {
                 return Err(ConfigError::Invalid(format!(
