@@ -82,6 +82,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C. Default 30.
     #[arg(long, env = "HUNCH_SHUTDOWN_GRACE")]
     pub shutdown_grace: Option<f64>,
+    /// With no model configured, serve nothing instead of the demo model.
+    #[arg(long, env = "HUNCH_NO_DEMO")]
+    pub no_demo: bool,
 }
 
 /// The TOML file.
@@ -176,6 +179,8 @@ pub struct Settings {
     pub accelerator_bin: Option<PathBuf>,
     pub sidecar_args: Vec<String>,
     pub shutdown_grace: Duration,
+    /// Serve the generated demo model when no model is configured.
+    pub demo: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -368,6 +373,7 @@ impl Settings {
             accelerator_bin: args.accelerator_bin.clone().or(file.accelerator_bin),
             sidecar_args,
             shutdown_grace,
+            demo: !args.no_demo,
         })
     }
 }
