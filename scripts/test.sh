@@ -9,7 +9,6 @@ export HUNCH_E2E_REQUIRE_PYTHON=1
 # Policies are WebAssembly components built for wasm32-wasip2 in their own workspace.
 if [ -f policies/Cargo.toml ]; then
   cargo build --quiet --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release
-  cargo test --manifest-path policies/Cargo.toml --workspace --exclude-target wasm32-wasip2 2>/dev/null \
-    || cargo test --manifest-path policies/Cargo.toml
+  cargo test --manifest-path policies/Cargo.toml
 fi
 cargo test --workspace
