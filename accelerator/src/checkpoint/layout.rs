@@ -32,8 +32,14 @@ pub enum LayoutError {
     Dims(#[from] DimsError),
     #[error(transparent)]
     Tensor(#[from] TensorError),
-    #[error("tensor {tensor} is missing (expected in {expected_in})")]
-    Missing { tensor: String, expected_in: String },
+    #[error("tensor {tensor} ({dtype} {expected:?}) is missing (expected in {expected_in})")]
+    Missing {
+        tensor: String,
+        /// Shape implied by config.json, so the error says what to put there.
+        expected: Vec<usize>,
+        dtype: Dtype,
+        expected_in: String,
+    },
     #[error("tensor {tensor} in {file}: shape {actual:?}, expected {expected:?} from config.json")]
     Shape {
         tensor: String,
@@ -296,10 +302,14 @@ impl Checkpoint {
                     .file_of(&t.name)
                     .ok_or_else(|| LayoutError::Missing {
                         tensor: t.name.clone(),
+                        expected: t.shape.clone(),
+                        dtype: t.dtype,
                         expected_in: where_.clone(),
                     })?;
                 let info = file.info(&t.name).ok_or_else(|| LayoutError::Missing {
                     tensor: t.name.clone(),
+                    expected: t.shape.clone(),
+                    dtype: t.dtype,
                     expected_in: where_.clone(),
                 })?;
                 if info.shape != t.shape {
