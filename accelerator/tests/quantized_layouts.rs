@@ -19,7 +19,8 @@ use hunch_accelerator::{
         quant::{self, SourceDtype},
         quantized::{LoadedWeight, QuantizedLayout},
         tensors::{self, Dtype as FileDtype, PlannedTensor, SafetensorsFile, SafetensorsWriter},
-        Checkpoint, Layout, LoadError, QuantMode, Weight,
+        writer::convert_with,
+        Checkpoint, DenseDtype, Layout, LoadError, QuantMode, Weight,
     },
     model::experts::dequantize_nvfp4,
     ActivationDtype, Array, DiffusionGemma, LoadOptions,
@@ -400,11 +401,12 @@ fn affine_model_matches_its_dequantised_weights() -> TestResult {
     parity(Layout::Affine)
 }
 
-/// Rewrites every safetensors file of `dir`, letting `edit` drop (None) or replace a tensor.
-fn rewrite(
-    dir: &Path,
-    edit: &dyn Fn(&str, FileDtype, &[usize], &[u8]) -> Option<(Vec<usize>, Vec<u8>)>,
-) -> Res<()> {
+/// Given a tensor's name, dtype, shape and bytes: `None` drops it, `Some` replaces its shape and
+/// bytes.
+type Edit<'a> = &'a dyn Fn(&str, FileDtype, &[usize], &[u8]) -> Option<(Vec<usize>, Vec<u8>)>;
+
+/// Rewrites every safetensors file of `dir` through `edit`.
+fn rewrite(dir: &Path, edit: Edit<'_>) -> Res<()> {
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         if path.extension().and_then(|e| e.to_str()) != Some("safetensors") {
@@ -512,4 +514,40 @@ fn affine_missing_or_misshaped_tensor_is_named_with_its_shape() -> TestResult {
             "[512, 1]",
         ),
     )
+}
+
+/// Sharded quantised checkpoints load to the same model as single-file ones, and both layouts
+/// also load and run with bfloat16 activations (scales kept in their stored bf16).
+#[test]
+fn sharded_and_bf16_quantised_checkpoints_load() -> TestResult {
+    let tmp = tempfile::tempdir()?;
+    let prompt = read_npy("prompt_ids.npy")?.ids()?;
+    let canvases = read_npy("canvas_ids.npy")?.rows()?;
+    let logits = |dir: &Path, dtype: ActivationDtype| -> Res<Array> {
+        let m = DiffusionGemma::load(
+            dir,
+            &LoadOptions {
+                dtype,
+                progress: false,
+            },
+        )?;
+        let c = m.prefill(&prompt)?;
+        Ok(m.denoise(&c, &canvases, None)?)
+    };
+    for layout in [Layout::Nvfp4, Layout::Affine] {
+        let one = converted(tmp.path(), layout)?;
+        let sharded = tmp.path().join(format!("{layout}-sharded"));
+        convert_with(&data_dir(), &sharded, layout, DenseDtype::Bf16, 64 << 10)?;
+        let shards = Checkpoint::open(&sharded)?.tensors().files().len();
+        assert!(shards > 2, "{layout}: only {shards} shards");
+        let d = max_abs(
+            &logits(&one, ActivationDtype::Float32)?,
+            &logits(&sharded, ActivationDtype::Float32)?,
+        )?;
+        assert_eq!(d, 0.0, "{layout}: sharded differs by {d}");
+        let l16 = f32_vec(&logits(&one, ActivationDtype::Bfloat16)?)?;
+        assert!(l16.iter().all(|x| x.is_finite()), "{layout}: bf16 logits");
+        eprintln!("{layout}: {shards} shards load identically; bf16 activations run");
+    }
+    Ok(())
 }

@@ -310,7 +310,7 @@ impl TensorSource for SafetensorsShards {
             });
         }
         let ptr = bytes.as_ptr();
-        let aligned = (ptr as usize) % dtype_size(entry.dtype) == 0;
+        let aligned = (ptr as usize).is_multiple_of(dtype_size(entry.dtype));
         // SAFETY: `ptr` points at `bytes.len()` readable bytes of the mapping, which the boxed
         // Arc handed to MLX as payload keeps alive until MLX releases the array (or, for the
         // copying constructor, for the duration of the call). Shape and dtype match the length
