@@ -37,7 +37,8 @@ pub enum LayoutError {
         tensor: String,
         /// Shape implied by config.json, so the error says what to put there.
         expected: Vec<usize>,
-        dtype: Dtype,
+        /// `U32`, `U8`, … or "float" where any float type is accepted.
+        dtype: String,
         expected_in: String,
     },
     #[error("tensor {tensor} in {file}: shape {actual:?}, expected {expected:?} from config.json")]
@@ -298,18 +299,24 @@ impl Checkpoint {
             };
             let outs = outputs(&spec, layout, storage, Dtype::BF16);
             for t in &outs {
+                // Dense tensors, scales and biases may be any float type (see `dtype_ok`).
+                let accepted = if matches!(t.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16) {
+                    "float".to_string()
+                } else {
+                    t.dtype.to_string()
+                };
                 let file = tensors
                     .file_of(&t.name)
                     .ok_or_else(|| LayoutError::Missing {
                         tensor: t.name.clone(),
                         expected: t.shape.clone(),
-                        dtype: t.dtype,
+                        dtype: accepted.clone(),
                         expected_in: where_.clone(),
                     })?;
                 let info = file.info(&t.name).ok_or_else(|| LayoutError::Missing {
                     tensor: t.name.clone(),
                     expected: t.shape.clone(),
-                    dtype: t.dtype,
+                    dtype: accepted.clone(),
                     expected_in: where_.clone(),
                 })?;
                 if info.shape != t.shape {
