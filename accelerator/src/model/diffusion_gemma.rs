@@ -262,7 +262,7 @@ impl DiffusionGemma {
         for (layer, kv) in self.layers.iter().zip(&cache.layers) {
             x = layer.denoise(&x, kv, cache.len)?;
         }
-        Ok(self.final_norm.forward(&x)?)
+        self.final_norm.forward(&x)
     }
 
     /// Tied unembedding, float32, softcap; evaluated.
