@@ -9,7 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-if ! ldconfig -p 2>/dev/null | grep -q 'libclang'; then need_apt+=(libclang-dev); fi
+# bindgen needs libclang *and* clang's builtin headers, which only the -dev package brings.
+if command -v dpkg >/dev/null 2>&1; then
+  dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
+elif ! ldconfig -p 2>/dev/null | grep -q 'libclang'; then
+  echo "setup: libclang not found; install your distribution's libclang development package" >&2
+fi
 if ! python3 -m pip --version >/dev/null 2>&1; then need_apt+=(python3-pip); fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_apt+=(python3-venv); fi
 if [ ${#need_apt[@]} -gt 0 ]; then
