@@ -1,1 +1,3 @@
-//! The Hunch server.
+//! The Hunch server: the System One API, readers, decision policies.
+
+pub mod policy;
