@@ -157,8 +157,21 @@ impl Host for WitHost {
     }
 }
 
+/// Panics go to the host log (the default hook writes to WASI stderr, which the host does not
+/// grant, so the report would say "forbidden capability" instead of the panic). The panic then
+/// aborts: a trap, reported with this message.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            log::log(log::Level::Error, &format!("panic: {info}"));
+        }));
+    });
+}
+
 #[doc(hidden)]
 pub fn describe<P: Policy>() -> wit::Descriptor {
+    install_panic_hook();
     let d = P::describe();
     wit::Descriptor {
         name: d.name,
@@ -171,6 +184,7 @@ pub fn describe<P: Policy>() -> wit::Descriptor {
 
 #[doc(hidden)]
 pub fn decide<P: Policy>(input: &str) -> Result<String, wit::PolicyError> {
+    install_panic_hook();
     decide_json::<P>(input, &mut WitHost).map_err(|e| match e {
         PolicyError::InvalidInput(m) => wit::PolicyError::InvalidInput(m),
         PolicyError::ReadFailed(e) => wit::PolicyError::ReadFailed(to_wit_error(e)),

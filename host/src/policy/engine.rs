@@ -4,6 +4,7 @@
 //! ~100 ms).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
 };
@@ -48,7 +49,16 @@ pub struct EngineError(String);
 /// wit-component adds; generous so odd toolchains still fit.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
 
+/// The wasm stack size of the engine last built, so a stack-overflow error can say what the
+/// limit was (wasmtime's trap does not carry it). One engine per process in practice.
+static WASM_STACK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn wasm_stack_bytes() -> u64 {
+    WASM_STACK_BYTES.load(Ordering::Relaxed)
+}
+
 pub fn build_engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
+    WASM_STACK_BYTES.store(settings.max_wasm_stack_bytes as u64, Ordering::Relaxed);
     let mut config = Config::new();
     config.wasm_component_model(true);
     // Fuel, not epochs: a deterministic CPU budget that does not charge a policy for the time

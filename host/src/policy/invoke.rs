@@ -111,7 +111,15 @@ impl From<wit::PolicyError> for PolicyFailure {
         match e {
             wit::PolicyError::InvalidInput(message) => PolicyFailure::InvalidInput { message },
             wit::PolicyError::ReadFailed(r) => PolicyFailure::ReadFailed {
-                read_error: format!("{:?}", r.kind).to_lowercase(),
+                read_error: match r.kind {
+                    wit::ReadErrorKind::InvalidQuestion => "invalid_question",
+                    wit::ReadErrorKind::TooLarge => "too_large",
+                    wit::ReadErrorKind::Unavailable => "unavailable",
+                    wit::ReadErrorKind::Timeout => "timeout",
+                    wit::ReadErrorKind::Rejected => "rejected",
+                    wit::ReadErrorKind::Internal => "internal",
+                }
+                .to_string(),
                 message: r.message,
             },
             wit::PolicyError::Failed(message) => PolicyFailure::Failed { message },
@@ -223,24 +231,33 @@ fn classify(err: wasmtime::Error, limits: &Limits) -> InvokeError {
             )),
             Trap::StackOverflow => InvokeError::Limit(LimitExceeded::new(
                 Limit::Stack,
-                0,
+                crate::policy::engine::wasm_stack_bytes(),
                 "the policy overflowed its wasm stack (recursion too deep)",
             )),
-            other => InvokeError::Trap(format!("{other}: {}", root_message(&err))),
+            // The wasm backtrace (function indices of a stripped binary) helps nobody here.
+            other => InvokeError::Trap(other.to_string()),
         };
     }
-    let message = format!("{err:#}");
-    if message.contains("unknown import") {
-        return InvokeError::Forbidden(root_message(&err));
+    // Calls to imports outside the world hit the linker's stubs, whose message names the import.
+    if let Some(stub) = err
+        .chain()
+        .map(|e| e.to_string())
+        .find(|m| m.contains("unknown import"))
+    {
+        return InvokeError::Forbidden(stub);
     }
-    InvokeError::Trap(message)
+    InvokeError::Trap(format!("{err:#}"))
 }
 
-fn root_message(err: &wasmtime::Error) -> String {
-    err.chain()
-        .map(|e| e.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
+/// The panic message a guest logged just before trapping (the SDK's panic hook), if any.
+fn panic_message(state: &InvocationState) -> Option<&str> {
+    state
+        .log
+        .lines
+        .iter()
+        .rev()
+        .find(|l| l.level == "error" && l.message.starts_with("panic: "))
+        .map(|l| l.message.as_str())
 }
 
 impl LoadedPolicy {
@@ -372,7 +389,16 @@ impl LoadedPolicy {
                     format!("decide did not return within {} ms", limits.timeout_ms),
                 )))
             }
-            Ok(Err(e)) => return Err(classify(e, &limits)),
+            Ok(Err(e)) => {
+                let mut error = classify(e, &limits);
+                if let (InvokeError::Trap(message), Some(panic)) =
+                    (&mut error, panic_message(store.data()))
+                {
+                    message.push_str("; ");
+                    message.push_str(panic);
+                }
+                return Err(error);
+            }
             Ok(Ok(returned)) => returned,
         };
         let output_text = returned.map_err(|e| InvokeError::Policy(e.into()))?;

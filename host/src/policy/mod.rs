@@ -13,6 +13,7 @@ pub mod engine;
 pub mod invoke;
 pub mod limits;
 pub mod registry;
+pub mod scaffold;
 pub mod testing;
 pub mod watch;
 

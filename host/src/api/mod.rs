@@ -1,0 +1,3 @@
+//! HTTP API.
+
+pub mod policies;
