@@ -119,7 +119,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     reloads.sort_by(|a, b| a.total_cmp(b));
     println!(
-        "file write -> new version serving: p50 {:.0} ms, max {:.0} ms (50 ms debounce + compile of a new hash + describe)",
+        "file write -> new version serving: p50 {:.0} ms, max {:.0} ms (20 ms debounce + compile of a new hash + describe)",
         percentile(&reloads, 0.5),
         reloads.last().copied().unwrap_or(f64::NAN)
     );

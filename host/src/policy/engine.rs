@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::{
-    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, OptLevel,
+    PoolingAllocationConfig,
 };
 
 /// How the engine is built. Chosen at startup; changing it needs a restart.
@@ -20,6 +21,9 @@ pub struct EngineSettings {
     pub max_wasm_stack_bytes: usize,
     /// `Some(dir)`: wasmtime's compilation cache there; `None`: no cache.
     pub cache_dir: Option<PathBuf>,
+    /// Cranelift's optimisation level. Policies are glue around reads; compile latency is what
+    /// a hot reload waits for, so the default favours fast compiles.
+    pub opt_level: OptLevel,
 }
 
 impl Default for EngineSettings {
@@ -29,6 +33,7 @@ impl Default for EngineSettings {
             max_memory_bytes: 256 << 20,
             max_wasm_stack_bytes: 512 << 10,
             cache_dir: default_cache_dir(),
+            opt_level: OptLevel::None,
         }
     }
 }
@@ -66,6 +71,7 @@ pub fn build_engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
     // yield to tokio every so often (see `invoke`) so the timeout can fire inside a loop.
     config.consume_fuel(true);
     config.max_wasm_stack(settings.max_wasm_stack_bytes);
+    config.cranelift_opt_level(settings.opt_level);
 
     let n = settings.max_concurrent.max(1);
     let mut pool = PoolingAllocationConfig::default();

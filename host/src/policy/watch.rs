@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 /// Long enough to fold a copy's create + write + close into one event, short enough that a new
 /// version serves well within a second.
-const DEBOUNCE: Duration = Duration::from_millis(50);
+const DEBOUNCE: Duration = Duration::from_millis(20);
 
 /// Keeps the watcher alive; dropping it stops watching.
 pub struct PolicyWatcher {
