@@ -1,4 +1,17 @@
-//! The Hunch server: the System One API, readers, decision policies.
+//! The Hunch server: TypeSafe's System One API over HTTP in front of pluggable readers.
+//!
+//! - [`api`]: routes, validation, errors, middleware ([`api::router`], [`api::AppState`]).
+//! - [`reader`]: which reader serves which model, and the bounded queue in front of them.
+//! - [`config`]: `hunch` flags, environment and TOML file.
+//! - [`server`]: `hunch serve`: listening and graceful shutdown.
+//! - [`policy`]: WebAssembly decision policies: runtime, limits, registry, hot reload.
 
 pub mod api;
+pub mod cli;
+pub mod config;
+pub mod metrics;
 pub mod policy;
+pub mod reader;
+pub mod server;
+
+pub use api::{router, router_with, AppState};

@@ -1,3 +1,196 @@
-//! HTTP API.
+//! The HTTP front door: the raw System One API, models, health, metrics and the OpenAPI document.
+//!
+//! [`router`] builds the whole app from an [`AppState`]; [`router_with`] lets another module (the
+//! policies) add `/v1/...` routes that get the same auth, timeout, request ids and metrics.
 
+pub mod body;
+pub mod error;
+pub mod health;
+pub mod metrics;
+pub mod middleware;
+pub mod models;
+pub mod openapi;
 pub mod policies;
+pub mod systemone;
+pub mod validate;
+
+use crate::metrics::Metrics;
+use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry};
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+use axum::Router;
+use error::ApiError;
+use std::sync::Arc;
+use std::time::Duration;
+use validate::RequestValidator;
+
+/// Limits every request is held to.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body, compressed or decompressed (413 beyond).
+    pub max_body_bytes: usize,
+    /// Longest a `/v1` request may take (504 beyond).
+    pub request_timeout: Duration,
+    /// Reads running at once, over all readers.
+    pub max_concurrent_reads: usize,
+    /// Reads waiting for a slot before new ones are refused with 503.
+    pub max_queued_reads: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: 8 * 1024 * 1024,
+            request_timeout: Duration::from_secs(120),
+            max_concurrent_reads: 4,
+            max_queued_reads: 64,
+        }
+    }
+}
+
+/// Bearer keys. Empty = auth off: any `Authorization` header (or none) is accepted.
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys(Vec<Vec<u8>>);
+
+impl ApiKeys {
+    pub fn new(keys: impl IntoIterator<Item = String>) -> Self {
+        ApiKeys(
+            keys.into_iter()
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty())
+                .map(String::into_bytes)
+                .collect(),
+        )
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.0.is_empty()
+    }
+
+    /// Whether `authorization` carries one of the keys. Every key is compared in constant time,
+    /// and all of them are compared, so timing says nothing about which key nearly matched.
+    pub fn allows(&self, authorization: Option<&str>) -> bool {
+        use subtle::ConstantTimeEq;
+        if !self.enabled() {
+            return true;
+        }
+        let Some(presented) = authorization.and_then(|h| {
+            let (scheme, token) = h.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        }) else {
+            return false;
+        };
+        let mut ok = subtle::Choice::from(0u8);
+        for key in &self.0 {
+            ok |= key.as_slice().ct_eq(presented.as_bytes());
+        }
+        ok.into()
+    }
+}
+
+/// Everything a handler needs. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub registry: Arc<Registry>,
+    pub gate: Arc<ReadGate>,
+    pub metrics: Arc<Metrics>,
+    pub validator: Arc<RequestValidator>,
+    pub keys: Arc<ApiKeys>,
+    pub limits: Limits,
+}
+
+impl AppState {
+    pub fn new(registry: Registry, limits: Limits, keys: ApiKeys) -> Result<Self, String> {
+        let metrics = Arc::new(Metrics::new());
+        Ok(AppState {
+            registry: Arc::new(registry),
+            gate: Arc::new(ReadGate::new(
+                limits.max_concurrent_reads,
+                limits.max_queued_reads,
+                metrics.clone(),
+            )),
+            metrics,
+            validator: Arc::new(RequestValidator::new()?),
+            keys: Arc::new(keys),
+            limits,
+        })
+    }
+
+    /// The model a request names (a name or an alias), or a 404 listing what is served.
+    pub fn model(&self, name: &str) -> Result<&ModelEntry, ApiError> {
+        self.registry.resolve(name).ok_or_else(|| {
+            let mut known: Vec<String> = self
+                .registry
+                .aliases()
+                .into_iter()
+                .map(|(a, _)| a)
+                .collect();
+            known.extend(self.registry.models().iter().map(|m| m.name.clone()));
+            ApiError::NotFound {
+                error_type: "model_not_found".into(),
+                message: format!("unknown model {name:?}; served: {}", known.join(", ")),
+            }
+        })
+    }
+
+    /// The reader for a model, behind the bounded queue and counted in the metrics: what the raw
+    /// API and the policies call.
+    pub fn reader(&self, name: &str) -> Result<GatedReader, ApiError> {
+        let entry = self.model(name)?;
+        Ok(GatedReader::new(
+            entry,
+            self.gate.clone(),
+            self.metrics.clone(),
+        ))
+    }
+}
+
+/// The whole app.
+pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The whole app with `extra` routes (e.g. `/v1/policies/...`) merged under the same `/v1` layers
+/// (auth, per-request timeout) and the app-wide ones (request id, metrics, logs).
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/systemone", post(systemone::handle))
+        .route("/v1/models", get(models::list))
+        .merge(extra)
+        .route_layer(from_fn_with_state(state.clone(), middleware::timeout))
+        .route_layer(from_fn_with_state(state.clone(), middleware::auth));
+    Router::new()
+        .merge(v1)
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::openapi))
+        .fallback(not_found)
+        .layer(from_fn_with_state(state.clone(), middleware::observe))
+        .with_state(state)
+}
+
+async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound {
+        error_type: "not_found".into(),
+        message: format!("no route {method} {}", uri.path()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_need_bearer_and_an_exact_match() {
+        let keys = ApiKeys::new(["secret".to_string(), "other".to_string()]);
+        assert!(keys.allows(Some("Bearer secret")));
+        assert!(keys.allows(Some("bearer other")));
+        assert!(!keys.allows(Some("Bearer secre")));
+        assert!(!keys.allows(Some("secret")));
+        assert!(!keys.allows(None));
+        let off = ApiKeys::new(Vec::<String>::new());
+        assert!(off.allows(Some("Bearer anything")));
+        assert!(off.allows(None));
+    }
+}

@@ -14,6 +14,7 @@ pub mod invoke;
 pub mod limits;
 pub mod registry;
 pub mod scaffold;
+pub mod service;
 pub mod testing;
 pub mod watch;
 

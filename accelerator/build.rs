@@ -1,0 +1,14 @@
+//! Puts the directory of `libmlx` on the rpath of every binary this package links (tests,
+//! benches, bins): a dependency's own link arguments never reach the final binary.
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_MLX_LIB_DIR");
+    if let Ok(dir) = std::env::var("DEP_MLX_LIB_DIR") {
+        if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
+            println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+        } else {
+            // --enable-new-dtags would write RUNPATH, which does not apply to libmlx's own
+            // dependencies; plain RPATH is what we want, and libmlx finds its BLAS by $ORIGIN.
+            println!("cargo:rustc-link-arg=-Wl,--disable-new-dtags,-rpath,{dir}");
+        }
+    }
+}

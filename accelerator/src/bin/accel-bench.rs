@@ -1,0 +1,408 @@
+//! Times one encoder prefill and one batched decoder pass, writing the JSON lines of
+//! shared/refbench/ref_bench.py (events `env`, `load`, `prefill`, `decode`, `check`, `memory`) so
+//! `summarize.py` can put Hunch next to the mlx_vlm reference.
+//!
+//! ```text
+//! accel-bench --ckpt DIR [--dtype float32|bfloat16] [--prompt-lens 256,1536] [--batches 1,4]
+//!             [--widths 32,64] [--reps 5] [--warmup 1] [--seed 0] [--out FILE] [--tag TEXT]
+//! ```
+//!
+//! What is timed matches ref_bench: `prefill` = encoder over P random ids with every layer's K/V
+//! evaluated; `decode` = one first-step decoder pass over B random canvases of width W, logits
+//! `[B, W, vocab]` f32 softcapped and evaluated.
+
+use std::{
+    fs::OpenOptions,
+    io::Write,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use hunch_accelerator::{ActivationDtype, DiffusionGemma, LoadOptions};
+use serde_json::{json, Map, Value};
+
+struct Args {
+    ckpt: PathBuf,
+    dtype: ActivationDtype,
+    dtype_name: String,
+    prompt_lens: Vec<usize>,
+    batches: Vec<usize>,
+    widths: Vec<usize>,
+    reps: usize,
+    warmup: usize,
+    seed: u64,
+    out: Option<PathBuf>,
+    tag: String,
+}
+
+fn ints(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| x.trim().parse().map_err(|_| format!("not a number: {x}")))
+        .collect()
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        ckpt: PathBuf::new(),
+        dtype: ActivationDtype::Float32,
+        dtype_name: "float32".into(),
+        prompt_lens: vec![256, 1536],
+        batches: vec![1, 4],
+        widths: vec![32, 64],
+        reps: 5,
+        warmup: 1,
+        seed: 0,
+        out: None,
+        tag: String::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--ckpt" => a.ckpt = PathBuf::from(value()?),
+            "--dtype" => {
+                a.dtype_name = value()?;
+                a.dtype = a.dtype_name.parse()?;
+            }
+            "--prompt-lens" => a.prompt_lens = ints(&value()?)?,
+            "--batches" => a.batches = ints(&value()?)?,
+            "--widths" => a.widths = ints(&value()?)?,
+            "--reps" => a.reps = value()?.parse().map_err(|_| "--reps: not a number")?,
+            "--warmup" => a.warmup = value()?.parse().map_err(|_| "--warmup: not a number")?,
+            "--seed" => a.seed = value()?.parse().map_err(|_| "--seed: not a number")?,
+            "--out" => a.out = Some(PathBuf::from(value()?)),
+            "--tag" => a.tag = value()?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.ckpt.as_os_str().is_empty() {
+        return Err("--ckpt DIR is required".into());
+    }
+    if a.reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    Ok(a)
+}
+
+/// splitmix64: reproducible ids without a rand dependency.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+fn rss_mb() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0)
+            .unwrap_or(0.0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+fn loaded_blas() -> Vec<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut libs: Vec<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
+            ["blas", "lapack", "mkl", "accelerate"]
+                .iter()
+                .any(|t| base.contains(t))
+        })
+        .map(str::to_owned)
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+fn stats(ts: &[f64]) -> Map<String, Value> {
+    let mut sorted = ts.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    let r = |x: f64| (x * 1e3).round() / 1e3;
+    let mut m = Map::new();
+    m.insert("median_ms".into(), json!(r(median)));
+    m.insert("min_ms".into(), json!(r(sorted[0])));
+    m.insert("max_ms".into(), json!(r(sorted[n - 1])));
+    m.insert(
+        "all_ms".into(),
+        json!(ts.iter().map(|&t| r(t)).collect::<Vec<_>>()),
+    );
+    m
+}
+
+struct Emitter {
+    base: Map<String, Value>,
+    out: Option<std::fs::File>,
+}
+
+impl Emitter {
+    fn emit(&mut self, event: &str, fields: Map<String, Value>) {
+        let mut obj = Map::new();
+        obj.insert("event".into(), json!(event));
+        obj.extend(self.base.clone());
+        obj.extend(fields);
+        let line = Value::Object(obj).to_string();
+        println!("{line}");
+        if let Some(f) = self.out.as_mut() {
+            // A failed write of the copy must not lose the measurement on stdout.
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
+fn peak_mb(max_seen: &mut f64) -> f64 {
+    let mb = mlx_rs::memory::peak_memory()
+        .map(|b| (b as f64 / 1048576.0 * 10.0).round() / 10.0)
+        .unwrap_or(0.0);
+    *max_seen = max_seen.max(mb);
+    mb
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let mut base = Map::new();
+    base.insert("impl".into(), json!("hunch"));
+    base.insert("dtype".into(), json!(args.dtype_name));
+    base.insert(
+        "experts".into(),
+        json!(if args.dtype == ActivationDtype::Float32 {
+            "native"
+        } else {
+            "f32"
+        }),
+    );
+    if !args.tag.is_empty() {
+        base.insert("tag".into(), json!(args.tag));
+    }
+    let out = match &args.out {
+        Some(p) => Some(OpenOptions::new().create(true).append(true).open(p)?),
+        None => None,
+    };
+    let mut em = Emitter { base, out };
+    let cfg_text = std::fs::read_to_string(args.ckpt.join("config.json"))?;
+    let cfg_json: Value = serde_json::from_str(&cfg_text)?;
+    let tc = &cfg_json["text_config"];
+    let mut env = Map::new();
+    env.insert("mlx".into(), json!("0.32.2"));
+    env.insert("machine".into(), json!(std::env::consts::ARCH));
+    env.insert("system".into(), json!(std::env::consts::OS));
+    env.insert("device".into(), json!("cpu"));
+    env.insert(
+        "cpu_count".into(),
+        json!(std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)),
+    );
+    env.insert("blas_libs".into(), json!(loaded_blas()));
+    env.insert(
+        "ld_preload".into(),
+        json!(std::env::var("LD_PRELOAD").unwrap_or_default()),
+    );
+    env.insert("ckpt".into(), json!(args.ckpt.display().to_string()));
+    let keys = [
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "num_global_key_value_heads",
+        "global_head_dim",
+        "intermediate_size",
+        "moe_intermediate_size",
+        "num_experts",
+        "top_k_experts",
+        "sliding_window",
+    ];
+    let config: Map<String, Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), tc[*k].clone()))
+        .collect();
+    env.insert("config".into(), Value::Object(config));
+    env.insert("reps".into(), json!(args.reps));
+    env.insert("warmup".into(), json!(args.warmup));
+    env.insert("seed".into(), json!(args.seed));
+    em.emit("env", env);
+
+    let t0 = Instant::now();
+    let model = DiffusionGemma::load(
+        &args.ckpt,
+        &LoadOptions {
+            dtype: args.dtype,
+            progress: true,
+        },
+    )?;
+    let (peak, cur) = rss_mb();
+    let mut load = Map::new();
+    load.insert("seconds".into(), json!(ms(t0.elapsed()) / 1e3));
+    let active = mlx_rs::memory::active_memory().unwrap_or(0) as f64 / 1048576.0;
+    load.insert("param_mb".into(), json!((active * 10.0).round() / 10.0));
+    load.insert("rss_peak_mb".into(), json!(peak));
+    load.insert("rss_mb".into(), json!(cur));
+    load.insert(
+        "mlx_active_mb".into(),
+        json!((active * 10.0).round() / 10.0),
+    );
+    em.emit("load", load);
+
+    let vocab = model.config().vocab_size as u64;
+    let mut mlx_peak_max = 0.0f64;
+    let mut rng = Rng(args.seed);
+    for &p in &args.prompt_lens {
+        let ids: Vec<u32> = (0..p).map(|_| 3 + rng.below(vocab - 3) as u32).collect();
+        for _ in 0..args.warmup {
+            model.prefill(&ids)?;
+        }
+        mlx_rs::memory::reset_peak_memory()?;
+        let mut ts = Vec::new();
+        let mut cache = None;
+        for _ in 0..args.reps {
+            let t = Instant::now();
+            cache = Some(model.prefill(&ids)?);
+            ts.push(ms(t.elapsed()));
+        }
+        let cache = cache.ok_or("no prefill ran")?;
+        let mut f = stats(&ts);
+        let median = f["median_ms"].as_f64().unwrap_or(f64::NAN);
+        f.insert("P".into(), json!(p));
+        f.insert(
+            "tok_per_s".into(),
+            json!((p as f64 / (median / 1000.0) * 10.0).round() / 10.0),
+        );
+        f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
+        let (peak, cur) = rss_mb();
+        f.insert("rss_peak_mb".into(), json!(peak));
+        f.insert("rss_mb".into(), json!(cur));
+        let mut ordered = Map::new();
+        ordered.insert("P".into(), json!(p));
+        ordered.extend(f);
+        em.emit("prefill", ordered);
+        eprintln!("prefill P={p}: median {median:.1} ms");
+
+        for &b in &args.batches {
+            for &w in &args.widths {
+                let canvases: Vec<Vec<u32>> = (0..b)
+                    .map(|_| (0..w).map(|_| rng.below(vocab) as u32).collect())
+                    .collect();
+                for _ in 0..args.warmup {
+                    model.denoise(&cache, &canvases, None)?;
+                }
+                mlx_rs::memory::reset_peak_memory()?;
+                let mut ts = Vec::new();
+                let mut logits = None;
+                for _ in 0..args.reps {
+                    let t = Instant::now();
+                    logits = Some(model.denoise(&cache, &canvases, None)?);
+                    ts.push(ms(t.elapsed()));
+                }
+                let st = stats(&ts);
+                let median = st["median_ms"].as_f64().unwrap_or(f64::NAN);
+                let mut f = Map::new();
+                f.insert("P".into(), json!(p));
+                f.insert("B".into(), json!(b));
+                f.insert("W".into(), json!(w));
+                f.extend(st);
+                f.insert(
+                    "canvas_tok_per_s".into(),
+                    json!(((b * w) as f64 / (median / 1000.0) * 10.0).round() / 10.0),
+                );
+                f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
+                let (peak, cur) = rss_mb();
+                f.insert("rss_peak_mb".into(), json!(peak));
+                f.insert("rss_mb".into(), json!(cur));
+                em.emit("decode", f);
+                eprintln!("decode P={p} B={b} W={w}: median {median:.1} ms");
+
+                if b > 1 {
+                    if let Some(logits) = logits {
+                        let batched = logits.as_slice::<f32>();
+                        let row = batched.len() / b;
+                        let vocab = vocab as usize;
+                        let argmax = |v: &[f32]| -> Vec<usize> {
+                            v.chunks(vocab)
+                                .map(|r| {
+                                    (0..r.len())
+                                        .max_by(|&a, &b| r[a].total_cmp(&r[b]))
+                                        .unwrap_or(0)
+                                })
+                                .collect()
+                        };
+                        let mut worst = 0.0f32;
+                        let (mut same, mut total) = (0usize, 0usize);
+                        for (i, c) in canvases.iter().enumerate() {
+                            let s = model.denoise(&cache, std::slice::from_ref(c), None)?;
+                            let s = s.as_slice::<f32>();
+                            let mine = &batched[i * row..(i + 1) * row];
+                            for (x, y) in s.iter().zip(mine) {
+                                worst = worst.max((x - y).abs());
+                            }
+                            for (a, b) in argmax(s).into_iter().zip(argmax(mine)) {
+                                same += usize::from(a == b);
+                                total += 1;
+                            }
+                        }
+                        let mut f = Map::new();
+                        f.insert("P".into(), json!(p));
+                        f.insert("B".into(), json!(b));
+                        f.insert("W".into(), json!(w));
+                        f.insert("batched_vs_serial_maxdiff".into(), json!(worst));
+                        f.insert(
+                            "same_argmax_frac".into(),
+                            json!(same as f64 / total.max(1) as f64),
+                        );
+                        em.emit("check", f);
+                    }
+                }
+            }
+        }
+    }
+    let (peak, cur) = rss_mb();
+    let mut f = Map::new();
+    f.insert("stage".into(), json!("end"));
+    f.insert("mlx_peak_max_mb".into(), json!(mlx_peak_max));
+    f.insert("rss_peak_mb".into(), json!(peak));
+    f.insert("rss_mb".into(), json!(cur));
+    em.emit("memory", f);
+    Ok(())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("accel-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(args) {
+        println!(
+            "{}",
+            json!({"event": "error", "type": "hunch", "message": e.to_string()})
+        );
+        eprintln!("accel-bench: {e}");
+        std::process::exit(1);
+    }
+}

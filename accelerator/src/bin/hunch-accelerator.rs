@@ -1,0 +1,151 @@
+//! `hunch-accelerator`: the sidecar that loads one DiffusionGemma checkpoint and serves System One
+//! reads to the Hunch host over loopback HTTP (docs/accelerator-protocol.md).
+
+use clap::{Parser, Subcommand};
+use hunch_accelerator::engine::{demo_dir, ensure_demo_checkpoint, EngineOptions, MlxEngine};
+use hunch_accelerator::model::ActivationDtype;
+use hunch_accelerator::server::{router, spawn_engine, HealthCell};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "hunch-accelerator", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load a checkpoint and serve reads.
+    Serve(ServeArgs),
+    /// Write (or find cached) the demo checkpoint and print its directory.
+    Demo,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Checkpoint directory (HF, super-decider NVFP4 or mlx-community affine layout).
+    #[arg(long, conflicts_with = "demo")]
+    model: Option<PathBuf>,
+    /// Serve the generated demo checkpoint (random weights: answers carry no meaning).
+    #[arg(long)]
+    demo: bool,
+    /// Address to listen on; port 0 picks a free one (printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Model name reported to clients.
+    #[arg(long)]
+    name: Option<String>,
+    /// Activation dtype: float32 (parity, fastest on CPU) or bfloat16.
+    #[arg(long, default_value = "float32")]
+    dtype: ActivationDtype,
+    /// Widest read canvas in tokens (multiple of 16; at most 128 and the checkpoint's
+    /// canvas_length).
+    #[arg(long, default_value_t = 64)]
+    canvas_cap: usize,
+    /// Longest prompt a read may prefill; longer requests are refused before any work.
+    #[arg(long, default_value_t = 12_288)]
+    max_prompt_tokens: usize,
+    /// The automatic re-read rule (three more draws when the first is uncertain).
+    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    rereads: bool,
+    /// Reads waiting for the engine before new ones get 503.
+    #[arg(long, default_value_t = 64)]
+    queue: usize,
+}
+
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        other => Err(format!("{other:?}: use on or off")),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Demo => ensure_demo_checkpoint(&demo_dir())
+            .map(|dir| println!("{}", dir.display()))
+            .map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("hunch-accelerator: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("listening on {}: {e}", args.listen))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("reading the bound address: {e}"))?;
+        let name = args.name.clone().unwrap_or_else(|| match &args.model {
+            Some(dir) => dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "diffusiongemma".into()),
+            None => "hunch-demo".into(),
+        });
+        // The host waits for exactly this line before it polls /health.
+        println!("HUNCH_ACCELERATOR_LISTENING http://{addr}");
+        let _ = std::io::stdout().flush();
+
+        let health = HealthCell::new(&name);
+        let options = EngineOptions {
+            dtype: args.dtype,
+            canvas_cap: args.canvas_cap,
+            max_prompt_tokens: args.max_prompt_tokens,
+            rereads: args.rereads,
+            progress: false,
+        };
+        let model_dir = args.model.clone();
+        let demo = args.demo || model_dir.is_none();
+        let jobs = spawn_engine(health.clone(), args.queue, move |health: &HealthCell| {
+            let dir = match model_dir {
+                Some(dir) => dir,
+                None => {
+                    tracing::warn!(
+                        "no --model given: serving the DEMO checkpoint. Its weights are random and \
+                         its answers carry NO meaning; pass --model DIR for a real checkpoint"
+                    );
+                    health.update(|h| h.message = "writing the demo checkpoint".into());
+                    ensure_demo_checkpoint(&demo_dir()).map_err(|e| e.to_string())?
+                }
+            };
+            health.update(|h| {
+                h.progress = 0.1;
+                h.message = format!("loading {}", dir.display());
+            });
+            tracing::info!(dir = %dir.display(), demo, "loading model");
+            MlxEngine::load(&dir, &options).map_err(|e| e.to_string())
+        });
+        let app = router(health, jobs);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .map_err(|e| format!("serving: {e}"))
+    })
+}

@@ -1,0 +1,203 @@
+//! The MLX read engine: a loaded checkpoint, its tokenizer and read planner, answering
+//! [`ReadRequest`]s. Lives on the sidecar's engine thread.
+
+use crate::checkpoint::{LoadOptions, Preset, RandomSpec};
+use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
+use crate::read::{
+    execute, Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP,
+};
+use crate::server::ReadEngine;
+use crate::tokenizer::Tokenizer;
+use hunch_core::{ReadError, ReadOutcome, ReadRequest};
+use std::path::{Path, PathBuf};
+
+/// How to serve a checkpoint.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub dtype: ActivationDtype,
+    /// Widest canvas asked for (clamped to 128 and to the checkpoint's `canvas_length`).
+    pub canvas_cap: usize,
+    pub max_prompt_tokens: usize,
+    pub rereads: bool,
+    pub progress: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            dtype: ActivationDtype::Float32,
+            canvas_cap: 64,
+            max_prompt_tokens: 12_288,
+            rereads: true,
+            progress: false,
+        }
+    }
+}
+
+/// Why a model could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Load(#[from] crate::checkpoint::LoadError),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error("{dir}: {message}")]
+    Plan { dir: PathBuf, message: String },
+    #[error("writing the demo checkpoint to {dir}: {message}")]
+    Demo { dir: PathBuf, message: String },
+}
+
+/// A model ready to read.
+pub struct MlxEngine {
+    planner: Planner<Tokenizer>,
+    model: DiffusionGemma,
+    settings: ReadSettings,
+}
+
+impl MlxEngine {
+    /// Loads `dir` (any supported layout) and its `tokenizer.json`.
+    pub fn load(dir: &Path, options: &EngineOptions) -> Result<Self, EngineError> {
+        let tokenizer = Tokenizer::from_dir(dir)?;
+        let model = DiffusionGemma::load(
+            dir,
+            &LoadOptions {
+                dtype: options.dtype,
+                progress: options.progress,
+            },
+        )?;
+        let canvas_cap = options.canvas_cap.min(MAX_CANVAS_CAP).min(
+            model
+                .config()
+                .canvas_length
+                .map(|c| c.max(1) as usize)
+                .unwrap_or(MAX_CANVAS_CAP),
+        );
+        let planner = Planner::new(
+            tokenizer,
+            PlanSettings {
+                canvas_cap,
+                max_prompt_tokens: options.max_prompt_tokens,
+            },
+        )
+        .map_err(|e| EngineError::Plan {
+            dir: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(MlxEngine {
+            planner,
+            model,
+            settings: ReadSettings {
+                rereads: options.rereads,
+            },
+        })
+    }
+
+    pub fn model(&self) -> &DiffusionGemma {
+        &self.model
+    }
+
+    pub fn planner(&self) -> &Planner<Tokenizer> {
+        &self.planner
+    }
+}
+
+impl ReadEngine for MlxEngine {
+    fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
+        execute(
+            &self.planner,
+            &ModelDenoiser(&self.model),
+            &self.settings,
+            request,
+        )
+    }
+}
+
+/// [`DiffusionGemma`] as the read's [`Denoiser`].
+pub struct ModelDenoiser<'a>(pub &'a DiffusionGemma);
+
+impl Denoiser for ModelDenoiser<'_> {
+    type Prefill = PromptCache;
+
+    fn vocab_size(&self) -> u32 {
+        self.0.config().vocab_size as u32
+    }
+
+    fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, String> {
+        self.0.prefill(prompt_ids).map_err(|e| e.to_string())
+    }
+
+    fn slot_logits(
+        &self,
+        prefill: &PromptCache,
+        canvases: &[Vec<u32>],
+        positions: &[usize],
+    ) -> Result<SlotLogits, String> {
+        let logits = self
+            .0
+            .denoise_at(prefill, canvases, positions)
+            .map_err(|e| e.to_string())?;
+        let values = logits
+            .try_as_slice::<f32>()
+            .map_err(|e| format!("reading logits: {e:?}"))?
+            .to_vec();
+        let vocab = self.0.config().vocab_size as usize;
+        let expected = canvases.len() * positions.len() * vocab;
+        if values.len() != expected {
+            return Err(format!(
+                "decoder returned {} logits, expected {expected}",
+                values.len()
+            ));
+        }
+        Ok(SlotLogits {
+            draws: canvases.len(),
+            slots: positions.len(),
+            vocab,
+            values,
+        })
+    }
+}
+
+/// Version of the demo checkpoint: bump it when its recipe changes so old caches are not reused.
+pub const DEMO_VERSION: &str = "demo-v1";
+
+/// Where the demo checkpoint is cached: `$HUNCH_CACHE_DIR`, else `$XDG_CACHE_HOME/hunch`, else
+/// `~/.cache/hunch`, else the system temp dir.
+pub fn demo_dir() -> PathBuf {
+    let base = std::env::var_os("HUNCH_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("hunch")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch")))
+        .unwrap_or_else(|| std::env::temp_dir().join("hunch"));
+    base.join(DEMO_VERSION)
+}
+
+/// Writes the demo checkpoint (a small random DiffusionGemma in the HF layout with a tiny
+/// tokenizer, deterministic from a fixed seed) unless a complete one is already cached.
+/// Returns its directory. Its answers carry no meaning.
+pub fn ensure_demo_checkpoint(dir: &Path) -> Result<PathBuf, EngineError> {
+    let done = dir.join(".complete");
+    if done.exists() {
+        return Ok(dir.to_path_buf());
+    }
+    let fail = |message: String| EngineError::Demo {
+        dir: dir.to_path_buf(),
+        message,
+    };
+    // Write into a sibling temp dir and rename, so a crash never leaves a half checkpoint that
+    // looks complete.
+    let parent = dir.parent().unwrap_or(dir);
+    std::fs::create_dir_all(parent).map_err(|e| fail(e.to_string()))?;
+    let staging = parent.join(format!(".{}-staging-{}", DEMO_VERSION, std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let mut spec = RandomSpec::new(Preset::Tiny, crate::checkpoint::Layout::Hf);
+    spec.seed = 20_261_129;
+    // Wide enough for the reference canvas of 64 and a real-looking prompt.
+    for kv in ["vocab_size=4096", "top.canvas_length=64"] {
+        spec.set(kv).map_err(|e| fail(e.to_string()))?;
+    }
+    crate::checkpoint::write_random_checkpoint(&staging, &spec).map_err(|e| fail(e.to_string()))?;
+    std::fs::write(staging.join(".complete"), DEMO_VERSION).map_err(|e| fail(e.to_string()))?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&staging, dir).map_err(|e| fail(e.to_string()))?;
+    Ok(dir.to_path_buf())
+}

@@ -1,0 +1,362 @@
+//! The stacked expert weights of a MoE layer: dense, affine-quantised or NVFP4.
+//!
+//! All three compute, for tokens `x` `[N, 1, 1, in]` and expert ids `idx` `[N, k]`, the per-expert
+//! products `x · W[idx]ᵀ` → `[N, k, 1, out]`.
+
+use std::ffi::CString;
+
+use mlx_rs::{ops, Array, Dtype};
+
+use super::ModelError;
+
+/// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
+/// block scale is `global_scale / (448 · 6)` (diffusiongemma.md §2.1).
+pub const NVFP4_GLOBAL_SCALE_DIVISOR: f32 = 2688.0;
+
+/// Stacked expert matrices `[E, out, in]`.
+#[derive(Clone, Debug)]
+pub enum Experts {
+    /// Dense float weights. MLX's CPU `gather_mm` only supports float32, so these are kept in
+    /// float32 whatever the activation dtype is.
+    Dense {
+        /// `[E, out, in]`, float32.
+        weight: Array,
+    },
+    /// Affine-quantised (mlx-community layout), through `gather_qmm` mode "affine".
+    Affine {
+        /// uint32 codes `[E, out, in·bits/32]`.
+        weight: Array,
+        /// `[E, out, in/group_size]`.
+        scales: Array,
+        /// `[E, out, in/group_size]`.
+        biases: Array,
+        /// Inputs per group.
+        group_size: i32,
+        /// Bits per code.
+        bits: i32,
+    },
+    /// NVFP4: E2M1 codes (uint32 `[E, out, in/8]`), E4M3 block scales (uint8 `[E, out, in/16]`)
+    /// and one float32 `global_scale` per expert (`[E]`, = 2688 · ModelOpt `weight_scale_2`).
+    Nvfp4 {
+        /// Packed E2M1 codes.
+        weight: Array,
+        /// E4M3 block scales, one per 16 inputs.
+        scales: Array,
+        /// Per-expert tensor scale (abs-max convention), float32 `[E]`.
+        global_scale: Array,
+    },
+}
+
+impl Experts {
+    /// Dense experts from `[E, out, in]` (cast to float32 here; see [`Experts::Dense`]).
+    pub fn dense(weight: Array) -> Result<Self, ModelError> {
+        let weight = weight.as_dtype(Dtype::Float32)?;
+        weight.eval()?;
+        Ok(Experts::Dense { weight })
+    }
+
+    /// Affine-quantised experts as `mlx.core.quantize` produces them for a `[E, out, in]` stack.
+    pub fn affine(weight: Array, scales: Array, biases: Array, group_size: i32, bits: i32) -> Self {
+        Experts::Affine {
+            weight,
+            scales,
+            biases,
+            group_size,
+            bits,
+        }
+    }
+
+    /// NVFP4 experts. `global_scale` is MLX's abs-max convention (`2688 · weight_scale_2`).
+    pub fn nvfp4(weight: Array, scales: Array, global_scale: Array) -> Result<Self, ModelError> {
+        let global_scale = global_scale.as_dtype(Dtype::Float32)?;
+        Ok(Experts::Nvfp4 {
+            weight,
+            scales,
+            global_scale,
+        })
+    }
+
+    /// `x` `[N, 1, 1, in]`, `idx` uint32 `[N, k]` → `[N, k, 1, out]` in `x`'s dtype.
+    pub fn forward(&self, x: &Array, idx: &Array) -> Result<Array, ModelError> {
+        let dtype = x.dtype();
+        match self {
+            Experts::Dense { weight } => {
+                let x32 = x.as_dtype(Dtype::Float32)?;
+                let wt = weight.swap_axes(-1, -2)?;
+                let y = ops::gather_mm(&x32, &wt, None, idx, false)?;
+                Ok(y.as_dtype(dtype)?)
+            }
+            Experts::Affine {
+                weight,
+                scales,
+                biases,
+                group_size,
+                bits,
+            } => Ok(ops::gather_qmm(
+                x,
+                weight,
+                scales,
+                biases,
+                None,
+                idx,
+                true,
+                *group_size,
+                *bits,
+                false,
+            )?),
+            Experts::Nvfp4 {
+                weight,
+                scales,
+                global_scale,
+            } => {
+                // mlx-c 0.7.0's gather_qmm has no global_scale argument (and MLX's CPU backend
+                // refuses one anyway), so: matmul with the block scales only, in float32, then
+                // scale each expert's output rows by global_scale[expert] / 2688.
+                let x32 = x.as_dtype(Dtype::Float32)?;
+                let y = gather_qmm_nvfp4(&x32, weight, scales, idx)?;
+                let gs = ops::divide(
+                    global_scale.take_axis(idx, 0)?,
+                    Array::from_f32(NVFP4_GLOBAL_SCALE_DIVISOR),
+                )?;
+                let gs = gs.reshape(&[idx.dim(0), idx.dim(1), 1, 1])?;
+                Ok(ops::multiply(y, gs)?.as_dtype(dtype)?)
+            }
+        }
+    }
+}
+
+/// Makes mlx-rs install its error handler (it does so on its first safe op), so a failing raw
+/// mlx-c call reports through it instead of mlx-c's default handler, which exits the process.
+fn ensure_mlx_error_handler() -> Result<(), ModelError> {
+    let _ = Array::from_int(0).as_dtype(Dtype::Int32)?;
+    Ok(())
+}
+
+fn nvfp4_mode() -> CString {
+    CString::from(c"nvfp4")
+}
+
+fn optional_int(value: i32) -> mlx_sys::mlx_optional_int {
+    mlx_sys::mlx_optional_int {
+        value,
+        has_value: true,
+    }
+}
+
+/// `mx.quantize(w, 16, 4, mode="nvfp4", global_scale=gs)` for one matrix (or a stack sharing one
+/// scalar `global_scale`): returns (uint32 codes `[..., in/8]`, uint8 E4M3 scales `[..., in/16]`).
+/// For conversion tools and tests; MLX only accepts a scalar global scale here.
+pub fn quantize_nvfp4(w: &Array, global_scale: f32) -> Result<(Array, Array), ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let gs = Array::from_f32(global_scale);
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: all handles are live for the call; the result vector is freed after its two
+    // arrays have been taken out (each `get` hands back a new reference we own).
+    unsafe {
+        let mut res = mlx_sys::mlx_vector_array_new();
+        let status = mlx_sys::mlx_quantize(
+            &mut res,
+            w.as_ptr(),
+            optional_int(16),
+            optional_int(4),
+            mode.as_ptr(),
+            gs.as_ptr(),
+            stream.as_ptr(),
+        );
+        let mut out = Vec::new();
+        if status == 0 {
+            for i in 0..mlx_sys::mlx_vector_array_size(res) {
+                let mut a = mlx_sys::mlx_array_new();
+                mlx_sys::mlx_vector_array_get(&mut a, res, i);
+                out.push(Array::from_ptr(a));
+            }
+        }
+        mlx_sys::mlx_vector_array_free(res);
+        if status != 0 || out.len() < 2 {
+            return Err(ModelError::Nvfp4(format!(
+                "mlx_quantize(mode=nvfp4) failed for w {:?}",
+                w.shape()
+            )));
+        }
+        let scales = out.swap_remove(1);
+        let codes = out.swap_remove(0);
+        Ok((codes, scales))
+    }
+}
+
+/// `mx.dequantize(codes, scales, 16, 4, mode="nvfp4", global_scale=gs)` → float32.
+pub fn dequantize_nvfp4(
+    codes: &Array,
+    scales: &Array,
+    global_scale: f32,
+) -> Result<Array, ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let gs = Array::from_f32(global_scale);
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: as in `gather_qmm_nvfp4`.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let none = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_dequantize(
+            &mut res,
+            codes.as_ptr(),
+            scales.as_ptr(),
+            none,
+            optional_int(16),
+            optional_int(4),
+            mode.as_ptr(),
+            gs.as_ptr(),
+            mlx_sys::mlx_optional_dtype {
+                value: Dtype::Float32 as mlx_sys::mlx_dtype,
+                has_value: true,
+            },
+            stream.as_ptr(),
+        );
+        mlx_sys::mlx_array_free(none);
+        let out = Array::from_ptr(res);
+        if status != 0 {
+            return Err(ModelError::Nvfp4(format!(
+                "mlx_dequantize(mode=nvfp4) failed for codes {:?}",
+                codes.shape()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// `gather_qmm` in mode "nvfp4" (group 16, 4 bits, transposed weights), which mlx-rs's safe API
+/// cannot express because it hard-codes mode "affine".
+pub fn gather_qmm_nvfp4(
+    x: &Array,
+    w: &Array,
+    scales: &Array,
+    rhs_indices: &Array,
+) -> Result<Array, ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: every handle passed is a live mlx_array owned by the caller for the duration of the
+    // call; the empty arrays stand for mlx-c's "null" optional inputs; `res` is a fresh handle
+    // that we take ownership of below whether or not the call succeeded.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let none = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_gather_qmm(
+            &mut res,
+            x.as_ptr(),
+            w.as_ptr(),
+            scales.as_ptr(),
+            none,
+            none,
+            rhs_indices.as_ptr(),
+            true,
+            optional_int(16),
+            optional_int(4),
+            mode.as_ptr(),
+            false,
+            stream.as_ptr(),
+        );
+        mlx_sys::mlx_array_free(none);
+        let out = Array::from_ptr(res);
+        if status != 0 {
+            return Err(ModelError::Nvfp4(format!(
+                "mlx_gather_qmm(mode=nvfp4) failed for x {:?}, w {:?}, scales {:?}",
+                x.shape(),
+                w.shape(),
+                scales.shape()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_rs::{ops, random, Array};
+
+    use super::*;
+    use crate::model::linear::Linear;
+
+    const E: i32 = 4;
+    const OUT: i32 = 32;
+    const IN: i32 = 64;
+
+    fn max_abs(a: &Array, b: &Array) -> Result<f32, ModelError> {
+        let d = ops::abs(ops::subtract(a, b)?)?.max(None)?;
+        Ok(d.item_exact::<f32>())
+    }
+
+    fn inputs() -> Result<(Array, Array, Array), ModelError> {
+        let key = random::key(7)?;
+        let w = random::normal::<f32>(&[E, OUT, IN][..], None, 0.05, &key)?;
+        let x = random::normal::<f32>(&[5, 1, 1, IN][..], None, None, &random::key(8)?)?;
+        let idx = Array::from_slice(&[0u32, 3, 1, 1, 2, 0, 3, 2, 1, 0], &[5, 2]);
+        Ok((w, x, idx))
+    }
+
+    #[test]
+    fn nvfp4_experts_match_dequantised_dense() -> Result<(), ModelError> {
+        let (w, x, idx) = inputs()?;
+        let mut codes = Vec::new();
+        let mut scales = Vec::new();
+        let mut dense = Vec::new();
+        let mut gs = Vec::new();
+        for e in 0..E {
+            let we = w.take_axis(Array::from_int(e), 0)?;
+            // Per-expert abs-max global scale, as mlx-lm's converter does; expert e gets a
+            // different scale so a wrong gather of global_scale shows.
+            let g = ops::abs(&we)?.max(None)?.item_exact::<f32>() * (1.0 + e as f32);
+            let (c, s) = quantize_nvfp4(&we, g)?;
+            dense.push(dequantize_nvfp4(&c, &s, g)?);
+            codes.push(c);
+            scales.push(s);
+            gs.push(g);
+        }
+        let nv = Experts::nvfp4(
+            ops::stack(&codes, 0)?,
+            ops::stack(&scales, 0)?,
+            Array::from_slice(&gs, &[E]),
+        )?;
+        let reference = Experts::dense(ops::stack(&dense, 0)?)?;
+        let got = nv.forward(&x, &idx)?;
+        let want = reference.forward(&x, &idx)?;
+        assert_eq!(got.shape(), &[5, 2, 1, OUT]);
+        let d = max_abs(&got, &want)?;
+        eprintln!("nvfp4 experts vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "nvfp4 vs dequantised dense: {d}");
+        Ok(())
+    }
+
+    #[test]
+    fn affine_experts_match_dequantised_dense() -> Result<(), ModelError> {
+        let (w, x, idx) = inputs()?;
+        let (q, s, b) = ops::quantize(&w, 64, 4)?;
+        let deq = ops::dequantize(&q, &s, &b, 64, 4)?;
+        let got = Experts::affine(q, s, b, 64, 4).forward(&x, &idx)?;
+        let want = Experts::dense(deq)?.forward(&x, &idx)?;
+        let d = max_abs(&got, &want)?;
+        eprintln!("affine experts vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "affine vs dequantised dense: {d}");
+        Ok(())
+    }
+
+    #[test]
+    fn affine_linear_matches_dequantised_dense() -> Result<(), ModelError> {
+        let (w, _, _) = inputs()?;
+        let w = w.take_axis(Array::from_int(0), 0)?;
+        let x = random::normal::<f32>(&[3, IN][..], None, None, &random::key(9)?)?;
+        let (q, s, b) = ops::quantize(&w, 64, 8)?;
+        let deq = ops::dequantize(&q, &s, &b, 64, 8)?;
+        let quant = Linear::affine(q, s, b, 64, 8);
+        let dense = Linear::dense(deq);
+        let d = max_abs(&quant.forward(&x)?, &dense.forward(&x)?)?;
+        eprintln!("affine linear vs dequantised dense: {d:e}");
+        assert!(d < 1e-4, "affine linear: {d}");
+        let ids = Array::from_slice(&[1u32, 5], &[2]);
+        let d = max_abs(&quant.rows(&ids)?, &dense.rows(&ids)?)?;
+        assert!(d < 1e-5, "affine rows: {d}");
+        Ok(())
+    }
+}

@@ -1,0 +1,110 @@
+//! One transformer layer, shared by encoder and decoder (which differ only in attention mode and
+//! in their `layer_scalar`):
+//!
+//! ```text
+//! h   = x + post_attention_layernorm(attn(input_layernorm(x)))
+//! d   = post_feedforward_layernorm_1(mlp(pre_feedforward_layernorm(h)))
+//! m   = post_feedforward_layernorm_2(moe(route on h, experts on pre_feedforward_layernorm_2(h)))
+//! out = (h + post_feedforward_layernorm(d + m)) · layer_scalar
+//! ```
+
+use mlx_rs::{ops, Array};
+
+use super::{
+    attention::{Attention, LayerKv},
+    mlp::Mlp,
+    moe::Moe,
+    norm::RmsNorm,
+    ModelError,
+};
+
+/// The seven weighted norms of a layer.
+#[derive(Clone, Debug)]
+pub struct LayerNorms {
+    /// Before attention.
+    pub input_layernorm: RmsNorm,
+    /// On the attention output.
+    pub post_attention_layernorm: RmsNorm,
+    /// Before the dense MLP.
+    pub pre_feedforward_layernorm: RmsNorm,
+    /// On the dense MLP output.
+    pub post_feedforward_layernorm_1: RmsNorm,
+    /// Before the experts.
+    pub pre_feedforward_layernorm_2: RmsNorm,
+    /// On the MoE output.
+    pub post_feedforward_layernorm_2: RmsNorm,
+    /// On the sum of both branches.
+    pub post_feedforward_layernorm: RmsNorm,
+}
+
+/// A transformer layer.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    attention: Attention,
+    mlp: Mlp,
+    moe: Moe,
+    norms: LayerNorms,
+    /// `model.encoder.language_model.layers.N.layer_scalar` (shape `[1]`).
+    encoder_scalar: Array,
+    /// `model.decoder.layers.N.layer_scalar` (shape `[1]`).
+    decoder_scalar: Array,
+}
+
+impl Layer {
+    /// From its blocks and both layer scalars.
+    pub fn new(
+        attention: Attention,
+        mlp: Mlp,
+        moe: Moe,
+        norms: LayerNorms,
+        encoder_scalar: Array,
+        decoder_scalar: Array,
+    ) -> Self {
+        Self {
+            attention,
+            mlp,
+            moe,
+            norms,
+            encoder_scalar,
+            decoder_scalar,
+        }
+    }
+
+    fn feed_forward(
+        &self,
+        x: &Array,
+        attn_out: &Array,
+        scalar: &Array,
+    ) -> Result<Array, ModelError> {
+        let n = &self.norms;
+        let h = ops::add(x, n.post_attention_layernorm.forward(attn_out)?)?;
+        let d = n.post_feedforward_layernorm_1.forward(
+            &self
+                .mlp
+                .forward(&n.pre_feedforward_layernorm.forward(&h)?)?,
+        )?;
+        // The MoE works on tokens: flatten [B, L, H] → [B·L, H] and back.
+        let shape = h.shape().to_vec();
+        let hidden = shape[shape.len() - 1];
+        let flat = h.reshape(&[-1, hidden])?;
+        let e_in = n.pre_feedforward_layernorm_2.forward(&flat)?;
+        let m = self.moe.forward(&flat, &e_in)?.reshape(&shape)?;
+        let m = n.post_feedforward_layernorm_2.forward(&m)?;
+        let out = ops::add(&h, n.post_feedforward_layernorm.forward(&ops::add(d, m)?)?)?;
+        Ok(ops::multiply(out, scalar)?)
+    }
+
+    /// Encoder layer over the prompt `[1, P, hidden]`; returns the output and this layer's K/V.
+    pub fn prefill(&self, x: &Array) -> Result<(Array, LayerKv), ModelError> {
+        let a = self.norms.input_layernorm.forward(x)?;
+        let (attn, kv) = self.attention.prefill(&a)?;
+        Ok((self.feed_forward(x, &attn, &self.encoder_scalar)?, kv))
+    }
+
+    /// Decoder layer over canvases `[B, W, hidden]` against the prompt's cached K/V.
+    pub fn denoise(&self, x: &Array, cache: &LayerKv, offset: i32) -> Result<Array, ModelError> {
+        let a = self.norms.input_layernorm.forward(x)?;
+        let attn = self.attention.denoise(&a, cache, offset)?;
+        self.feed_forward(x, &attn, &self.decoder_scalar)
+    }
+}

@@ -1,0 +1,81 @@
+//! DiffusionGemma's math, one type per block (diffusiongemma.md §1). Loading lives in
+//! [`crate::checkpoint`]; these types only hold arrays and compute.
+
+pub mod attention;
+pub mod config;
+pub mod diffusion_gemma;
+pub mod experts;
+pub mod layer;
+pub mod linear;
+pub mod mlp;
+pub mod moe;
+pub mod norm;
+pub mod rope;
+pub mod self_conditioning;
+
+pub use config::{AttentionKind, Config, ConfigError, LayerConfig, RopeConfig};
+pub use diffusion_gemma::{ActivationDtype, DiffusionGemma, PromptCache};
+pub use experts::Experts;
+pub use linear::Linear;
+
+/// Why a forward pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// An MLX operation failed (shape mismatch inside MLX, unsupported op on this device…).
+    #[error("MLX: {0}")]
+    Mlx(#[from] mlx_rs::error::Exception),
+    /// `prefill` needs at least one token.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// `denoise` needs at least one canvas of at least one token.
+    #[error("no canvas to denoise (empty batch or zero width)")]
+    EmptyBatch,
+    /// All canvases of a batch must have the same width.
+    #[error(
+        "canvas {row} has {width} tokens but canvas 0 has {expected}; a batch needs equal widths"
+    )]
+    RaggedCanvases {
+        /// Index of the offending canvas.
+        row: usize,
+        /// Its width.
+        width: usize,
+        /// The width of canvas 0.
+        expected: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {token} is outside the vocabulary (size {vocab})")]
+    TokenOutOfRange {
+        /// The id.
+        token: u32,
+        /// Vocabulary size.
+        vocab: i32,
+    },
+    /// Self-conditioning logits of the wrong shape.
+    #[error(
+        "self-conditioning logits have shape {found:?}; expected [{batch} or 1, {width}, {vocab}]"
+    )]
+    SelfConditioningShape {
+        /// Shape given.
+        found: Vec<i32>,
+        /// Canvases in the batch.
+        batch: i32,
+        /// Canvas width.
+        width: i32,
+        /// Vocabulary size.
+        vocab: i32,
+    },
+    /// A prompt cache from a different model (layer count differs).
+    #[error("the prompt cache has {found} layers, the model {expected}")]
+    CacheMismatch {
+        /// Layers in the model.
+        expected: usize,
+        /// Layers in the cache.
+        found: usize,
+    },
+    /// An internal shape invariant failed.
+    #[error("internal shape error: {0}")]
+    Shape(&'static str),
+    /// The raw NVFP4 call failed.
+    #[error("nvfp4: {0}")]
+    Nvfp4(String),
+}

@@ -1,0 +1,33 @@
+//! RMSNorm: `x / sqrt(mean(x²) + eps) · w` (no `1 + w` offset), and the weightless variant used by
+//! the value norm, the router and the self-conditioning post-norm.
+
+use mlx_rs::{fast, Array};
+
+use super::ModelError;
+
+/// RMSNorm with an optional learned weight (`None` = "no-scale" norm).
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    weight: Option<Array>,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// A norm that multiplies by `weight` (shape `[dim]`).
+    pub fn new(weight: Array, eps: f32) -> Self {
+        Self {
+            weight: Some(weight),
+            eps,
+        }
+    }
+
+    /// The weightless ("no-scale") norm.
+    pub fn no_scale(eps: f32) -> Self {
+        Self { weight: None, eps }
+    }
+
+    /// Normalises over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
+        Ok(fast::rms_norm(x, self.weight.as_ref(), self.eps)?)
+    }
+}

@@ -1,0 +1,190 @@
+//! Noise draws and what is read from them: which tokens the noise puts in the slots, each slot's
+//! label distribution and entropy, the re-read rule, and the mean over draws.
+
+use super::plan::Slot;
+use super::rng::PythonRandom;
+
+/// The reference's default noise seed.
+pub const DEFAULT_SEED: u64 = 42;
+/// Seed offset between the reads (groups) of one request.
+pub const GROUP_SEED_STRIDE: u64 = 104_729;
+/// Seed offset between the draws of one batch.
+pub const DRAW_SEED_STRIDE: u64 = 7_919;
+/// Tokens of the full distribution that enter the re-read entropy, besides the labels.
+pub const ENTROPY_TOP_K: usize = 20;
+/// Entropy (nats) above which a read takes more draws.
+pub const REREAD_THRESHOLD: f64 = 0.1;
+/// Draws in all when the re-read rule fires.
+pub const REREAD_DRAWS: usize = 4;
+/// Most draws a caller may ask for with `x_draws`.
+pub const MAX_DRAWS: u32 = 32;
+
+/// The seed of read (group) `k` of a request.
+pub fn group_seed(base: u64, k: usize) -> u64 {
+    base + GROUP_SEED_STRIDE * k as u64
+}
+
+/// Seeds of a batch of `count` draws starting at `start`.
+pub fn draw_seeds(start: u64, count: usize) -> Vec<u64> {
+    (0..count)
+        .map(|i| start + DRAW_SEED_STRIDE * i as u64)
+        .collect()
+}
+
+/// Seeds of the re-reads that follow a first draw with `seed`: `seed + 1`, then the draw stride.
+pub fn reread_seeds(seed: u64) -> Vec<u64> {
+    draw_seeds(seed + 1, REREAD_DRAWS - 1)
+}
+
+/// The canvas of one draw: the template with every slot replaced by a uniformly random token id
+/// in `[0, vocab)`, drawn in slot order from `random.Random(seed)`.
+pub fn noised_canvas(canvas: &[u32], slots: &[Slot], seed: u64, vocab: u32) -> Vec<u32> {
+    let mut rng = PythonRandom::new(seed);
+    let mut out = canvas.to_vec();
+    for slot in slots {
+        out[slot.position] = rng.randrange(vocab);
+    }
+    out
+}
+
+/// What one slot of one draw says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotReading {
+    /// Softmax over the question's label logits (temperature 1), in label order.
+    pub labels: Vec<f64>,
+    /// `−Σ p ln p` over the top-20 tokens ∪ the labels, with full-vocabulary probabilities.
+    pub entropy: f64,
+}
+
+/// Reads one slot from its full-vocabulary logits row.
+pub fn read_slot(logits: &[f32], label_ids: &[u32]) -> SlotReading {
+    // log-softmax normaliser over the whole vocabulary, accumulated in f64.
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let log_z = max + sum.ln();
+    let logprob = |id: u32| logits[id as usize] as f64 - log_z;
+
+    let label_lp: Vec<f64> = label_ids.iter().map(|&id| logprob(id)).collect();
+    let top = label_lp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = label_lp.iter().map(|lp| (lp - top).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let labels = weights.iter().map(|w| w / total).collect();
+
+    let mut returned: Vec<u32> = top_k_ids(logits, ENTROPY_TOP_K);
+    for &id in label_ids {
+        if !returned.contains(&id) {
+            returned.push(id);
+        }
+    }
+    let entropy = -returned
+        .iter()
+        .map(|&id| {
+            let lp = logprob(id);
+            lp.exp() * lp
+        })
+        .sum::<f64>();
+    SlotReading { labels, entropy }
+}
+
+/// Ids of the `k` largest logits (lower id first among equals).
+fn top_k_ids(logits: &[f32], k: usize) -> Vec<u32> {
+    let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+    for (id, &l) in logits.iter().enumerate() {
+        if best.len() < k || l > best[best.len() - 1].0 {
+            let at = best.partition_point(|&(b, _)| b >= l);
+            best.insert(at, (l, id as u32));
+            best.truncate(k);
+        }
+    }
+    best.into_iter().map(|(_, id)| id).collect()
+}
+
+/// Whether the first draw is uncertain enough to take more: the largest slot entropy is
+/// strictly above the threshold.
+pub fn needs_reread(first_draw: &[SlotReading]) -> bool {
+    first_draw
+        .iter()
+        .map(|s| s.entropy)
+        .fold(f64::NEG_INFINITY, f64::max)
+        > REREAD_THRESHOLD
+}
+
+/// Arithmetic mean of one question's label distributions over draws, summed in draw order.
+pub fn mean_distribution(draws: &[&SlotReading]) -> Vec<f64> {
+    let n = draws.first().map(|d| d.labels.len()).unwrap_or(0);
+    (0..n)
+        .map(|li| draws.iter().fold(0.0, |acc, d| acc + d.labels[li]) / draws.len() as f64)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeds_follow_the_reference_schedule() {
+        assert_eq!(group_seed(42, 0), 42);
+        assert_eq!(group_seed(42, 2), 42 + 2 * 104_729);
+        assert_eq!(reread_seeds(42), [43, 43 + 7919, 43 + 2 * 7919]);
+        assert_eq!(draw_seeds(42, 3), [42, 42 + 7919, 42 + 2 * 7919]);
+    }
+
+    #[test]
+    fn noise_touches_only_the_slots() {
+        let canvas = vec![100, 7, 8, 9, 106, 0, 0, 0];
+        let slots = vec![
+            Slot {
+                position: 1,
+                label_ids: vec![7, 70],
+            },
+            Slot {
+                position: 3,
+                label_ids: vec![9, 90],
+            },
+        ];
+        let noised = noised_canvas(&canvas, &slots, 42, 262_144);
+        assert_eq!(noised, vec![100, 58369, 8, 13112, 106, 0, 0, 0]);
+    }
+
+    #[test]
+    fn slot_reading_is_a_label_softmax_with_full_vocab_entropy() {
+        let mut logits = vec![0.0f32; 50];
+        logits[3] = 2.0;
+        logits[4] = 1.0;
+        let r = read_slot(&logits, &[3, 4]);
+        let e = (1.0f64).exp();
+        assert!((r.labels[0] - e / (e + 1.0)).abs() < 1e-12);
+        // Entropy over the top 20 ∪ labels with full-vocab probabilities.
+        let z: f64 = (2.0f64).exp() + e + 48.0;
+        let p = |l: f64| l.exp() / z;
+        let mut expected = -(p(2.0) * p(2.0).ln() + p(1.0) * p(1.0).ln());
+        expected -= 18.0 * p(0.0) * p(0.0).ln();
+        assert!(
+            (r.entropy - expected).abs() < 1e-9,
+            "{} vs {}",
+            r.entropy,
+            expected
+        );
+    }
+
+    #[test]
+    fn reread_is_strictly_above_threshold_and_mean_is_plain() {
+        let sure = SlotReading {
+            labels: vec![1.0, 0.0],
+            entropy: 0.1,
+        };
+        let unsure = SlotReading {
+            labels: vec![0.5, 0.5],
+            entropy: 0.6,
+        };
+        assert!(!needs_reread(&[sure.clone()]));
+        assert!(needs_reread(&[sure.clone(), unsure.clone()]));
+        assert_eq!(mean_distribution(&[&sure, &unsure]), vec![0.75, 0.25]);
+    }
+
+    #[test]
+    fn top_k_keeps_the_largest() {
+        let logits = [0.5f32, 3.0, -1.0, 3.0, 2.0];
+        assert_eq!(top_k_ids(&logits, 3), vec![1, 3, 4]);
+    }
+}

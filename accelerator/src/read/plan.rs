@@ -1,0 +1,582 @@
+//! Planning a read: questions → internal ids and labels → groups that fit a canvas → for each
+//! group the prompt ids, the canvas and each question's slot. Everything that can make a request
+//! fail is found here, before the model is touched.
+
+use super::prompt::{
+    answer_text, choice_label_candidates, python_strip, score_labels, system_text, AnswerFormat,
+    LineStyle, PromptQuestion, EMPTY_THOUGHT, TURN_CLOSE,
+};
+use hunch_core::{Question, QuestionKind};
+
+/// Most options a choice may have (the contract's limit).
+pub const MAX_CHOICES: usize = 255;
+/// Most levels a score may have.
+pub const MAX_SCORE_LEVELS: usize = 10;
+/// Canvas widths are multiples of this.
+pub const CANVAS_STEP: usize = 16;
+/// The widest canvas a read may use, whatever the configuration says.
+pub const MAX_CANVAS_CAP: usize = 128;
+
+/// What the planner needs from a tokenizer. Implemented by the checkpoint's tokenizer; the read
+/// never tokenises a label on its own, only whole texts.
+pub trait ReadTokenizer {
+    /// Token ids of `text` without added special tokens; special-token texts in it map to their
+    /// single ids.
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    /// The chat prompt (system + user, generation prompt, thinking off) as token ids.
+    fn chat_prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, String>;
+    /// The id of a special token by its text.
+    fn token_id(&self, token: &str) -> Option<u32>;
+    /// The padding id that fills the canvas after the turn close.
+    fn pad_id(&self) -> u32;
+}
+
+/// Why a read cannot be planned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    /// `question` indexes the request's questions. A 422 naming that question.
+    #[error("question {question}: {message}")]
+    Question { question: usize, message: String },
+    /// The prompt is longer than the configured cap: a 400.
+    #[error("Prompt too long: {tokens} tokens exceeds max context window of {max} tokens")]
+    PromptTooLong { tokens: usize, max: usize },
+    /// The tokenizer lacks something the read needs (a broken checkpoint).
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+}
+
+/// Read settings that come from the model's configuration, not the request.
+#[derive(Debug, Clone)]
+pub struct PlanSettings {
+    /// Widest canvas: `min(configured cap, 128, checkpoint canvas_length)`.
+    pub canvas_cap: usize,
+    /// Longest prompt a read may prefill.
+    pub max_prompt_tokens: usize,
+}
+
+/// One question's slot on a canvas: its position and the token id of each label there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slot {
+    pub position: usize,
+    pub label_ids: Vec<u32>,
+}
+
+/// One read: a prompt, its canvas, the questions it answers and where their labels go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRead {
+    /// Indices into the request's questions, in order.
+    pub questions: Vec<usize>,
+    pub prompt_ids: Vec<u32>,
+    pub canvas: Vec<u32>,
+    pub slots: Vec<Slot>,
+    /// Canvas tokens the answer occupies: the template and the turn close.
+    pub rows: usize,
+    /// The rendered system prompt, kept for logs and tests.
+    pub system: String,
+}
+
+/// Every read of a request, or certainty for questions that need none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadPlan {
+    pub reads: Vec<PlannedRead>,
+    /// Indices of questions answered without a read (one option or level).
+    pub forced: Vec<usize>,
+    pub format: AnswerFormat,
+}
+
+impl ReadPlan {
+    /// The reference's usage: the longest read prompt as input, the answer rows as output.
+    pub fn usage(&self) -> hunch_core::Usage {
+        hunch_core::Usage {
+            input_tokens: self
+                .reads
+                .iter()
+                .map(|r| r.prompt_ids.len())
+                .max()
+                .unwrap_or(0) as u64,
+            output_tokens: self.reads.iter().map(|r| r.rows).sum::<usize>() as u64,
+        }
+    }
+}
+
+/// Builds read plans for one tokenizer. Made once per model: it tokenises the canvas head and
+/// finds the choice labels that are single tokens for this tokenizer.
+pub struct Planner<T> {
+    tokenizer: T,
+    head: Vec<u32>,
+    turn_close: u32,
+    pad: u32,
+    choice_labels: Vec<String>,
+    settings: PlanSettings,
+}
+
+impl<T: ReadTokenizer> Planner<T> {
+    pub fn new(tokenizer: T, settings: PlanSettings) -> Result<Self, PlanError> {
+        let head = tokenizer
+            .encode(EMPTY_THOUGHT)
+            .map_err(PlanError::Tokenizer)?;
+        let turn_close = tokenizer
+            .token_id(TURN_CLOSE)
+            .ok_or_else(|| PlanError::Tokenizer(format!("no {TURN_CLOSE} token")))?;
+        let pad = tokenizer.pad_id();
+        let choice_labels = single_token_labels(&tokenizer)?;
+        Ok(Planner {
+            tokenizer,
+            head,
+            turn_close,
+            pad,
+            choice_labels,
+            settings,
+        })
+    }
+
+    pub fn tokenizer(&self) -> &T {
+        &self.tokenizer
+    }
+
+    pub fn settings(&self) -> &PlanSettings {
+        &self.settings
+    }
+
+    /// The choice labels this tokenizer supports, in order.
+    pub fn choice_labels(&self) -> &[String] {
+        &self.choice_labels
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, PlanError> {
+        self.tokenizer.encode(text).map_err(PlanError::Tokenizer)
+    }
+
+    /// Plans every read for `state` (already rendered text) and `questions`.
+    pub fn plan(&self, state: &str, questions: &[Question]) -> Result<ReadPlan, PlanError> {
+        let mut prompt_questions: Vec<(usize, PromptQuestion)> = Vec::new();
+        let mut forced = Vec::new();
+        for (index, question) in questions.iter().enumerate() {
+            self.check_limits(index, question)?;
+            if !question.needs_read() {
+                forced.push(index);
+                continue;
+            }
+            let id = format!("q{}", prompt_questions.len() + 1);
+            prompt_questions.push((index, self.prompt_question(id, question)));
+        }
+        let format = AnswerFormat::for_question_count(prompt_questions.len());
+        let groups = self.groups(&prompt_questions, format)?;
+        let state = python_strip(state);
+        let mut reads = Vec::with_capacity(groups.len());
+        for group in groups {
+            let members: Vec<&PromptQuestion> =
+                group.iter().map(|&i| &prompt_questions[i].1).collect();
+            let system = system_text(&members, format);
+            let prompt_ids = self
+                .tokenizer
+                .chat_prompt_ids(&system, state)
+                .map_err(PlanError::Tokenizer)?;
+            if prompt_ids.len() > self.settings.max_prompt_tokens {
+                return Err(PlanError::PromptTooLong {
+                    tokens: prompt_ids.len(),
+                    max: self.settings.max_prompt_tokens,
+                });
+            }
+            let indices: Vec<usize> = group.iter().map(|&i| prompt_questions[i].0).collect();
+            let (canvas, slots) = self.canvas(&members, &indices, format)?;
+            let rows = canvas
+                .iter()
+                .position(|&t| t == self.turn_close)
+                .map(|p| p + 1)
+                .unwrap_or(canvas.len());
+            reads.push(PlannedRead {
+                questions: indices,
+                prompt_ids,
+                canvas,
+                slots,
+                rows,
+                system,
+            });
+        }
+        Ok(ReadPlan {
+            reads,
+            forced,
+            format,
+        })
+    }
+
+    fn check_limits(&self, index: usize, question: &Question) -> Result<(), PlanError> {
+        let fail = |message: String| PlanError::Question {
+            question: index,
+            message,
+        };
+        match &question.kind {
+            QuestionKind::Choice { options } => {
+                if options.is_empty() {
+                    return Err(fail("a choice needs at least one option".into()));
+                }
+                let limit = MAX_CHOICES.min(self.choice_labels.len());
+                if options.len() > limit {
+                    return Err(fail(format!(
+                        "too many choices: this model reads at most {limit} options"
+                    )));
+                }
+            }
+            QuestionKind::Score { levels } => {
+                if levels.is_empty() {
+                    return Err(fail("a score needs at least one level".into()));
+                }
+                if levels.len() > MAX_SCORE_LEVELS {
+                    return Err(fail(format!(
+                        "too many score levels: at most {MAX_SCORE_LEVELS}"
+                    )));
+                }
+            }
+            QuestionKind::Noul { .. } => {}
+        }
+        Ok(())
+    }
+
+    fn prompt_question(&self, id: String, question: &Question) -> PromptQuestion {
+        let text = |s: &Option<String>| s.as_deref().map(python_strip).unwrap_or("").to_string();
+        let (style, labels, options) = match &question.kind {
+            QuestionKind::Noul { yes, no } => (
+                LineStyle::Noul,
+                vec!["yes".to_string(), "no".to_string()],
+                vec![("yes".to_string(), text(yes)), ("no".to_string(), text(no))],
+            ),
+            QuestionKind::Choice { options } => (
+                LineStyle::Choice,
+                self.choice_labels[..options.len()].to_vec(),
+                options
+                    .iter()
+                    .map(|o| (o.name.clone(), text(&o.description)))
+                    .collect(),
+            ),
+            QuestionKind::Score { levels } => (
+                LineStyle::Score,
+                score_labels(levels.len()),
+                levels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, l)| (i.to_string(), python_strip(l).to_string()))
+                    .collect(),
+            ),
+        };
+        PromptQuestion {
+            id,
+            instructions: python_strip(&question.instructions).to_string(),
+            style,
+            labels,
+            options,
+        }
+    }
+
+    /// Packs questions, in order, into the fewest groups whose answer template (head + answer +
+    /// turn close) fits the canvas cap. Returns indices into `questions`.
+    fn groups(
+        &self,
+        questions: &[(usize, PromptQuestion)],
+        format: AnswerFormat,
+    ) -> Result<Vec<Vec<usize>>, PlanError> {
+        let mut groups = Vec::new();
+        let mut group: Vec<usize> = Vec::new();
+        for i in 0..questions.len() {
+            let mut trial = group.clone();
+            trial.push(i);
+            let members: Vec<&PromptQuestion> = trial.iter().map(|&t| &questions[t].1).collect();
+            let answer = answer_text(&members, &vec![0; members.len()], format);
+            let needed = self.head.len() + self.encode(&answer)?.len() + 1;
+            // A question that does not fit even alone still gets its own read, with a canvas
+            // just wide enough (the reference does the same rather than refuse it).
+            if needed > self.settings.canvas_cap && !group.is_empty() {
+                groups.push(std::mem::take(&mut group));
+                group.push(i);
+            } else {
+                group = trial;
+            }
+        }
+        if !group.is_empty() {
+            groups.push(group);
+        }
+        Ok(groups)
+    }
+
+    /// The canvas of one read and each question's slot: every label must change exactly one
+    /// template token, at the same position for all of a question's labels.
+    fn canvas(
+        &self,
+        members: &[&PromptQuestion],
+        indices: &[usize],
+        format: AnswerFormat,
+    ) -> Result<(Vec<u32>, Vec<Slot>), PlanError> {
+        let base = vec![0usize; members.len()];
+        let mut template = self.head.clone();
+        template.extend(self.encode(&answer_text(members, &base, format))?);
+        let mut slots = Vec::with_capacity(members.len());
+        for (qi, q) in members.iter().enumerate() {
+            let not_one_slot = || PlanError::Question {
+                question: indices[qi],
+                message: "labels do not share one template slot for this model's tokenizer".into(),
+            };
+            let mut position: Option<usize> = None;
+            let mut label_ids = vec![0u32; q.labels.len()];
+            for li in 1..q.labels.len() {
+                let mut choice = base.clone();
+                choice[qi] = li;
+                let mut ids = self.head.clone();
+                ids.extend(self.encode(&answer_text(members, &choice, format))?);
+                if ids.len() != template.len() {
+                    return Err(not_one_slot());
+                }
+                let diffs: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] != template[i]).collect();
+                if diffs.len() != 1 || position.is_some_and(|p| p != diffs[0]) {
+                    return Err(not_one_slot());
+                }
+                position = Some(diffs[0]);
+                label_ids[li] = ids[diffs[0]];
+            }
+            let position = position.ok_or_else(not_one_slot)?;
+            label_ids[0] = template[position];
+            let mut distinct = label_ids.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() != label_ids.len() {
+                return Err(PlanError::Question {
+                    question: indices[qi],
+                    message: "two labels tokenize to the same id".into(),
+                });
+            }
+            slots.push(Slot {
+                position,
+                label_ids,
+            });
+        }
+        let needed = template.len() + 1;
+        let width = self
+            .settings
+            .canvas_cap
+            .min(needed.div_ceil(CANVAS_STEP) * CANVAS_STEP);
+        let mut canvas = template;
+        canvas.push(self.turn_close);
+        canvas.resize(width.max(needed), self.pad);
+        Ok((canvas, slots))
+    }
+}
+
+/// Choice labels that stay one token after `"q1: "`, distinct, in the reference's order: a
+/// candidate is kept when `"q1: " + label` tokenises to the same prefix as `"q1: A"` and one
+/// final token not seen before.
+fn single_token_labels<T: ReadTokenizer>(tokenizer: &T) -> Result<Vec<String>, PlanError> {
+    let base = tokenizer.encode("q1: A").map_err(PlanError::Tokenizer)?;
+    let mut labels = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for label in choice_label_candidates() {
+        let ids = tokenizer
+            .encode(&format!("q1: {label}"))
+            .map_err(PlanError::Tokenizer)?;
+        let same_shape = ids.len() == base.len()
+            && !ids.is_empty()
+            && ids[..ids.len() - 1] == base[..base.len() - 1];
+        if same_shape && seen.insert(ids[ids.len() - 1]) {
+            labels.push(label);
+            if labels.len() == MAX_CHOICES {
+                break;
+            }
+        }
+    }
+    Ok(labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::tiny::tiny_tokenizer;
+    use crate::tokenizer::{render_chat, Tokenizer};
+    use hunch_core::ChoiceOption;
+
+    fn planner(vocab: usize, cap: usize, max_prompt: usize) -> Planner<Tokenizer> {
+        let tok = tiny_tokenizer(vocab).expect("tiny tokenizer");
+        Planner::new(
+            tok,
+            PlanSettings {
+                canvas_cap: cap,
+                max_prompt_tokens: max_prompt,
+            },
+        )
+        .expect("planner")
+    }
+
+    fn noul(text: &str) -> Question {
+        Question {
+            instructions: text.into(),
+            kind: QuestionKind::Noul {
+                yes: None,
+                no: Some("  not at all ".into()),
+            },
+        }
+    }
+
+    fn choice(n: usize) -> Question {
+        Question {
+            instructions: "Which team?".into(),
+            kind: QuestionKind::Choice {
+                options: (0..n)
+                    .map(|i| ChoiceOption {
+                        name: format!("team {i}"),
+                        description: if i == 0 { Some("first".into()) } else { None },
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    fn score(n: usize) -> Question {
+        Question {
+            instructions: "How urgent?".into(),
+            kind: QuestionKind::Score {
+                levels: (0..n).map(|i| format!("level {i}")).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn quickstart_plan_has_the_reference_prompt_canvas_and_slots() {
+        let p = planner(2048, 64, 12_288);
+        let tok = p.tokenizer();
+        let questions = vec![choice(3), score(3), noul(" Is it urgent? ")];
+        let plan = p
+            .plan("  The app crashes when I pay.\n", &questions)
+            .unwrap();
+        assert_eq!(plan.reads.len(), 1);
+        assert_eq!(plan.format, super::AnswerFormat::Lines);
+        let read = &plan.reads[0];
+        assert!(read.system.contains(
+            "\nQuestion q1: Which team?\n  A: team 0 (first)\n  B: team 1\n  C: team 2\n"
+        ));
+        assert!(read
+            .system
+            .contains("\nQuestion q2: How urgent?\n  1: level 0\n  2: level 1\n  3: level 2\n"));
+        assert!(read
+            .system
+            .contains("\nQuestion q3: Is it urgent?\n  yes\n  no: not at all\n"));
+        // The prompt is the chat format of the system text and the stripped state.
+        let expected = tok
+            .encode(&render_chat(&read.system, "The app crashes when I pay."))
+            .unwrap();
+        assert_eq!(read.prompt_ids, expected);
+        // Canvas: head, "q1: A\nq2: 1\nq3: yes", turn close, pads to a multiple of 16.
+        let mut template = tok.encode(super::EMPTY_THOUGHT).unwrap();
+        template.extend(tok.encode("q1: A\nq2: 1\nq3: yes").unwrap());
+        assert_eq!(read.canvas[..template.len()], template[..]);
+        assert_eq!(read.canvas[template.len()], tok.special().turn_close);
+        assert_eq!(read.rows, template.len() + 1);
+        assert_eq!(read.canvas.len() % CANVAS_STEP, 0);
+        assert!(read.canvas[read.rows..]
+            .iter()
+            .all(|&t| t == tok.special().pad));
+        // Each slot holds the in-context label tokens.
+        let id = |t: &str| tok.token_id(t).unwrap();
+        assert_eq!(read.slots[0].label_ids, vec![id("▁A"), id("▁B"), id("▁C")]);
+        assert_eq!(read.slots[1].label_ids, vec![id("▁1"), id("▁2"), id("▁3")]);
+        assert_eq!(read.slots[2].label_ids, vec![id("▁yes"), id("▁no")]);
+        for slot in &read.slots {
+            assert_eq!(read.canvas[slot.position], slot.label_ids[0]);
+        }
+        assert_eq!(
+            plan.usage(),
+            hunch_core::Usage {
+                input_tokens: read.prompt_ids.len() as u64,
+                output_tokens: read.rows as u64
+            }
+        );
+    }
+
+    #[test]
+    fn long_lists_use_indexed_answers_and_split_into_reads_listing_only_their_questions() {
+        let p = planner(2048, 32, 12_288);
+        let questions: Vec<Question> = (0..14).map(|i| noul(&format!("statement {i}"))).collect();
+        let plan = p.plan("state", &questions).unwrap();
+        assert_eq!(plan.format, super::AnswerFormat::Indexed);
+        assert!(
+            plan.reads.len() > 1,
+            "a 32-token canvas cannot hold 14 questions"
+        );
+        let mut next = 1;
+        for read in &plan.reads {
+            assert!(read.canvas.len() <= 32);
+            for (k, &q) in read.questions.iter().enumerate() {
+                assert_eq!(q, next - 1);
+                assert!(read
+                    .system
+                    .contains(&format!("Question q{next}: statement {q}\n")));
+                let _ = k;
+                next += 1;
+            }
+            // Only its own questions.
+            assert_eq!(
+                read.system.matches("Question q").count(),
+                read.questions.len()
+            );
+        }
+        assert_eq!(next, 15);
+    }
+
+    #[test]
+    fn forced_questions_take_no_id_and_no_read() {
+        let p = planner(2048, 64, 12_288);
+        let plan = p.plan("s", &[choice(1), noul("x"), score(1)]).unwrap();
+        assert_eq!(plan.forced, vec![0, 2]);
+        assert_eq!(plan.reads[0].questions, vec![1]);
+        assert!(plan.reads[0].system.contains("Question q1: x"));
+        let none = p.plan("s", &[choice(1)]).unwrap();
+        assert!(none.reads.is_empty());
+        assert_eq!(none.usage(), hunch_core::Usage::default());
+    }
+
+    #[test]
+    fn limits_name_the_question() {
+        let p = planner(2048, 64, 12_288);
+        assert!(
+            p.choice_labels().len() >= 255,
+            "2048-id tiny vocab has every label"
+        );
+        let err = p.plan("s", &[noul("a"), choice(256)]).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Question { question: 1, .. }),
+            "{err:?}"
+        );
+        let err = p.plan("s", &[score(11)]).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Question { question: 0, .. }),
+            "{err:?}"
+        );
+        let small = planner(512, 64, 12_288);
+        let limit = small.choice_labels().len();
+        let err = small.plan("s", &[choice(limit + 1)]).unwrap_err();
+        assert!(
+            matches!(err, PlanError::Question { question: 0, ref message } if message.contains(&limit.to_string()))
+        );
+        assert!(small.plan("s", &[choice(limit)]).is_ok());
+    }
+
+    #[test]
+    fn long_prompts_are_refused_before_any_read() {
+        let p = planner(2048, 64, 100);
+        let err = p.plan(&"word ".repeat(200), &[noul("x")]).unwrap_err();
+        assert!(matches!(err, PlanError::PromptTooLong { max: 100, .. }));
+        assert!(err.to_string().starts_with("Prompt too long:"));
+    }
+
+    #[test]
+    fn choice_labels_are_the_reference_order_and_distinct_tokens() {
+        let p = planner(2048, 64, 12_288);
+        let labels = p.choice_labels();
+        assert_eq!(labels.len(), 255);
+        assert_eq!(labels[0], "A");
+        assert_eq!(labels[26], "a");
+        assert_eq!(labels[52], "AA");
+        let plan = p.plan("s", &[choice(255)]).unwrap();
+        let ids = &plan.reads[0].slots[0].label_ids;
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 255);
+    }
+}

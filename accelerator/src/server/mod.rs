@@ -1,0 +1,222 @@
+//! The sidecar's HTTP face: `GET /health` and `POST /read` on loopback, JSON bodies of
+//! `hunch-core` types (see docs/accelerator-protocol.md for why HTTP and not a custom socket
+//! protocol).
+//!
+//! MLX is not thread-safe and a forward pass saturates the machine anyway, so one dedicated
+//! engine thread owns the model; HTTP handlers hand it jobs through a bounded queue and await the
+//! reply. A full queue is a 503 with `Retry-After`, never an unbounded wait.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hunch_core::{ReadError, ReadOutcome, ReadRequest};
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot};
+
+/// Something that answers reads, owned by the engine thread.
+pub trait ReadEngine: Send + 'static {
+    fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError>;
+}
+
+/// Where the sidecar is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Loading,
+    Ready,
+    Failed,
+}
+
+/// What `GET /health` says.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    pub state: Phase,
+    pub model: String,
+    /// Load progress in [0, 1].
+    pub progress: f64,
+    pub message: String,
+}
+
+/// Shared, updatable health: the loader writes progress, handlers read it.
+#[derive(Clone)]
+pub struct HealthCell(Arc<Mutex<Health>>);
+
+impl HealthCell {
+    pub fn new(model: &str) -> Self {
+        HealthCell(Arc::new(Mutex::new(Health {
+            state: Phase::Loading,
+            model: model.to_string(),
+            progress: 0.0,
+            message: "loading".into(),
+        })))
+    }
+
+    pub fn get(&self) -> Health {
+        match self.0.lock() {
+            Ok(h) => h.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut Health)) {
+        match self.0.lock() {
+            Ok(mut h) => f(&mut h),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+}
+
+pub type Job = (ReadRequest, oneshot::Sender<Result<ReadOutcome, ReadError>>);
+
+#[derive(Clone)]
+struct AppState {
+    health: HealthCell,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Seconds a client should wait before retrying when the sidecar cannot take a read.
+const RETRY_AFTER_SECONDS: u64 = 1;
+
+/// Starts the engine thread: `load` runs on it (so the model is created on the thread that uses
+/// it) and reports progress into `health`; then it serves jobs until the queue closes.
+pub fn spawn_engine<E, L>(health: HealthCell, queue: usize, load: L) -> mpsc::Sender<Job>
+where
+    E: ReadEngine,
+    L: FnOnce(&HealthCell) -> Result<E, String> + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
+    let spawned = std::thread::Builder::new()
+        .name("hunch-engine".into())
+        .spawn(move || {
+            let mut engine = match load(&health) {
+                Ok(engine) => {
+                    health.update(|h| {
+                        h.state = Phase::Ready;
+                        h.progress = 1.0;
+                        h.message = "ready".into();
+                    });
+                    tracing::info!("model ready");
+                    engine
+                }
+                Err(message) => {
+                    tracing::error!(%message, "model failed to load");
+                    health.update(|h| {
+                        h.state = Phase::Failed;
+                        h.message = message.clone();
+                    });
+                    // Keep answering so clients get a clear error instead of a hang.
+                    while let Some((_, reply)) = rx.blocking_recv() {
+                        let _ = reply.send(Err(ReadError::Unavailable {
+                            message: format!("model failed to load: {message}"),
+                            retry_after_seconds: 60,
+                        }));
+                    }
+                    return;
+                }
+            };
+            while let Some((request, reply)) = rx.blocking_recv() {
+                let outcome = engine.read(&request);
+                if let Ok(o) = &outcome {
+                    let s = &o.stats;
+                    tracing::info!(
+                        reads = s.reads,
+                        prompt_tokens = s.prompt_tokens,
+                        reused_tokens = s.reused_tokens,
+                        draws = s.draws,
+                        tokenize_s = s.tokenize_seconds,
+                        prefill_s = s.prefill_seconds,
+                        denoise_s = s.denoise_seconds,
+                        "read"
+                    );
+                }
+                // The client may have gone away; its answer is simply dropped.
+                let _ = reply.send(outcome);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the engine thread");
+    }
+    tx
+}
+
+/// The sidecar's router.
+pub fn router(health: HealthCell, jobs: mpsc::Sender<Job>) -> Router {
+    Router::new()
+        .route("/health", get(health_handler))
+        .route("/read", post(read_handler))
+        .with_state(AppState { health, jobs })
+}
+
+async fn health_handler(State(state): State<AppState>) -> Json<Health> {
+    Json(state.health.get())
+}
+
+/// A `ReadError` as an HTTP response: the status the host maps back, the error as the body.
+pub struct ErrorResponse(pub ReadError);
+
+pub fn status_of(error: &ReadError) -> StatusCode {
+    match error {
+        ReadError::InvalidQuestion { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+        ReadError::TooLarge { .. } => StatusCode::BAD_REQUEST,
+        ReadError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        ReadError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ReadError::Rejected { status, .. } => {
+            StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_REQUEST)
+        }
+        ReadError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for ErrorResponse {
+    fn into_response(self) -> Response {
+        let status = status_of(&self.0);
+        let mut response = (status, Json(&self.0)).into_response();
+        if let ReadError::Unavailable {
+            retry_after_seconds,
+            ..
+        } = &self.0
+        {
+            if let Ok(v) = retry_after_seconds.to_string().parse() {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+async fn read_handler(
+    State(state): State<AppState>,
+    body: Result<Json<ReadRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<ReadOutcome>, ErrorResponse> {
+    let Json(request) = body.map_err(|e| {
+        ErrorResponse(ReadError::Rejected {
+            status: 422,
+            message: format!("invalid read request: {}", e.body_text()),
+        })
+    })?;
+    let health = state.health.get();
+    if health.state != Phase::Ready {
+        return Err(ErrorResponse(ReadError::Unavailable {
+            message: format!("model {} is {}", health.model, health.message),
+            retry_after_seconds: RETRY_AFTER_SECONDS,
+        }));
+    }
+    let (reply, answer) = oneshot::channel();
+    state.jobs.try_send((request, reply)).map_err(|_| {
+        ErrorResponse(ReadError::Unavailable {
+            message: "the accelerator's queue is full".into(),
+            retry_after_seconds: RETRY_AFTER_SECONDS,
+        })
+    })?;
+    match answer.await {
+        Ok(Ok(outcome)) => Ok(Json(outcome)),
+        Ok(Err(e)) => Err(ErrorResponse(e)),
+        Err(_) => Err(ErrorResponse(ReadError::Unavailable {
+            message: "the engine stopped".into(),
+            retry_after_seconds: RETRY_AFTER_SECONDS,
+        })),
+    }
+}

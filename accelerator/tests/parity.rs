@@ -1,0 +1,224 @@
+//! Golden-output parity against the transformers 5.23 reference forward pass of the tiny random
+//! checkpoint (`tests/data/tiny-hf/`, made by shared/reference/make_tiny_hf.py), in float32.
+
+use std::path::{Path, PathBuf};
+
+use hunch_accelerator::{
+    checkpoint::{hf::HfLayout, LoadError, TensorSource},
+    ActivationDtype, Array, DiffusionGemma, LoadOptions,
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The tolerance of the brief; never loosened to make a test pass.
+const TOL: f32 = 1e-3;
+
+fn data_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-hf")
+}
+
+/// A minimal `.npy` reader: little-endian `<f4` or `<i8`, C order, format version 1 or 2.
+struct Npy {
+    shape: Vec<usize>,
+    descr: String,
+    data: Vec<u8>,
+}
+
+fn read_npy(name: &str) -> Result<Npy, Box<dyn std::error::Error>> {
+    let bytes = std::fs::read(data_dir().join(name))?;
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err(format!("{name}: not an npy file").into());
+    }
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        _ => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + header_len])?;
+    if header.contains("'fortran_order': True") {
+        return Err(format!("{name}: Fortran order").into());
+    }
+    let field = |key: &str| -> Result<&str, String> {
+        let at = header
+            .find(key)
+            .ok_or_else(|| format!("{name}: no {key}"))?;
+        Ok(&header[at + key.len()..])
+    };
+    let descr = field("'descr': '")?
+        .split('\'')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let shape_text = field("'shape': (")?.split(')').next().unwrap_or_default();
+    let shape = shape_text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::parse)
+        .collect::<Result<Vec<usize>, _>>()?;
+    Ok(Npy {
+        shape,
+        descr,
+        data: bytes[start + header_len..].to_vec(),
+    })
+}
+
+impl Npy {
+    fn f32s(&self) -> Result<Vec<f32>, String> {
+        if self.descr != "<f4" {
+            return Err(format!("expected <f4, got {}", self.descr));
+        }
+        Ok(self
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    fn ids(&self) -> Result<Vec<u32>, String> {
+        if self.descr != "<i8" {
+            return Err(format!("expected <i8, got {}", self.descr));
+        }
+        Ok(self
+            .data
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as u32)
+            .collect())
+    }
+
+    fn rows(&self) -> Result<Vec<Vec<u32>>, String> {
+        let width = *self.shape.last().ok_or("scalar")?;
+        Ok(self.ids()?.chunks(width).map(<[u32]>::to_vec).collect())
+    }
+}
+
+fn max_abs_diff(got: &Array, want: &Npy) -> Result<f32, Box<dyn std::error::Error>> {
+    let shape: Vec<usize> = got.shape().iter().map(|&d| d as usize).collect();
+    if shape != want.shape {
+        return Err(format!("shape {:?} vs golden {:?}", shape, want.shape).into());
+    }
+    let got = got.as_dtype(mlx_rs::Dtype::Float32)?;
+    let got = got.as_slice::<f32>();
+    let want = want.f32s()?;
+    Ok(got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max))
+}
+
+fn load() -> Result<DiffusionGemma, LoadError> {
+    DiffusionGemma::load(
+        &data_dir(),
+        &LoadOptions {
+            dtype: ActivationDtype::Float32,
+            progress: false,
+        },
+    )
+}
+
+#[test]
+fn encoder_last_hidden_matches_transformers() -> TestResult {
+    let model = load()?;
+    let prompt = read_npy("prompt_ids.npy")?.ids()?;
+    let hidden = model.encoder_hidden(&prompt)?;
+    let diff = max_abs_diff(&hidden, &read_npy("encoder_last_hidden.npy")?)?;
+    eprintln!("encoder last hidden: max |diff| = {diff:e}");
+    assert!(diff <= TOL, "encoder last hidden differs by {diff}");
+    Ok(())
+}
+
+#[test]
+fn first_step_logits_match_transformers_in_one_batch() -> TestResult {
+    let model = load()?;
+    let prompt = read_npy("prompt_ids.npy")?.ids()?;
+    let canvases = read_npy("canvas_ids.npy")?.rows()?;
+    let cache = model.prefill(&prompt)?;
+    let logits = model.denoise(&cache, &canvases, None)?;
+    let diff = max_abs_diff(&logits, &read_npy("denoiser_logits.npy")?)?;
+    eprintln!("first-step logits (batch of 3): max |diff| = {diff:e}");
+    assert!(diff <= TOL, "first-step logits differ by {diff}");
+    Ok(())
+}
+
+#[test]
+fn self_conditioned_step_matches_transformers() -> TestResult {
+    let model = load()?;
+    let prompt = read_npy("prompt_ids.npy")?.ids()?;
+    let canvases = read_npy("canvas_ids.npy")?.rows()?;
+    let sc = read_npy("sc_logits_in.npy")?;
+    let sc_shape: Vec<i32> = sc.shape.iter().map(|&d| d as i32).collect();
+    let sc = Array::from_slice(&sc.f32s()?, &sc_shape);
+    let cache = model.prefill(&prompt)?;
+    let logits = model.denoise(&cache, &canvases[..1], Some(&sc))?;
+    let diff = max_abs_diff(&logits, &read_npy("denoiser_logits_selfcond.npy")?)?;
+    eprintln!("self-conditioned step: max |diff| = {diff:e}");
+    assert!(diff <= TOL, "self-conditioned logits differ by {diff}");
+    Ok(())
+}
+
+#[test]
+fn batched_equals_serial() -> TestResult {
+    let model = load()?;
+    let prompt = read_npy("prompt_ids.npy")?.ids()?;
+    let canvases = read_npy("canvas_ids.npy")?.rows()?;
+    let cache = model.prefill(&prompt)?;
+    let batched = model.denoise(&cache, &canvases, None)?;
+    let batched = batched.as_slice::<f32>();
+    let row = batched.len() / canvases.len();
+    let mut worst = 0.0f32;
+    for (b, canvas) in canvases.iter().enumerate() {
+        let serial = model.denoise(&cache, std::slice::from_ref(canvas), None)?;
+        let d = serial
+            .as_slice::<f32>()
+            .iter()
+            .zip(&batched[b * row..(b + 1) * row])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        worst = worst.max(d);
+    }
+    eprintln!("batched vs serial: max |diff| = {worst:e}");
+    assert!(worst <= 1e-4, "batched and serial differ by {worst}");
+    Ok(())
+}
+
+#[test]
+fn missing_tensor_names_tensor_and_shape() -> TestResult {
+    let layout = HfLayout::open(&data_dir())?;
+    let name = "model.decoder.layers.0.self_attn.v_proj_missing.weight";
+    match layout.source().tensor(name, &[32, 64]) {
+        Err(e @ LoadError::MissingTensor { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(name), "{text}");
+            assert!(text.contains("[32, 64]"), "{text}");
+            assert!(text.contains("model.safetensors"), "{text}");
+        }
+        other => panic!("expected MissingTensor, got {other:?}"),
+    }
+    // A present tensor with the wrong expected shape names tensor, file and both shapes.
+    let err = layout
+        .source()
+        .tensor("model.decoder.norm.weight", &[65])
+        .err()
+        .ok_or("shape mismatch not detected")?;
+    let text = err.to_string();
+    assert!(
+        text.contains("model.decoder.norm.weight")
+            && text.contains("[65]")
+            && text.contains("[64]"),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[test]
+fn ragged_batch_and_bad_tokens_are_errors() -> TestResult {
+    let model = load()?;
+    let cache = model.prefill(&[3, 4, 5])?;
+    assert!(model.denoise(&cache, &[vec![1, 2], vec![3]], None).is_err());
+    assert!(model.denoise(&cache, &[vec![512, 2]], None).is_err());
+    assert!(model.prefill(&[]).is_err());
+    Ok(())
+}

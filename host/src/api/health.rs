@@ -1,0 +1,40 @@
+//! `/healthz` (the process answers) and `/readyz` (every model's reader can take reads).
+
+use super::error::ApiError;
+use super::AppState;
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let mut models = Map::new();
+    let mut waiting = Vec::new();
+    for entry in state.registry.models() {
+        // A reader that cannot say quickly is not ready.
+        let ready = tokio::time::timeout(Duration::from_secs(2), entry.reader.ready())
+            .await
+            .unwrap_or(false);
+        if !ready {
+            waiting.push(entry.name.clone());
+        }
+        models.insert(entry.name.clone(), json!(ready));
+    }
+    if state.registry.models().is_empty() {
+        return Err(ApiError::Unavailable {
+            message: "no model is configured".into(),
+            retry_after_seconds: 5,
+        });
+    }
+    if !waiting.is_empty() {
+        return Err(ApiError::Unavailable {
+            message: format!("not ready: {}", waiting.join(", ")),
+            retry_after_seconds: 2,
+        });
+    }
+    Ok(Json(json!({"status": "ready", "models": models})))
+}

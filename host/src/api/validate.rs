@@ -1,0 +1,658 @@
+//! Requests are parsed once, here, into typed questions: first against the JSON Schema the host
+//! ships (`host/schema/systemone-request.json`), then the rules a schema cannot say. Every failure
+//! is a 422 whose `loc` names the exact field, in FastAPI's shape.
+
+use super::error::{ApiError, FieldError, LocPart};
+use hunch_core::text::render_value;
+use hunch_core::{ChoiceOption, Question, QuestionId, QuestionKind, ReadOptions};
+use jsonschema::error::ValidationErrorKind;
+use serde_json::{Map, Value};
+
+/// The request schema, served in `/openapi.json` and used to validate every request.
+pub const REQUEST_SCHEMA: &str = include_str!("../../schema/systemone-request.json");
+
+/// Most options a choice may have and most levels a score may have (also in the schema).
+pub const MAX_CHOICE_OPTIONS: usize = 255;
+pub const MAX_SCORE_LEVELS: usize = 10;
+
+/// A validated System One request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemOneRequest {
+    /// The `model` field as sent (a name or an alias).
+    pub model: String,
+    /// The state rendered to prompt text.
+    pub state: String,
+    /// In request order.
+    pub questions: Vec<AskedQuestion>,
+    pub options: ReadOptions,
+}
+
+/// A caller's question: its id beside the id-free typed question the readers see.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AskedQuestion {
+    pub id: QuestionId,
+    pub question: Question,
+    /// The score levels exactly as sent, when any is not a string: the legend echoes them as
+    /// sent, while readers see their rendered text.
+    pub legend_values: Option<Vec<Value>>,
+}
+
+/// Validates request bodies. Built once (the schema compiles once) and shared.
+pub struct RequestValidator {
+    schema: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for RequestValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestValidator")
+    }
+}
+
+impl RequestValidator {
+    /// Compiles the shipped schema. Fails only if the schema file itself is broken (a build bug).
+    pub fn new() -> Result<Self, String> {
+        let schema: Value = serde_json::from_str(REQUEST_SCHEMA)
+            .map_err(|e| format!("the shipped request schema is not JSON: {e}"))?;
+        let schema = jsonschema::validator_for(&schema)
+            .map_err(|e| format!("the shipped request schema does not compile: {e}"))?;
+        Ok(RequestValidator { schema })
+    }
+
+    /// Parses and validates a (decompressed) JSON body.
+    pub fn parse(&self, body: &[u8]) -> Result<SystemOneRequest, ApiError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::field(
+                vec!["body".into()],
+                "json_invalid",
+                format!("JSON decode error: {e}"),
+            )
+        })?;
+        self.validate(&value)
+    }
+
+    /// Validates a JSON value: schema first, then the rules the schema cannot say.
+    pub fn validate(&self, value: &Value) -> Result<SystemOneRequest, ApiError> {
+        let errors: Vec<FieldError> = self
+            .schema
+            .iter_errors(value)
+            .map(|e| schema_error(value, &e))
+            .collect();
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        typed(value)
+    }
+}
+
+/// Converts a schema error into a `loc`/`msg`/`type` entry whose `loc` ends at the exact field
+/// (for a missing or unexpected field, the field's own name, as FastAPI does).
+fn schema_error(instance: &Value, error: &jsonschema::ValidationError<'_>) -> FieldError {
+    let mut loc = vec![LocPart::from("body")];
+    loc.extend(pointer_to_loc(instance, error.instance_path().as_str()));
+    let (kind, msg) = match error.kind() {
+        ValidationErrorKind::Required { property } => {
+            loc.push(property.as_str().unwrap_or_default().into());
+            ("missing", "Field required".to_string())
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            if let Some(first) = unexpected.first() {
+                loc.push(first.clone().into());
+            }
+            (
+                "extra_forbidden",
+                "Extra inputs are not permitted".to_string(),
+            )
+        }
+        ValidationErrorKind::Type { .. } => ("type_error", short(&error.to_string())),
+        ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
+            ("literal_error", short(&error.to_string()))
+        }
+        ValidationErrorKind::MinProperties { limit } => (
+            "too_short",
+            format!("Object should have at least {limit} item(s)"),
+        ),
+        ValidationErrorKind::MaxProperties { limit } => (
+            "too_long",
+            format!("Object should have at most {limit} items (choice options)"),
+        ),
+        ValidationErrorKind::MinItems { limit } => (
+            "too_short",
+            format!("List should have at least {limit} item(s)"),
+        ),
+        ValidationErrorKind::MaxItems { limit } => (
+            "too_long",
+            format!("List should have at most {limit} items (score levels)"),
+        ),
+        ValidationErrorKind::Minimum { limit } => (
+            "greater_than_equal",
+            format!("Input should be greater than or equal to {limit}"),
+        ),
+        ValidationErrorKind::Maximum { limit } => (
+            "less_than_equal",
+            format!("Input should be less than or equal to {limit}"),
+        ),
+        other => (
+            "value_error",
+            short(&format!("{} ({})", error, other.keyword())),
+        ),
+    };
+    FieldError::new(loc, kind, msg)
+}
+
+/// Error messages quote the offending value; a huge value must not make a huge response.
+fn short(s: &str) -> String {
+    const MAX: usize = 300;
+    if s.len() <= MAX {
+        return s.to_string();
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A JSON pointer (`/questions/a~1b/criteria/3`) as `loc` parts. Whether a segment is an index or
+/// a key is decided by walking the instance, so a question id `"3"` stays a string.
+fn pointer_to_loc(instance: &Value, pointer: &str) -> Vec<LocPart> {
+    let mut loc = Vec::new();
+    let mut current = Some(instance);
+    if pointer.is_empty() {
+        return loc;
+    }
+    for raw in pointer.split('/').skip(1) {
+        let segment = raw.replace("~1", "/").replace("~0", "~");
+        match current {
+            Some(Value::Array(items)) => match segment.parse::<usize>() {
+                Ok(i) => {
+                    current = items.get(i);
+                    loc.push(LocPart::Index(i));
+                }
+                Err(_) => {
+                    current = None;
+                    loc.push(LocPart::Key(segment));
+                }
+            },
+            Some(Value::Object(map)) => {
+                current = map.get(&segment);
+                loc.push(LocPart::Key(segment));
+            }
+            _ => {
+                current = None;
+                loc.push(LocPart::Key(segment));
+            }
+        }
+    }
+    loc
+}
+
+fn at(parts: &[&str]) -> Vec<LocPart> {
+    let mut loc = vec![LocPart::from("body")];
+    loc.extend(parts.iter().map(|p| LocPart::from(*p)));
+    loc
+}
+
+fn question_loc(id: &str, rest: &[&str]) -> Vec<LocPart> {
+    let mut loc = at(&["questions"]);
+    loc.push(id.into());
+    loc.extend(rest.iter().map(|p| LocPart::from(*p)));
+    loc
+}
+
+/// The rules a schema cannot say, and the conversion into typed questions. Runs only on values
+/// the schema accepted; a shape it did not expect is still a 422, never a panic.
+fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
+    let mut errors = Vec::new();
+    let body = value
+        .as_object()
+        .ok_or_else(|| ApiError::field(at(&[]), "type_error", "Input should be an object"))?;
+
+    if let Some(assets) = body.get("assets") {
+        if !assets.is_null() {
+            errors.push(FieldError::new(
+                at(&["assets"]),
+                "unsupported",
+                "this model is text-only: image assets are not supported",
+            ));
+        }
+    }
+    for key in body.keys() {
+        if key.starts_with("x_") && key != "x_seed" && key != "x_draws" {
+            errors.push(FieldError::new(
+                at(&[key]),
+                "extra_forbidden",
+                "unknown extension field (Hunch knows x_seed and x_draws)",
+            ));
+        }
+    }
+
+    let model = match body.get("model").and_then(Value::as_str) {
+        Some(m) => m.to_string(),
+        None => {
+            errors.push(FieldError::new(at(&["model"]), "missing", "Field required"));
+            String::new()
+        }
+    };
+    let state = body.get("state").map(render_value).unwrap_or_default();
+    let options = ReadOptions {
+        seed: body.get("x_seed").and_then(whole_number),
+        draws: body
+            .get("x_draws")
+            .and_then(whole_number)
+            .and_then(|d| u32::try_from(d).ok()),
+    };
+
+    let mut questions = Vec::new();
+    match body.get("questions").and_then(Value::as_object) {
+        Some(map) => {
+            for (id, q) in map {
+                match typed_question(id, q) {
+                    Ok(asked) => questions.push(asked),
+                    Err(mut e) => errors.append(&mut e),
+                }
+            }
+        }
+        None => errors.push(FieldError::new(
+            at(&["questions"]),
+            "missing",
+            "Field required",
+        )),
+    }
+
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    Ok(SystemOneRequest {
+        model,
+        state,
+        questions,
+        options,
+    })
+}
+
+/// JSON Schema's `integer` admits `3.0`; read it as 3 rather than dropping it.
+fn whole_number(v: &Value) -> Option<u64> {
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f <= u64::MAX as f64)
+            .map(|f| f as u64)
+    })
+}
+
+fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>> {
+    let Some(obj) = q.as_object() else {
+        return Err(vec![FieldError::new(
+            question_loc(id, &[]),
+            "type_error",
+            "Input should be an object",
+        )]);
+    };
+    let instructions_value = obj.get("instructions").unwrap_or(&Value::Null);
+    let instructions = render_value(instructions_value);
+    let criteria = obj.get("criteria").unwrap_or(&Value::Null);
+    let mut legend_values = None;
+    let kind = match obj.get("type").and_then(Value::as_str) {
+        Some("noul") => {
+            let side = |name: &str| -> Option<String> {
+                criteria
+                    .as_object()
+                    .and_then(|c| c.get(name))
+                    .filter(|v| !v.is_null())
+                    .map(render_value)
+            };
+            let (yes, no) = (side("true"), side("false"));
+            if instructions_value.is_null() && yes.is_none() && no.is_none() {
+                return Err(vec![FieldError::new(
+                    question_loc(id, &[]),
+                    "value_error",
+                    "a noul question needs instructions or at least one criterion (true or false)",
+                )]);
+            }
+            QuestionKind::Noul { yes, no }
+        }
+        Some("choice") => {
+            let map = criteria.as_object().cloned().unwrap_or_else(Map::new);
+            if map.is_empty() || map.len() > MAX_CHOICE_OPTIONS {
+                return Err(vec![FieldError::new(
+                    question_loc(id, &["criteria"]),
+                    "value_error",
+                    format!("a choice question needs 1 to {MAX_CHOICE_OPTIONS} options"),
+                )]);
+            }
+            QuestionKind::Choice {
+                options: map
+                    .iter()
+                    .map(|(name, description)| ChoiceOption {
+                        name: name.clone(),
+                        description: if description.is_null() {
+                            None
+                        } else {
+                            Some(render_value(description))
+                        },
+                    })
+                    .collect(),
+            }
+        }
+        Some("score") => {
+            let levels = criteria.as_array().cloned().unwrap_or_default();
+            if levels.is_empty() || levels.len() > MAX_SCORE_LEVELS {
+                return Err(vec![FieldError::new(
+                    question_loc(id, &["criteria"]),
+                    "value_error",
+                    format!("a score question needs 1 to {MAX_SCORE_LEVELS} levels"),
+                )]);
+            }
+            if levels.iter().any(|l| !l.is_string()) {
+                legend_values = Some(levels.clone());
+            }
+            QuestionKind::Score {
+                levels: levels.iter().map(render_value).collect(),
+            }
+        }
+        Some("box") => {
+            return Err(vec![FieldError::new(
+                question_loc(id, &["type"]),
+                "unsupported",
+                "box questions need a vision model; this model is text-only",
+            )])
+        }
+        _ => {
+            return Err(vec![FieldError::new(
+                question_loc(id, &["type"]),
+                "literal_error",
+                "Input should be 'noul', 'choice', 'score' or 'box'",
+            )])
+        }
+    };
+    Ok(AskedQuestion {
+        id: QuestionId(id.to_string()),
+        question: Question { instructions, kind },
+        legend_values,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn validator() -> RequestValidator {
+        RequestValidator::new().expect("the shipped schema compiles")
+    }
+
+    /// The `loc` paths and kinds of a rejected request.
+    fn rejected(v: Value) -> Vec<(String, String)> {
+        match validator().validate(&v) {
+            Err(ApiError::Validation(errors)) => errors
+                .iter()
+                .map(|e| (e.loc_path(), e.kind.clone()))
+                .collect(),
+            other => panic!("expected a 422 for {v}, got {other:?}"),
+        }
+    }
+
+    fn ok(v: Value) -> SystemOneRequest {
+        validator().validate(&v).expect("valid request")
+    }
+
+    #[test]
+    fn all_three_kinds_become_typed_questions_in_order() {
+        let r = ok(json!({
+            "model": "jev-latest",
+            "state": {"msg": "Zoë was charged twice", "n": 2.0},
+            "questions": {
+                "zz": {"type": "score", "instructions": "how bad?", "criteria": ["fine", {"level": "bad"}]},
+                "é 😀 a long id with spaces": {"type": "noul", "criteria": {"true": "yes"}},
+                "": {"type": "choice", "instructions": {"task": "route"}, "criteria": {"billing dept": null, "x": ["a"]}}
+            },
+            "x_seed": 7, "x_draws": 3
+        }));
+        assert_eq!(r.state, r#"{"msg": "Zoë was charged twice", "n": 2.0}"#);
+        assert_eq!(
+            r.options,
+            ReadOptions {
+                seed: Some(7),
+                draws: Some(3)
+            }
+        );
+        let ids: Vec<&str> = r.questions.iter().map(|q| q.id.as_str()).collect();
+        assert_eq!(ids, vec!["zz", "é 😀 a long id with spaces", ""]);
+        assert_eq!(
+            r.questions[0].question.kind,
+            QuestionKind::Score {
+                levels: vec!["fine".into(), r#"{"level": "bad"}"#.into()]
+            }
+        );
+        assert_eq!(r.questions[0].legend_values.as_ref().map(Vec::len), Some(2));
+        assert_eq!(
+            r.questions[1].question.kind,
+            QuestionKind::Noul {
+                yes: Some("yes".into()),
+                no: None
+            }
+        );
+        assert_eq!(r.questions[1].question.instructions, "");
+        assert_eq!(r.questions[2].question.instructions, r#"{"task": "route"}"#);
+        match &r.questions[2].question.kind {
+            QuestionKind::Choice { options } => {
+                assert_eq!(options[0].name, "billing dept");
+                assert_eq!(options[0].description, None);
+                assert_eq!(options[1].description.as_deref(), Some(r#"["a"]"#));
+            }
+            other => panic!("not a choice: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn renaming_ids_gives_identical_questions() {
+        let a = ok(
+            json!({"model": "m", "state": "s", "questions": {"a": {"type": "noul", "instructions": "x?"}}}),
+        );
+        let b = ok(
+            json!({"model": "m", "state": "s", "questions": {"zzz": {"type": "noul", "instructions": "x?"}}}),
+        );
+        assert_eq!(a.questions[0].question, b.questions[0].question);
+    }
+
+    #[test]
+    fn one_sided_absent_and_null_noul_criteria() {
+        ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "criteria": {"false": "no"}}}}),
+        );
+        ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x?", "criteria": null}}}),
+        );
+        ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "x?", "criteria": {"true": null}}}}),
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "criteria": {"true": null}}}})
+            ),
+            vec![("body.questions.q".into(), "value_error".into())]
+        );
+        assert_eq!(
+            rejected(json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul"}}})),
+            vec![("body.questions.q".into(), "value_error".into())]
+        );
+    }
+
+    #[test]
+    fn missing_fields_are_named() {
+        assert_eq!(
+            rejected(
+                json!({"state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}})
+            ),
+            vec![("body.model".into(), "missing".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "questions": {"q": {"type": "noul", "instructions": "?"}}})
+            ),
+            vec![("body.state".into(), "missing".into())]
+        );
+        assert_eq!(
+            rejected(json!({"model": "m", "state": "s"})),
+            vec![("body.questions".into(), "missing".into())]
+        );
+        assert_eq!(
+            rejected(json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice"}}})),
+            vec![("body.questions.q.criteria".into(), "missing".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"instructions": "?"}}})
+            ),
+            vec![("body.questions.q.type".into(), "missing".into())]
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_empty_maps_are_named() {
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": 5, "questions": {"q": {"type": "noul", "instructions": "?"}}})
+            ),
+            vec![("body.state".into(), "type_error".into())]
+        );
+        assert_eq!(
+            rejected(json!({"model": "m", "state": "s", "questions": {}})),
+            vec![("body.questions".into(), "too_short".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": {}}}})
+            ),
+            vec![("body.questions.q.criteria".into(), "too_short".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": []}}})
+            ),
+            vec![("body.questions.q.criteria".into(), "too_short".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "maybe", "instructions": "?"}}})
+            ),
+            vec![("body.questions.q.type".into(), "literal_error".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"7": {"type": "score", "criteria": ["a", null]}}})
+            ),
+            vec![("body.questions.7.criteria.1".into(), "type_error".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": 3}}})
+            ),
+            vec![("body.questions.q.instructions".into(), "type_error".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?", "criteria": {"maybe": "x"}}}})
+            ),
+            vec![(
+                "body.questions.q.criteria.maybe".into(),
+                "extra_forbidden".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn option_and_level_limits() {
+        let options: Map<String, Value> = (0..255)
+            .map(|i| (format!("option number {i}"), Value::Null))
+            .collect();
+        ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": options}}}),
+        );
+        let options: Map<String, Value> =
+            (0..256).map(|i| (format!("o{i}"), Value::Null)).collect();
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "choice", "criteria": options}}})
+            ),
+            vec![("body.questions.q.criteria".into(), "too_long".into())]
+        );
+        let levels: Vec<String> = (0..10).map(|i| format!("level {i}")).collect();
+        ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": levels}}}),
+        );
+        let levels: Vec<String> = (0..11).map(|i| format!("level {i}")).collect();
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": levels}}})
+            ),
+            vec![("body.questions.q.criteria".into(), "too_long".into())]
+        );
+    }
+
+    #[test]
+    fn box_questions_and_assets_are_refused_as_text_only() {
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"where": {"type": "box", "instructions": "the dog"}}})
+            ),
+            vec![("body.questions.where.type".into(), "unsupported".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}},
+                            "assets": {"img": {"type": "image", "format": "png", "data_base64": "AA=="}}})
+            ),
+            vec![("body.assets".into(), "unsupported".into())]
+        );
+    }
+
+    #[test]
+    fn extensions_are_checked() {
+        let r = ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_seed": 3.0, "x_draws": 2.0}),
+        );
+        assert_eq!(
+            r.options,
+            ReadOptions {
+                seed: Some(3),
+                draws: Some(2)
+            }
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_draws": 65})
+            ),
+            vec![("body.x_draws".into(), "less_than_equal".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_seed": 1.5})
+            ),
+            vec![("body.x_seed".into(), "type_error".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_draws": 0})
+            ),
+            vec![("body.x_draws".into(), "greater_than_equal".into())]
+        );
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_sed": 1})
+            ),
+            vec![("body.x_sed".into(), "extra_forbidden".into())]
+        );
+    }
+
+    #[test]
+    fn broken_json_is_a_422_on_the_body() {
+        match validator().parse(b"{\"model\": ") {
+            Err(ApiError::Validation(e)) => assert_eq!(e[0].loc_path(), "body"),
+            other => panic!("{other:?}"),
+        }
+        // NaN is not JSON: refused, never propagated.
+        assert!(validator()
+            .parse(b"{\"model\": \"m\", \"state\": NaN, \"questions\": {}}")
+            .is_err());
+    }
+}

@@ -1,0 +1,306 @@
+//! Where reads go. The raw System One API and the policies both ask a [`ModelEntry`]'s gated
+//! reader; which reader serves which model name (and which aliases point at it) is configuration.
+//!
+//! - [`accelerator`]: the client of an accelerator sidecar (`POST /read`).
+//! - [`sidecar`]: starts and supervises a sidecar process and reads through its client.
+//! - [`upstream`]: any other System One server, by URL and key.
+//! - [`ReadGate`]: the bounded queue in front of every reader (503 + `Retry-After` when full).
+
+pub mod accelerator;
+pub mod sidecar;
+pub mod upstream;
+
+use crate::metrics::Metrics;
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// The alias every client may use for the default (first) model.
+pub const DEFAULT_ALIAS: &str = "jev-latest";
+
+/// A served model: its real name, what `/v1/models` says about it, and its reader.
+#[derive(Clone)]
+pub struct ModelEntry {
+    pub name: String,
+    pub description: String,
+    pub release_date: String,
+    pub reader: Arc<dyn Reader>,
+}
+
+impl std::fmt::Debug for ModelEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelEntry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Readers by model name, plus aliases. The first model is the default (`jev-latest`).
+#[derive(Debug, Default, Clone)]
+pub struct Registry {
+    models: Vec<ModelEntry>,
+    /// (alias, target model name), in configuration order.
+    aliases: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RegistryError {
+    #[error("model {0:?} is configured twice")]
+    Duplicate(String),
+    #[error("alias {alias:?} points at {target:?}, which is not a configured model")]
+    UnknownTarget { alias: String, target: String },
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add(&mut self, entry: ModelEntry) -> Result<(), RegistryError> {
+        if self.resolve(&entry.name).is_some() {
+            return Err(RegistryError::Duplicate(entry.name));
+        }
+        self.models.push(entry);
+        Ok(())
+    }
+
+    /// Adds `alias` → `target`. An alias never shadows a real model name.
+    pub fn alias(&mut self, alias: &str, target: &str) -> Result<(), RegistryError> {
+        if self.models.iter().any(|m| m.name == alias) {
+            return Err(RegistryError::Duplicate(alias.to_string()));
+        }
+        if !self.models.iter().any(|m| m.name == target) {
+            return Err(RegistryError::UnknownTarget {
+                alias: alias.into(),
+                target: target.into(),
+            });
+        }
+        self.aliases.retain(|(a, _)| a != alias);
+        self.aliases.push((alias.into(), target.into()));
+        Ok(())
+    }
+
+    /// The model a request's `model` names: a real name first, then an alias; `jev-latest` is the
+    /// default model unless configured otherwise.
+    pub fn resolve(&self, name: &str) -> Option<&ModelEntry> {
+        if let Some(m) = self.models.iter().find(|m| m.name == name) {
+            return Some(m);
+        }
+        if let Some((_, target)) = self.aliases.iter().find(|(a, _)| a == name) {
+            return self.models.iter().find(|m| &m.name == target);
+        }
+        if name == DEFAULT_ALIAS {
+            return self.models.first();
+        }
+        None
+    }
+
+    pub fn models(&self) -> &[ModelEntry] {
+        &self.models
+    }
+
+    /// Every alias with its target, `jev-latest` first when it points at the default model.
+    pub fn aliases(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if !self.aliases.iter().any(|(a, _)| a == DEFAULT_ALIAS)
+            && !self.models.iter().any(|m| m.name == DEFAULT_ALIAS)
+        {
+            if let Some(first) = self.models.first() {
+                out.push((DEFAULT_ALIAS.to_string(), first.name.clone()));
+            }
+        }
+        out.extend(self.aliases.iter().cloned());
+        out
+    }
+}
+
+/// The bounded queue in front of the readers: at most `slots` reads run at once, at most
+/// `max_waiting` more wait; beyond that a read is refused at once with `Unavailable`, which the API
+/// answers 503 + `Retry-After` (a retry may succeed, so a 5xx is right).
+#[derive(Debug)]
+pub struct ReadGate {
+    slots: Semaphore,
+    waiting: AtomicUsize,
+    max_waiting: usize,
+    metrics: Arc<Metrics>,
+}
+
+impl ReadGate {
+    pub fn new(slots: usize, max_waiting: usize, metrics: Arc<Metrics>) -> Self {
+        ReadGate {
+            slots: Semaphore::new(slots.max(1)),
+            waiting: AtomicUsize::new(0),
+            max_waiting,
+            metrics,
+        }
+    }
+
+    /// Takes a slot, waiting in the queue if it has room.
+    pub async fn enter(&self) -> Result<SemaphorePermit<'_>, ReadError> {
+        if let Ok(permit) = self.slots.try_acquire() {
+            return Ok(permit);
+        }
+        // Reserve a place in the queue; refuse if it is full.
+        let reserved = self
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w < self.max_waiting).then_some(w + 1)
+            });
+        if reserved.is_err() {
+            return Err(ReadError::unavailable(
+                "the server is overloaded: the read queue is full",
+                Duration::from_secs(1),
+            ));
+        }
+        self.metrics.queue_depth(1);
+        // Decrements the queue count however this future ends (acquired, or dropped by a timeout).
+        struct Leave<'a>(&'a ReadGate);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+                self.0.metrics.queue_depth(-1);
+            }
+        }
+        let _leave = Leave(self);
+        self.slots.acquire().await.map_err(|_| {
+            ReadError::unavailable("the server is shutting down", Duration::from_secs(1))
+        })
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
+/// A reader behind the gate, recording metrics. What the API and the policies call.
+pub struct GatedReader {
+    name: String,
+    inner: Arc<dyn Reader>,
+    gate: Arc<ReadGate>,
+    metrics: Arc<Metrics>,
+}
+
+impl GatedReader {
+    pub fn new(entry: &ModelEntry, gate: Arc<ReadGate>, metrics: Arc<Metrics>) -> Self {
+        GatedReader {
+            name: entry.name.clone(),
+            inner: entry.reader.clone(),
+            gate,
+            metrics,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Reader for GatedReader {
+    fn model_name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
+        let _permit = self.gate.enter().await.inspect_err(|_| {
+            self.metrics
+                .record_read(&self.name, "refused", 0, Duration::ZERO);
+        })?;
+        self.metrics.reads_in_flight(1);
+        struct Done<'a>(&'a Metrics);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.reads_in_flight(-1);
+            }
+        }
+        let _done = Done(&self.metrics);
+        let started = Instant::now();
+        let result = self.inner.read(request).await;
+        let (outcome, draws) = match &result {
+            Ok(o) => ("ok", o.stats.draws),
+            Err(e) => (read_error_kind(e), 0),
+        };
+        self.metrics
+            .record_read(&self.name, outcome, draws, started.elapsed());
+        result
+    }
+
+    async fn ready(&self) -> bool {
+        self.inner.ready().await
+    }
+}
+
+/// A short label for a read failure (metrics and logs).
+pub fn read_error_kind(e: &ReadError) -> &'static str {
+    match e {
+        ReadError::InvalidQuestion { .. } => "invalid_question",
+        ReadError::TooLarge { .. } => "too_large",
+        ReadError::Unavailable { .. } => "unavailable",
+        ReadError::Timeout => "timeout",
+        ReadError::Rejected { .. } => "rejected",
+        ReadError::Internal { .. } => "internal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(&'static str);
+
+    #[async_trait::async_trait]
+    impl Reader for Fixed {
+        fn model_name(&self) -> &str {
+            self.0
+        }
+        async fn read(&self, _r: ReadRequest) -> Result<ReadOutcome, ReadError> {
+            Err(ReadError::internal("unused"))
+        }
+    }
+
+    fn entry(name: &'static str) -> ModelEntry {
+        ModelEntry {
+            name: name.into(),
+            description: String::new(),
+            release_date: String::new(),
+            reader: Arc::new(Fixed(name)),
+        }
+    }
+
+    #[test]
+    fn jev_latest_is_the_first_model_and_aliases_resolve() {
+        let mut r = Registry::new();
+        r.add(entry("a")).unwrap();
+        r.add(entry("b")).unwrap();
+        r.alias("fast", "b").unwrap();
+        assert_eq!(r.resolve("jev-latest").map(|m| m.name.as_str()), Some("a"));
+        assert_eq!(r.resolve("fast").map(|m| m.name.as_str()), Some("b"));
+        assert!(r.resolve("nope").is_none());
+        assert!(r.add(entry("a")).is_err());
+        assert!(r.alias("x", "nope").is_err());
+        assert_eq!(
+            r.aliases(),
+            vec![
+                ("jev-latest".into(), "a".into()),
+                ("fast".into(), "b".into())
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once() {
+        let gate = Arc::new(ReadGate::new(1, 1, Arc::new(Metrics::new())));
+        let first = gate.enter().await.unwrap();
+        // One may wait…
+        let g2 = gate.clone();
+        let second = tokio::spawn(async move { g2.enter().await.map(|_| ()) });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(gate.waiting(), 1);
+        // …the next is refused.
+        assert!(matches!(
+            gate.enter().await,
+            Err(ReadError::Unavailable { .. })
+        ));
+        drop(first);
+        assert!(second.await.unwrap().is_ok());
+        assert_eq!(gate.waiting(), 0);
+    }
+}

@@ -1,0 +1,386 @@
+//! The sidecar supervisor: `hunch serve --model [NAME=]DIR` starts `hunch-accelerator serve`,
+//! waits until its `/health` says ready (progress in the logs), restarts it with backoff when it
+//! dies or fails, and stops it on shutdown. Reads go through its [`AcceleratorClient`]; while it
+//! is starting, loading or restarting they are refused at once with `Unavailable` (503 +
+//! `Retry-After`), and a read in flight when it dies fails the same way: nothing hangs.
+
+use super::accelerator::{AcceleratorClient, HealthState};
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+/// The one stdout line a sidecar prints once its port is bound.
+pub const LISTENING_PREFIX: &str = "HUNCH_ACCELERATOR_LISTENING ";
+/// The sidecar binary's file name, looked for next to the `hunch` executable.
+pub const SIDECAR_BIN: &str = "hunch-accelerator";
+
+const BACKOFF_START: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A sidecar that stayed up this long before dying restarts without accumulated backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct SidecarConfig {
+    /// The model name the sidecar serves (`--name`).
+    pub name: String,
+    pub model_dir: PathBuf,
+    pub binary: PathBuf,
+    /// Extra arguments after `serve … --name NAME` (e.g. `--dtype float32`).
+    pub extra_args: Vec<String>,
+    pub read_timeout: Duration,
+}
+
+/// Where the sidecar binary is: `HUNCH_ACCELERATOR_BIN`, else next to the running executable.
+pub fn default_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("HUNCH_ACCELERATOR_BIN") {
+        return PathBuf::from(path);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(SIDECAR_BIN)))
+        .unwrap_or_else(|| PathBuf::from(SIDECAR_BIN))
+}
+
+/// What the supervisor knows about its sidecar now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SidecarStatus {
+    Starting,
+    Loading { progress: f64, message: String },
+    Ready,
+    Down { message: String },
+}
+
+struct Shared {
+    status: RwLock<(SidecarStatus, Option<AcceleratorClient>)>,
+}
+
+impl Shared {
+    fn set(&self, status: SidecarStatus, client: Option<AcceleratorClient>) {
+        if let Ok(mut s) = self.status.write() {
+            *s = (status, client);
+        }
+    }
+
+    fn set_status(&self, status: SidecarStatus) {
+        if let Ok(mut s) = self.status.write() {
+            s.0 = status;
+        }
+    }
+
+    fn get(&self) -> (SidecarStatus, Option<AcceleratorClient>) {
+        match self.status.read() {
+            Ok(s) => s.clone(),
+            Err(_) => (
+                SidecarStatus::Down {
+                    message: "supervisor state poisoned".into(),
+                },
+                None,
+            ),
+        }
+    }
+}
+
+/// A supervised sidecar, usable as a [`Reader`].
+pub struct Sidecar {
+    name: String,
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Sidecar {
+    /// Starts the supervisor (it spawns the process in the background and returns at once).
+    pub fn spawn(config: SidecarConfig) -> Arc<Sidecar> {
+        let shared = Arc::new(Shared {
+            status: RwLock::new((SidecarStatus::Starting, None)),
+        });
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(supervise(config.clone(), shared.clone(), rx));
+        Arc::new(Sidecar {
+            name: config.name,
+            shared,
+            shutdown: tx,
+            task: tokio::sync::Mutex::new(Some(task)),
+        })
+    }
+
+    pub fn status(&self) -> SidecarStatus {
+        self.shared.get().0
+    }
+
+    /// Stops the sidecar and its supervisor; returns once the process is gone.
+    pub async fn stop(&self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.lock().await.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Reader for Sidecar {
+    fn model_name(&self) -> &str {
+        &self.name
+    }
+
+    async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
+        match self.shared.get() {
+            (SidecarStatus::Ready, Some(client)) => client.read_request(&request).await,
+            (SidecarStatus::Loading { progress, .. }, _) => Err(ReadError::unavailable(
+                format!(
+                    "model {} is loading ({:.0}%)",
+                    self.name,
+                    (progress * 100.0).clamp(0.0, 100.0)
+                ),
+                Duration::from_secs(5),
+            )),
+            (SidecarStatus::Down { message }, _) => Err(ReadError::unavailable(
+                format!("model {} is restarting: {message}", self.name),
+                Duration::from_secs(2),
+            )),
+            _ => Err(ReadError::unavailable(
+                format!("model {} is starting", self.name),
+                Duration::from_secs(2),
+            )),
+        }
+    }
+
+    async fn ready(&self) -> bool {
+        matches!(self.shared.get().0, SidecarStatus::Ready)
+    }
+}
+
+/// Starts the process and waits for its one `LISTENING` line.
+async fn start_process(config: &SidecarConfig) -> Result<(Child, String), String> {
+    let mut command = Command::new(&config.binary);
+    command
+        .arg("serve")
+        .arg("--model")
+        .arg(&config.model_dir)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--name")
+        .arg(&config.name)
+        .args(&config.extra_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        // If the supervisor is dropped, its sidecar goes with it.
+        .kill_on_drop(true);
+    #[cfg(target_os = "linux")]
+    // SAFETY: the closure runs in the forked child before exec and only calls `prctl`, which is
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            // If hunch dies without stopping its sidecars (SIGKILL, a crash), the kernel kills them
+            // too: a sidecar must never outlive its supervisor holding the accelerator's memory.
+            // (The signal follows the spawning thread, a runtime worker that lives as long as the
+            // process.)
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", config.binary.display()))?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| "the sidecar's stdout is not piped".to_string())?;
+    let mut lines = BufReader::new(stdout).lines();
+    let wait_for_line = async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(url) = line.strip_prefix(LISTENING_PREFIX) {
+                return Some(url.trim().to_string());
+            }
+            tracing::info!(model = %config.name, "sidecar: {line}");
+        }
+        None
+    };
+    let url = match tokio::time::timeout(LISTEN_TIMEOUT, wait_for_line).await {
+        Ok(Some(url)) => url,
+        Ok(None) => {
+            let status = child
+                .wait()
+                .await
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            return Err(format!("the sidecar exited before listening ({status})"));
+        }
+        Err(_) => {
+            let _ = child.start_kill();
+            return Err("the sidecar did not print its address in time".into());
+        }
+    };
+    // Keep draining stdout so the pipe never fills and blocks the sidecar.
+    let name = config.name.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(model = %name, "sidecar: {line}");
+        }
+    });
+    Ok((child, url))
+}
+
+/// Why a running sidecar stopped being usable.
+enum Ended {
+    Exited(String),
+    Failed(String),
+    Shutdown,
+}
+
+/// Polls `/health` until ready (logging progress), then keeps watching it.
+async fn watch_health(client: &AcceleratorClient, shared: &Shared, name: &str) -> Ended {
+    let mut last_logged = -1.0f64;
+    let mut was_ready = false;
+    loop {
+        match client.health().await {
+            Ok(h) => match h.state {
+                HealthState::Ready => {
+                    if !was_ready {
+                        tracing::info!(model = name, url = client.base_url(), "sidecar ready");
+                        shared.set_status(SidecarStatus::Ready);
+                        was_ready = true;
+                    }
+                }
+                HealthState::Loading | HealthState::Unknown => {
+                    if h.progress - last_logged >= 0.1 || last_logged < 0.0 {
+                        tracing::info!(
+                            model = name,
+                            progress = format!("{:.0}%", h.progress * 100.0),
+                            message = %h.message,
+                            "sidecar loading"
+                        );
+                        last_logged = h.progress;
+                    }
+                    shared.set_status(SidecarStatus::Loading {
+                        progress: h.progress,
+                        message: h.message,
+                    });
+                }
+                HealthState::Failed => return Ended::Failed(h.message),
+            },
+            Err(e) => tracing::debug!(model = name, "sidecar health: {e}"),
+        }
+        let pause = if was_ready { 2000 } else { 250 };
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+async fn supervise(
+    config: SidecarConfig,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = BACKOFF_START;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        tracing::info!(model = %config.name, binary = %config.binary.display(), dir = %config.model_dir.display(), "starting sidecar");
+        let started = Instant::now();
+        let started_process = tokio::select! {
+            started = start_process(&config) => started,
+            // A sidecar that has not printed its address yet is killed on drop (kill_on_drop).
+            _ = shutdown.changed() => break,
+        };
+        let ended = match started_process {
+            Err(e) => Ended::Failed(e),
+            Ok((mut child, url)) => {
+                match AcceleratorClient::new(&config.name, &url, config.read_timeout) {
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        Ended::Failed(e)
+                    }
+                    Ok(client) => {
+                        shared.set(
+                            SidecarStatus::Loading {
+                                progress: 0.0,
+                                message: String::new(),
+                            },
+                            Some(client.clone()),
+                        );
+                        let ended = tokio::select! {
+                            status = child.wait() => Ended::Exited(status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())),
+                            ended = watch_health(&client, &shared, &config.name) => ended,
+                            _ = shutdown.changed() => Ended::Shutdown,
+                        };
+                        // Whatever ended it, the process must be gone before a new one starts.
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        ended
+                    }
+                }
+            }
+        };
+        let message = match ended {
+            Ended::Shutdown => {
+                shared.set(
+                    SidecarStatus::Down {
+                        message: "shutting down".into(),
+                    },
+                    None,
+                );
+                tracing::info!(model = %config.name, "sidecar stopped");
+                break;
+            }
+            Ended::Exited(status) => format!("the sidecar exited ({status})"),
+            Ended::Failed(message) => format!("the sidecar failed: {message}"),
+        };
+        if started.elapsed() > STABLE_AFTER {
+            backoff = BACKOFF_START;
+        }
+        tracing::warn!(model = %config.name, retry_in = ?backoff, "{message}");
+        shared.set(SidecarStatus::Down { message }, None);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => break,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// `NAME=DIR` or just `DIR` (named after the directory).
+pub fn parse_model_arg(arg: &str) -> (String, PathBuf) {
+    match arg.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !name.contains('/') => {
+            (name.to_string(), PathBuf::from(dir))
+        }
+        _ => {
+            let dir = PathBuf::from(arg);
+            let name = Path::new(arg.trim_end_matches('/'))
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| arg.to_string());
+            (name, dir)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_args_name_or_dir() {
+        assert_eq!(
+            parse_model_arg("jev=/models/dg"),
+            ("jev".to_string(), PathBuf::from("/models/dg"))
+        );
+        assert_eq!(
+            parse_model_arg("/models/diffusiongemma-1b/"),
+            (
+                "diffusiongemma-1b".to_string(),
+                PathBuf::from("/models/diffusiongemma-1b/")
+            )
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (stop
+//! accepting, let in-flight requests finish within the grace period, then stop the sidecars).
+
+use crate::api::{router_with, ApiKeys, AppState};
+use crate::config::{today, ModelSource, Settings, Source};
+use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
+use crate::reader::sidecar::{default_binary, Sidecar, SidecarConfig};
+use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
+use crate::reader::{ModelEntry, Registry};
+use anyhow::Context;
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The line printed on stdout once the server listens (tests and scripts read the port from it).
+pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
+
+/// The readers a configuration asks for, and the sidecars to stop on shutdown.
+pub struct Readers {
+    pub registry: Registry,
+    pub sidecars: Vec<Arc<Sidecar>>,
+}
+
+pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
+    let mut registry = Registry::new();
+    let mut sidecars = Vec::new();
+    // A read may take as long as a request may; a little more so the request's own 504 wins.
+    let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
+    for ModelSource {
+        name,
+        description,
+        release_date,
+        source,
+    } in &settings.models
+    {
+        let (name, reader): (String, Arc<dyn hunch_core::Reader>) = match source {
+            Source::Sidecar { dir } => {
+                let name = name.clone().unwrap_or_else(|| "default".into());
+                // Fail at startup, not in a restart loop, on what a restart cannot fix.
+                anyhow::ensure!(
+                    dir.is_dir(),
+                    "model {name}: {} is not a directory",
+                    dir.display()
+                );
+                let binary = settings
+                    .accelerator_bin
+                    .clone()
+                    .unwrap_or_else(default_binary);
+                anyhow::ensure!(
+                    binary.is_file(),
+                    "model {name}: no sidecar binary at {} (build hunch-accelerator, or set \
+                     --accelerator-bin / HUNCH_ACCELERATOR_BIN)",
+                    binary.display()
+                );
+                let sidecar = Sidecar::spawn(SidecarConfig {
+                    name: name.clone(),
+                    model_dir: dir.clone(),
+                    binary,
+                    extra_args: settings.sidecar_args.clone(),
+                    read_timeout,
+                });
+                sidecars.push(sidecar.clone());
+                (name, sidecar)
+            }
+            Source::Accelerator { url } => {
+                let probe =
+                    AcceleratorClient::new("?", url, read_timeout).map_err(anyhow::Error::msg)?;
+                let name = match name {
+                    Some(n) => n.clone(),
+                    None => probe
+                        .health()
+                        .await
+                        .ok()
+                        .map(|h| h.model)
+                        .filter(|m| !m.is_empty())
+                        .with_context(|| {
+                            format!(
+                                "cannot ask {url} for its model name; give --accelerator NAME=URL"
+                            )
+                        })?,
+                };
+                let client =
+                    AcceleratorClient::new(&name, url, read_timeout).map_err(anyhow::Error::msg)?;
+                (
+                    name.clone(),
+                    Arc::new(AcceleratorReader::new(&name, client)),
+                )
+            }
+            Source::Upstream {
+                url,
+                remote_model,
+                key,
+            } => {
+                let name = name.clone().unwrap_or_else(|| remote_model.clone());
+                let reader = UpstreamReader::new(UpstreamConfig {
+                    name: name.clone(),
+                    url: url.clone(),
+                    remote_model: remote_model.clone(),
+                    key: key.clone(),
+                    timeout: read_timeout,
+                })
+                .map_err(anyhow::Error::msg)?;
+                (name, Arc::new(reader))
+            }
+        };
+        let description = description.clone().unwrap_or_else(|| match source {
+            Source::Sidecar { dir } => {
+                format!("Diffusion LM System One reader ({})", dir.display())
+            }
+            Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
+            Source::Upstream { url, .. } => format!("System One server at {url}"),
+        });
+        registry.add(ModelEntry {
+            name,
+            description,
+            release_date: release_date.clone().unwrap_or_else(today),
+            reader,
+        })?;
+    }
+    for (alias, target) in &settings.aliases {
+        registry.alias(alias, target)?;
+    }
+    Ok(Readers { registry, sidecars })
+}
+
+/// Resolves when SIGTERM or Ctrl-C arrives.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// Serves until a shutdown signal. `extra` builds more routes (e.g. the policies') from the
+/// ready state (registry, gated readers, metrics); they are merged under the `/v1` layers.
+pub async fn serve_with(
+    settings: Settings,
+    extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
+) -> anyhow::Result<()> {
+    let readers = build_readers(&settings).await?;
+    if readers.registry.models().is_empty() {
+        tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
+    }
+    let state = AppState::new(
+        readers.registry,
+        settings.limits.clone(),
+        ApiKeys::new(settings.api_keys.clone()),
+    )
+    .map_err(anyhow::Error::msg)?;
+    for (alias, target) in state.registry.aliases() {
+        tracing::info!(%alias, %target, "alias");
+    }
+    let app = router_with(state.clone(), extra(&state)?);
+    let listener = tokio::net::TcpListener::bind(&settings.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    let addr = listener.local_addr()?;
+    println!("{LISTENING_PREFIX}http://{addr}");
+    tracing::info!(%addr, auth = state.keys.enabled(), models = state.registry.models().len(), "listening");
+
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = signalled_tx.send(());
+    });
+    let grace = settings.shutdown_grace;
+    let deadline = async move {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        result = graceful => result.context("server error")?,
+        _ = deadline => tracing::warn!(?grace, "grace period over: dropping the requests still in flight"),
+    }
+    for sidecar in &readers.sidecars {
+        sidecar.stop().await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    // Policies load (compile + describe, no reads) before the server listens, so the first
+    // request already sees them; their reads go to the app's gated readers once it exists.
+    let policies = crate::policy::service::PolicyService::start(
+        settings.policies.clone(),
+        settings.admin_key.clone(),
+    )
+    .await?;
+    serve_with(settings, move |state| Ok(policies.routes(state))).await
+}
