@@ -33,8 +33,8 @@ impl Prob {
         self.0
     }
 
-    /// P(¬A) = 1 − a.
-    pub fn not(self) -> Prob {
+    /// P(¬A) = 1 − a (also `!p`).
+    pub fn complement(self) -> Prob {
         Prob(1.0 - self.0)
     }
 
@@ -78,11 +78,11 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// P(¬A) ∈ [1 − hi, 1 − lo].
-    pub fn not(self) -> Bounds {
+    /// P(¬A) ∈ [1 − hi, 1 − lo] (also `!bounds`).
+    pub fn complement(self) -> Bounds {
         Bounds {
-            lo: self.hi.not(),
-            hi: self.lo.not(),
+            lo: self.hi.complement(),
+            hi: self.lo.complement(),
         }
     }
 
@@ -109,6 +109,20 @@ impl Bounds {
     /// The midpoint, for display only: deciding on it would throw the soundness away.
     pub fn mid(self) -> f64 {
         (self.lo.0 + self.hi.0) / 2.0
+    }
+}
+
+impl std::ops::Not for Prob {
+    type Output = Prob;
+    fn not(self) -> Prob {
+        self.complement()
+    }
+}
+
+impl std::ops::Not for Bounds {
+    type Output = Bounds;
+    fn not(self) -> Bounds {
+        self.complement()
     }
 }
 
@@ -251,7 +265,8 @@ mod tests {
         assert!(Prob::new(-0.1).is_none());
         assert_eq!(Prob::clamped(f64::NAN), Prob::ZERO);
         assert_eq!(Prob::clamped(2.0), Prob::ONE);
-        assert!(close(p(0.3).not().value(), 0.7));
+        assert!(close(p(0.3).complement().value(), 0.7));
+        assert_eq!(!p(0.25), p(0.75));
     }
 
     #[test]
@@ -276,8 +291,8 @@ mod tests {
         let or = p(0.7).or(p(0.6));
         assert!(close(or.lo.value(), 0.7) && or.hi == Prob::ONE);
         // De Morgan holds on intervals: ¬(A ∧ B) = ¬A ∨ ¬B.
-        let lhs = p(0.7).and(p(0.6)).not();
-        let rhs = p(0.7).not().or(p(0.6).not());
+        let lhs = !p(0.7).and(p(0.6));
+        let rhs = (!p(0.7)).or(!p(0.6));
         assert!(close(lhs.lo.value(), rhs.lo.value()) && close(lhs.hi.value(), rhs.hi.value()));
     }
 
