@@ -14,11 +14,8 @@ use std::time::{Duration, Instant};
 
 /// These tests compile components and measure reload latency on small shared machines: run them
 /// one at a time so a timing assertion measures the runtime, not the other tests.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// (An async mutex: each test has its own runtime, and the guard is held across awaits.)
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn settings() -> EngineSettings {
     EngineSettings {
@@ -88,7 +85,7 @@ fn invoice() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invoice_vat_approves_a_clean_reverse_charge_invoice() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "invoice-vat", "invoice_vat", None);
     let reader = by_instructions(&[
@@ -115,7 +112,7 @@ async fn invoice_vat_approves_a_clean_reverse_charge_invoice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invoice_vat_rejects_bad_arithmetic_and_holds_when_unsure() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "invoice-vat", "invoice_vat", None);
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
@@ -130,7 +127,7 @@ async fn invoice_vat_rejects_bad_arithmetic_and_holds_when_unsure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_firewall_blocks_injection_and_allows_requested_reads() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "tool-firewall", "tool_firewall", None);
     let reader = by_instructions(&[
@@ -158,7 +155,7 @@ async fn tool_firewall_blocks_injection_and_allows_requested_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ticket_router_reads_a_second_set_only_when_the_first_says_so() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "ticket-router", "ticket_router", None);
     let calm = by_instructions(&[
@@ -192,7 +189,7 @@ async fn ticket_router_reads_a_second_set_only_when_the_first_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_policies_are_stopped_by_the_limit_they_break() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(
         dir.path(),
@@ -246,7 +243,7 @@ async fn hostile_policies_are_stopped_by_the_limit_they_break() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wasi_beyond_the_world_is_not_granted() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "hostile", "hostile", None);
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
@@ -264,7 +261,7 @@ async fn wasi_beyond_the_world_is_not_granted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wall_clock_timeout_stops_a_loop_that_still_has_fuel() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(
         dir.path(),
@@ -288,7 +285,7 @@ async fn a_wall_clock_timeout_stops_a_loop_that_still_has_fuel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_is_validated_against_the_declared_schema() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "invoice-vat", "invoice_vat", None);
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
@@ -323,7 +320,7 @@ impl Reader for SlowReader {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_is_read_concurrently() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "hostile", "hostile", None);
     let reg = registry(dir.path(), Arc::new(SlowReader(Duration::from_millis(300))));
@@ -339,7 +336,7 @@ async fn a_batch_is_read_concurrently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_invocations_finish_on_the_version_they_started_with() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "p", "hostile", None);
     let reg = registry(dir.path(), Arc::new(SlowReader(Duration::from_millis(500))));
@@ -364,7 +361,7 @@ async fn in_flight_invocations_finish_on_the_version_they_started_with() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_file_is_refused_and_the_previous_version_keeps_serving() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "p", "hostile", None);
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
@@ -387,7 +384,7 @@ async fn a_broken_file_is_refused_and_the_previous_version_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_replaced_on_disk_serves_within_a_second_with_no_failed_request() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), "p", "hostile", None);
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
@@ -463,7 +460,7 @@ async fn a_file_replaced_on_disk_serves_within_a_second_with_no_failed_request()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_validates_before_writing_and_remove_deletes() {
-    let _serial = serial();
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let reg = registry(dir.path(), Arc::new(InstantReader::uniform()));
     assert!(reg.deploy("x", b"nope".to_vec(), None).await.is_err());

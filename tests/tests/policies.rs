@@ -122,7 +122,7 @@ async fn example_policies_decide_real_inputs_over_http() {
     )
     .await;
     assert_eq!(status, 422, "{body}");
-    assert_eq!(body["error"]["kind"], "invalid_input");
+    assert_eq!(body["detail"]["error_type"], "invalid_input");
     let (status, _) = post(
         &client,
         &format!("{}/v1/policies/nope", hunch.url),
@@ -158,15 +158,15 @@ async fn hostile_policies_are_stopped_by_the_limit_they_break_and_the_server_kee
         let started = Instant::now();
         let (got, body) = post(&client, &url, &json!({"attack": attack, "bytes": 4 << 20})).await;
         assert_eq!(got, status, "{attack}: {body}");
-        assert_eq!(body["error"]["kind"], kind, "{attack}: {body}");
+        assert_eq!(body["detail"]["error_type"], kind, "{attack}: {body}");
         if let Some(limit) = limit {
-            assert_eq!(body["error"]["limit"], limit, "{attack}: {body}");
-            assert!(body["error"]["message"].as_str().unwrap().contains(limit));
+            assert_eq!(body["detail"]["limit"], limit, "{attack}: {body}");
+            assert!(body["detail"]["message"].as_str().unwrap().contains(limit));
         }
         eprintln!(
             "{attack}: {got} in {:?}: {}",
             started.elapsed(),
-            body["error"]["message"]
+            body["detail"]["message"]
         );
         // The host is unharmed: the next request is served.
         let (ok, echo) = post(&client, &url, &json!({"attack": "none"})).await;
@@ -351,7 +351,7 @@ async fn deployments_over_http_need_the_admin_key() {
     )
     .await;
     assert!(
-        status == 200 || (status == 422 && body["error"]["limit"] == "reads"),
+        status == 200 || (status == 422 && body["detail"]["limit"] == "reads"),
         "{status} {body}"
     );
 

@@ -1,7 +1,8 @@
 //! `/v1/policies`: list, describe, run, deploy and remove decision policies.
 //!
 //! Every error goes through [`PolicyApiError`], the one place that maps runtime errors to status
-//! codes and JSON bodies (`{"error": {"kind", "message", …}}`).
+//! codes and JSON bodies, in the server's error shape: `{"detail": {"error_type", "message", …}}`
+//! (policy errors add fields such as `limit`).
 
 use crate::policy::invoke::PolicyFailure;
 use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
@@ -49,13 +50,13 @@ impl PolicyApiError {
     fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
         PolicyApiError {
             status,
-            body: json!({"error": {"kind": kind, "message": message.into()}}),
+            body: json!({"detail": {"error_type": kind, "message": message.into()}}),
             retry_after: None,
         }
     }
 
     fn with(mut self, key: &str, value: Value) -> Self {
-        if let Some(obj) = self.body["error"].as_object_mut() {
+        if let Some(obj) = self.body["detail"].as_object_mut() {
             obj.insert(key.to_string(), value);
         }
         self

@@ -86,6 +86,14 @@ pub struct PolicySummary {
     pub last_reload: Option<ReloadStatus>,
 }
 
+/// The outcome of one load attempt, for the reload status.
+enum Attempt {
+    /// The version now serving, and the hash of the config it was loaded with.
+    Loaded(Arc<LoadedPolicy>, Option<String>),
+    /// Why it was refused, and the version (hash) refused when known.
+    Refused(String, Option<String>),
+}
+
 #[derive(Default)]
 struct Entry {
     current: Option<Arc<LoadedPolicy>>,
@@ -202,16 +210,12 @@ impl Registry {
         .map_err(|e| LoadError::Io(format!("the loader panicked: {e}")))?
     }
 
-    fn record(
-        &self,
-        name: &str,
-        result: Result<(Arc<LoadedPolicy>, Option<String>), (String, Option<String>)>,
-    ) {
+    fn record(&self, name: &str, result: Attempt) {
         let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
         let entry = entries.entry(name.to_string()).or_default();
         let now = unix_ms(SystemTime::now());
         match result {
-            Ok((policy, config_hash)) => {
+            Attempt::Loaded(policy, config_hash) => {
                 entry.last_reload = Some(ReloadStatus {
                     at_ms: now,
                     ok: true,
@@ -221,7 +225,7 @@ impl Registry {
                 entry.current = Some(policy);
                 entry.config_hash = config_hash;
             }
-            Err((error, version)) => {
+            Attempt::Refused(error, version) => {
                 entry.last_reload = Some(ReloadStatus {
                     at_ms: now,
                     ok: false,
@@ -256,7 +260,7 @@ impl Registry {
             }
             Err(e) => {
                 let error = LoadError::Io(format!("cannot read {}: {e}", wasm_path.display()));
-                self.record(name, Err((error.to_string(), None)));
+                self.record(name, Attempt::Refused(error.to_string(), None));
                 return Err(error.into());
             }
         };
@@ -265,7 +269,7 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
                 let error = LoadError::Io(format!("cannot read {}: {e}", toml_path.display()));
-                self.record(name, Err((error.to_string(), None)));
+                self.record(name, Attempt::Refused(error.to_string(), None));
                 return Err(error.into());
             }
         };
@@ -299,7 +303,7 @@ impl Registry {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
                 tracing::warn!(policy = name, version, error = %e, "policy refused");
-                self.record(name, Err((e.to_string(), Some(version))));
+                self.record(name, Attempt::Refused(e.to_string(), Some(version)));
                 return Err(e.into());
             }
         };
@@ -313,12 +317,12 @@ impl Registry {
                     ms = started.elapsed().as_secs_f64() * 1e3,
                     "policy version serving"
                 );
-                self.record(name, Ok((policy.clone(), config_hash)));
+                self.record(name, Attempt::Loaded(policy.clone(), config_hash));
                 Ok(Some(policy))
             }
             Err(e) => {
                 tracing::warn!(policy = name, version, error = %e, "policy refused; the previous version keeps serving");
-                self.record(name, Err((e.to_string(), Some(version))));
+                self.record(name, Attempt::Refused(e.to_string(), Some(version)));
                 Err(e.into())
             }
         }
