@@ -21,7 +21,11 @@ pub fn main() -> ExitCode {
         } => match crate::policy::scaffold::new_policy(&dir, &name, &sdk) {
             Ok(root) => {
                 println!("created {}", root.display());
-                println!("build: cargo build --manifest-path {}/Cargo.toml --target wasm32-wasip2 --release", root.display());
+                println!(
+                    "inside policies/: add \"{name}\" to `members` in policies/Cargo.toml, then\n  \
+                     cargo test --manifest-path policies/Cargo.toml -p {name}\n  \
+                     cargo build --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release"
+                );
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -46,14 +46,12 @@ pub enum PolicyCommand {
     New {
         /// The policy's name (`[a-z0-9][a-z0-9_-]*`): the crate, the file and the URL segment.
         name: String,
-        /// Where to create the crate's folder.
-        #[arg(long, default_value = ".")]
+        /// Where to create the crate's folder (default: the repository's policies workspace).
+        #[arg(long, default_value = "policies")]
         dir: PathBuf,
-        /// How the crate depends on the SDK (a Cargo dependency spec).
-        #[arg(
-            long,
-            default_value = "{ git = \"https://github.com/hunch-ai/hunch\", package = \"hunch-guest-sdk\" }"
-        )]
+        /// How the crate depends on the SDK, as a Cargo dependency spec. The default suits a crate
+        /// inside `policies/`; elsewhere use e.g. `{ path = "/path/to/hunch/guest-sdk" }`.
+        #[arg(long, default_value = "{ workspace = true }")]
         sdk: String,
     },
 }

@@ -62,9 +62,10 @@ name = "{name}"
 version = "0.1.0"
 edition = "2021"
 
-# Build:  cargo build --target wasm32-wasip2 --release   (then copy target/…/{name}.wasm
-#         into the server's --policies directory, or PUT it to /v1/policies/{name})
 # Test:   cargo test
+# Build:  cargo build --target wasm32-wasip2 --release, then copy the `.wasm` from
+#         target/wasm32-wasip2/release/ into the server's --policies directory as {name}.wasm
+#         (or PUT it to /v1/policies/{name}).
 [lib]
 crate-type = ["cdylib", "rlib"]
 
