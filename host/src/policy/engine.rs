@@ -91,8 +91,23 @@ pub fn build_engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
     if let Some(dir) = &settings.cache_dir {
         let mut cache_config = CacheConfig::new();
         cache_config.with_directory(dir.clone());
-        let cache = Cache::new(cache_config).map_err(|e| EngineError(format!("cache: {e}")))?;
-        config.cache(Some(cache));
+        // The cache only saves time: an unwritable cache directory must not stop the server.
+        match Cache::new(cache_config) {
+            Ok(cache) => {
+                config.cache(Some(cache));
+            }
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "no compilation cache"),
+        }
     }
-    Engine::new(&config).map_err(|e| EngineError(e.to_string()))
+    match Engine::new(&config) {
+        Ok(engine) => Ok(engine),
+        Err(pooled) => {
+            // The pool reserves its address space up front; where that is refused (strict
+            // overcommit, small ulimit -v) fall back to allocating instances on demand: slower
+            // instantiation, same limits.
+            tracing::warn!(error = %pooled, "pooling allocator unavailable; instances allocated on demand");
+            config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+            Engine::new(&config).map_err(|e| EngineError(e.to_string()))
+        }
+    }
 }
