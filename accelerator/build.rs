@@ -2,6 +2,15 @@
 //! benches, bins): a dependency's own link arguments never reach the final binary.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB_DIR");
+    println!("cargo:rerun-if-env-changed=DEP_MLX_OPENBLAS");
+    // With HUNCH_OPENBLAS set, mlx-sys exports the library: list it as a direct dependency of
+    // every binary (even though the binary references none of its symbols, hence
+    // --no-as-needed), so MLX's BLAS calls resolve to it rather than the wheel's reference BLAS.
+    if let Ok(openblas) = std::env::var("DEP_MLX_OPENBLAS") {
+        println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+        println!("cargo:rustc-link-arg={openblas}");
+        println!("cargo:rustc-link-arg=-Wl,--as-needed");
+    }
     if let Ok(dir) = std::env::var("DEP_MLX_LIB_DIR") {
         if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
             println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");

@@ -25,6 +25,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! MLX is not thread-safe: [`DiffusionGemma`] and [`PromptCache`] are `Send` but not `Sync`;
+//! give them to one worker thread (or a mutex) and send it work.
+//!
 //! Building needs MLX: see `docs/mlx-on-linux.md` (the `mlx-sys` build fetches MLX's PyPI wheel).
 
 pub mod checkpoint;

@@ -103,6 +103,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C. Default 30.
     #[arg(long, env = "HUNCH_SHUTDOWN_GRACE")]
     pub shutdown_grace: Option<f64>,
+    /// With no model configured, serve nothing instead of the demo model.
+    #[arg(long, env = "HUNCH_NO_DEMO")]
+    pub no_demo: bool,
     /// A directory of decision policies (`NAME.wasm` + optional `NAME.toml`), watched: changes
     /// take effect without a restart. Without it, policies deployed over HTTP live in memory.
     #[arg(long, env = "HUNCH_POLICIES")]
@@ -207,6 +210,8 @@ pub struct Settings {
     pub accelerator_bin: Option<PathBuf>,
     pub sidecar_args: Vec<String>,
     pub shutdown_grace: Duration,
+    /// Serve the generated demo model when no model is configured.
+    pub demo: bool,
     /// `--policies DIR`.
     pub policies: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP.
@@ -403,6 +408,7 @@ impl Settings {
             accelerator_bin: args.accelerator_bin.clone().or(file.accelerator_bin),
             sidecar_args,
             shutdown_grace,
+            demo: !args.no_demo,
             policies: args.policies.clone().or(file.policies),
             admin_key: args
                 .admin_key

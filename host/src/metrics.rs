@@ -66,9 +66,21 @@ pub struct Metrics {
     /// Content-Encoding → request bodies decoded.
     encodings: Mutex<BTreeMap<String, u64>>,
     draws: AtomicU64,
+    /// model → what its reads cost inside the model (from `ReadStats`).
+    model_figures: Mutex<BTreeMap<String, ModelFigures>>,
     http_in_flight: AtomicI64,
     reads_in_flight: AtomicI64,
     queue_depth: AtomicI64,
+}
+
+/// The model-side figures of a model's reads (the sidecar's per-read log line, summed).
+#[derive(Debug, Clone, Default)]
+struct ModelFigures {
+    prefills: u64,
+    prompt_tokens: u64,
+    reused_tokens: u64,
+    prefill: Histogram,
+    denoise: Histogram,
 }
 
 fn escape(label: &str) -> String {
@@ -107,6 +119,19 @@ impl Metrics {
         self.draws.fetch_add(u64::from(draws), Ordering::Relaxed);
     }
 
+    /// The model-side cost of one successful read request: prefills, prompt tokens (and those
+    /// reused from a prefix cache), prefill and denoise seconds.
+    pub fn record_read_stats(&self, model: &str, stats: &hunch_core::ReadStats) {
+        if let Ok(mut m) = self.model_figures.lock() {
+            let f = m.entry(model.to_string()).or_default();
+            f.prefills += u64::from(stats.reads);
+            f.prompt_tokens += stats.prompt_tokens;
+            f.reused_tokens += stats.reused_tokens;
+            f.prefill.observe(stats.prefill_seconds);
+            f.denoise.observe(stats.denoise_seconds);
+        }
+    }
+
     pub fn record_body_encoding(&self, encoding: &str) {
         if let Ok(mut m) = self.encodings.lock() {
             *m.entry(encoding.to_string()).or_default() += 1;
@@ -125,9 +150,57 @@ impl Metrics {
         self.queue_depth.fetch_add(delta, Ordering::Relaxed);
     }
 
+    fn render_model_figures(&self, out: &mut String) {
+        let Ok(m) = self.model_figures.lock() else {
+            return;
+        };
+        let counters: [(&str, &str, fn(&ModelFigures) -> u64); 3] = [
+            (
+                "hunch_model_prefills_total",
+                "Prompt prefills (one per model read).",
+                |f| f.prefills,
+            ),
+            (
+                "hunch_model_prompt_tokens_total",
+                "Prompt tokens prefilled or reused.",
+                |f| f.prompt_tokens,
+            ),
+            (
+                "hunch_model_reused_prompt_tokens_total",
+                "Prompt tokens served from the prefix cache.",
+                |f| f.reused_tokens,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (model, f) in m.iter() {
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
+            }
+        }
+        let histograms: [(&str, &str, fn(&ModelFigures) -> &Histogram); 2] = [
+            (
+                "hunch_model_prefill_seconds",
+                "Prefill time of a request's reads.",
+                |f| &f.prefill,
+            ),
+            (
+                "hunch_model_denoise_seconds",
+                "Decoder (denoise) time of a request's reads.",
+                |f| &f.denoise,
+            ),
+        ];
+        for (name, help, hist) in histograms {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            for (model, f) in m.iter() {
+                hist(f).render(out, name, &format!("model=\"{}\"", escape(model)));
+            }
+        }
+    }
+
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.render_model_figures(&mut out);
         out.push_str("# HELP hunch_http_requests_total HTTP requests by route and status.\n");
         out.push_str("# TYPE hunch_http_requests_total counter\n");
         if let Ok(m) = self.requests.lock() {
@@ -245,5 +318,27 @@ mod tests {
         assert!(text.contains("hunch_reads_total{model=\"jev\",outcome=\"ok\"} 1"));
         assert!(text.contains("hunch_read_draws_total 4"));
         assert!(text.contains("hunch_queue_depth 0"));
+    }
+
+    #[test]
+    fn renders_the_model_side_figures_of_reads() {
+        let m = Metrics::new();
+        let stats = hunch_core::ReadStats {
+            reads: 2,
+            draws: 5,
+            prompt_tokens: 300,
+            reused_tokens: 120,
+            tokenize_seconds: 0.001,
+            prefill_seconds: 0.2,
+            denoise_seconds: 0.05,
+        };
+        m.record_read_stats("dg", &stats);
+        m.record_read_stats("dg", &stats);
+        let text = m.render();
+        assert!(text.contains("hunch_model_prefills_total{model=\"dg\"} 4"));
+        assert!(text.contains("hunch_model_prompt_tokens_total{model=\"dg\"} 600"));
+        assert!(text.contains("hunch_model_reused_prompt_tokens_total{model=\"dg\"} 240"));
+        assert!(text.contains("hunch_model_prefill_seconds_count{model=\"dg\"} 2"));
+        assert!(text.contains("hunch_model_denoise_seconds_bucket{model=\"dg\",le=\"0.05\"} 2"));
     }
 }

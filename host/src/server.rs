@@ -21,8 +21,59 @@ pub struct Readers {
     pub sidecars: Vec<Arc<Sidecar>>,
 }
 
+/// The name the demo model is served under.
+pub const DEMO_MODEL: &str = "hunch-demo";
+
+/// With no model configured, `hunch serve` serves the demo checkpoint so that the README's run
+/// command works on a fresh machine: `hunch-accelerator demo` writes it once (deterministic,
+/// real HF layout, cached) and prints its directory.
+async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
+    let binary = settings
+        .accelerator_bin
+        .clone()
+        .unwrap_or_else(default_binary);
+    anyhow::ensure!(
+        binary.is_file(),
+        "no model configured and no sidecar binary at {} to make the demo model (build \
+         hunch-accelerator, or give --model DIR)",
+        binary.display()
+    );
+    let output = tokio::process::Command::new(&binary)
+        .arg("demo")
+        .output()
+        .await
+        .with_context(|| format!("running {} demo", binary.display()))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{} demo failed: {}",
+        binary.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let dir = String::from_utf8_lossy(&output.stdout).trim().to_string();
+    tracing::warn!(
+        dir = %dir,
+        "NO MODEL CONFIGURED: serving the DEMO model {DEMO_MODEL}. Its weights are random and its \
+         answers carry NO meaning. Run a real checkpoint with --model DIR (see README)."
+    );
+    Ok(ModelSource {
+        name: Some(DEMO_MODEL.into()),
+        description: Some(
+            "DEMO: a small random DiffusionGemma; its answers carry no meaning".into(),
+        ),
+        release_date: None,
+        source: Source::Sidecar { dir: dir.into() },
+    })
+}
+
 pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     let mut registry = Registry::new();
+    let demo;
+    let models: &[ModelSource] = if settings.models.is_empty() && settings.demo {
+        demo = [demo_model(settings).await?];
+        &demo
+    } else {
+        &settings.models
+    };
     let mut sidecars = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
@@ -31,7 +82,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         description,
         release_date,
         source,
-    } in &settings.models
+    } in models
     {
         let (name, reader): (String, Arc<dyn hunch_core::Reader>) = match source {
             Source::Sidecar { dir } => {

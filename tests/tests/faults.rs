@@ -307,3 +307,74 @@ async fn a_toml_file_configures_models_keys_and_limits() {
     assert_eq!(r.status(), 413);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The pids of `pid`'s children (Linux).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_hung_sidecar_is_restarted_and_reads_time_out_meanwhile() {
+    let hunch = start_hunch_with_fixture("dg-test", &["--request-timeout", "2"]).await;
+    let sidecar = children(hunch.process.pid())
+        .into_iter()
+        .find(|k| {
+            std::fs::read_to_string(format!("/proc/{k}/cmdline"))
+                .is_ok_and(|c| c.contains("fixture-sidecar"))
+        })
+        .expect("the sidecar is a child of hunch");
+    // Freeze it: it still accepts connections (the kernel does) but never answers.
+    std::process::Command::new("kill")
+        .args(["-STOP", &sidecar.to_string()])
+        .status()
+        .unwrap();
+    // Wait until the kernel reports it stopped (state T) before asking anything.
+    let stopped = Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{sidecar}/stat")).is_ok_and(|st| {
+        st.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('T'))
+    }) {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "the sidecar did not stop"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let t = Instant::now();
+    let r = post(&hunch.url, &sample_request()).await;
+    assert!(matches!(r.status().as_u16(), 503 | 504), "{}", r.status());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "a read of a hung sidecar must not hang"
+    );
+    // After a few failed health checks the supervisor kills it and starts a new one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = post(&hunch.url, &sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hung sidecar was not replaced"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        !children(hunch.process.pid()).contains(&sidecar),
+        "the hung sidecar is gone"
+    );
+    assert!(hunch.process.logs().contains("health checks in a row"));
+}

@@ -67,6 +67,8 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // The host forwards sidecar logs into its own; colour codes only help a terminal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

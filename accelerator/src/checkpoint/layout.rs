@@ -32,8 +32,15 @@ pub enum LayoutError {
     Dims(#[from] DimsError),
     #[error(transparent)]
     Tensor(#[from] TensorError),
-    #[error("tensor {tensor} is missing (expected in {expected_in})")]
-    Missing { tensor: String, expected_in: String },
+    #[error("tensor {tensor} ({dtype} {expected:?}) is missing (expected in {expected_in})")]
+    Missing {
+        tensor: String,
+        /// Shape implied by config.json, so the error says what to put there.
+        expected: Vec<usize>,
+        /// `U32`, `U8`, … or "float" where any float type is accepted.
+        dtype: String,
+        expected_in: String,
+    },
     #[error("tensor {tensor} in {file}: shape {actual:?}, expected {expected:?} from config.json")]
     Shape {
         tensor: String,
@@ -292,14 +299,24 @@ impl Checkpoint {
             };
             let outs = outputs(&spec, layout, storage, Dtype::BF16);
             for t in &outs {
+                // Dense tensors, scales and biases may be any float type (see `dtype_ok`).
+                let accepted = if matches!(t.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16) {
+                    "float".to_string()
+                } else {
+                    t.dtype.to_string()
+                };
                 let file = tensors
                     .file_of(&t.name)
                     .ok_or_else(|| LayoutError::Missing {
                         tensor: t.name.clone(),
+                        expected: t.shape.clone(),
+                        dtype: accepted.clone(),
                         expected_in: where_.clone(),
                     })?;
                 let info = file.info(&t.name).ok_or_else(|| LayoutError::Missing {
                     tensor: t.name.clone(),
+                    expected: t.shape.clone(),
+                    dtype: accepted.clone(),
                     expected_in: where_.clone(),
                 })?;
                 if info.shape != t.shape {

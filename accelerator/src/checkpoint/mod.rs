@@ -1,10 +1,12 @@
 //! Loading checkpoints: tensor sources (memory-mapped safetensors shards) and the assembly of a
 //! [`DiffusionGemma`] from a [`WeightLayout`], which says how each logical weight is stored.
 //!
-//! Layouts: [`hf`] (Hugging Face BF16/F32, single file or sharded). Quantised layouts implement
-//! [`WeightLayout`] and build [`Linear`] / [`Experts`] through their public constructors.
+//! Layouts: [`hf`] (Hugging Face BF16/F32, single file or sharded) and [`quantized`] (NVFP4
+//! experts, MLX affine). Quantised layouts implement [`WeightLayout`] and build [`Linear`] /
+//! [`Experts`] through their public constructors; [`load`] picks one with [`detect_layout`].
 
 pub mod hf;
+pub mod quantized;
 
 use std::{
     collections::HashMap,
@@ -117,6 +119,10 @@ pub enum LoadError {
     /// Assembling the model failed.
     #[error("assembling the model: {0}")]
     Model(#[from] ModelError),
+    /// Detecting or validating a quantised layout failed (names tensor, file and shapes).
+    /// Boxed: the validator's error is large and load errors travel through `Result`s.
+    #[error(transparent)]
+    Layout(Box<layout::LayoutError>),
 }
 
 /// Where named tensors come from.
@@ -304,7 +310,7 @@ impl TensorSource for SafetensorsShards {
             });
         }
         let ptr = bytes.as_ptr();
-        let aligned = (ptr as usize) % dtype_size(entry.dtype) == 0;
+        let aligned = (ptr as usize).is_multiple_of(dtype_size(entry.dtype));
         // SAFETY: `ptr` points at `bytes.len()` readable bytes of the mapping, which the boxed
         // Arc handed to MLX as payload keeps alive until MLX releases the array (or, for the
         // copying constructor, for the duration of the call). Shape and dtype match the length
@@ -512,7 +518,8 @@ pub fn assemble(
     )?)
 }
 
-/// Loads a checkpoint directory, detecting its layout (Hugging Face for now).
+/// Loads a checkpoint directory in any of the three layouts ([`detect_layout`]: NVFP4 when a
+/// `manifest.json` is present, affine when config.json has a `quantization` block, else HF).
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<DiffusionGemma, LoadError> {
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|source| LoadError::Io {
@@ -523,8 +530,12 @@ pub fn load(dir: &Path, options: &LoadOptions) -> Result<DiffusionGemma, LoadErr
         path: config_path.clone(),
         source,
     })?;
-    let layout = hf::HfLayout::open(dir)?;
-    assemble(&layout, config, options)
+    match detect_layout(dir)? {
+        Layout::Hf => assemble(&hf::HfLayout::open(dir)?, config, options),
+        Layout::Nvfp4 | Layout::Affine => {
+            assemble(&quantized::QuantizedLayout::open(dir)?, config, options)
+        }
+    }
 }
 
 impl DiffusionGemma {

@@ -71,6 +71,8 @@ pub struct Config {
     pub rope_full: RopeConfig,
     /// Generation canvas length (top level; a read uses its own canvas width).
     pub canvas_length: Option<i32>,
+    /// Longest sequence (prompt + canvas) the positions were trained for.
+    pub max_position_embeddings: Option<i32>,
     /// Padding token id.
     pub pad_token_id: Option<u32>,
     /// Begin-of-sequence token id.
@@ -92,6 +94,7 @@ pub enum ConfigError {
 struct RawTop {
     text_config: RawText,
     canvas_length: Option<i32>,
+    tie_word_embeddings: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -137,6 +140,8 @@ struct RawText {
     rms_norm_eps: f32,
     final_logit_softcapping: Option<f32>,
     hidden_activation: Option<String>,
+    tie_word_embeddings: Option<bool>,
+    max_position_embeddings: Option<i32>,
     pad_token_id: Option<u32>,
     bos_token_id: Option<u32>,
 }
@@ -146,6 +151,12 @@ impl Config {
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
         let raw: RawTop = serde_json::from_str(text)?;
         let t = raw.text_config;
+        // The unembedding is the embedding matrix; an untied lm_head would be silently ignored.
+        if raw.tie_word_embeddings == Some(false) || t.tie_word_embeddings == Some(false) {
+            return Err(ConfigError::Invalid(
+                "tie_word_embeddings is false; only the tied unembedding is supported".into(),
+            ));
+        }
         if let Some(act) = &t.hidden_activation {
             if act != "gelu_pytorch_tanh" {
                 return Err(ConfigError::Invalid(format!(
@@ -242,6 +253,7 @@ impl Config {
             rope_sliding: rope(&t.rope_parameters.sliding_attention, "sliding_attention")?,
             rope_full: rope(&t.rope_parameters.full_attention, "full_attention")?,
             canvas_length: raw.canvas_length,
+            max_position_embeddings: t.max_position_embeddings,
             pad_token_id: t.pad_token_id,
             bos_token_id: t.bos_token_id,
         })

@@ -121,6 +121,13 @@ impl DiffusionGemma {
         }
     }
 
+    fn check_length(&self, needed: usize) -> Result<(), ModelError> {
+        match self.config.max_position_embeddings {
+            Some(max) if needed > max as usize => Err(ModelError::TooLong { needed, max }),
+            _ => Ok(()),
+        }
+    }
+
     /// `embed(ids) · √hidden` in the activation dtype.
     fn embed(&self, ids: &Array) -> Result<Array, ModelError> {
         let e = self.embedding.rows(ids)?.as_dtype(self.dtype)?;
@@ -132,6 +139,7 @@ impl DiffusionGemma {
             return Err(ModelError::EmptyPrompt);
         }
         self.check_tokens(prompt_ids)?;
+        self.check_length(prompt_ids.len())?;
         let p = prompt_ids.len() as i32;
         let ids = Array::from_slice(prompt_ids, &[1, p]);
         let mut x = self.embed(&ids)?;
@@ -229,6 +237,7 @@ impl DiffusionGemma {
             flat.extend_from_slice(canvas);
         }
         self.check_tokens(&flat)?;
+        self.check_length(cache.len() + width)?;
         let (b, w) = (canvases.len() as i32, width as i32);
         let vocab = self.config.vocab_size;
         if let Some(sc) = self_conditioning {
@@ -253,7 +262,7 @@ impl DiffusionGemma {
         for (layer, kv) in self.layers.iter().zip(&cache.layers) {
             x = layer.denoise(&x, kv, cache.len)?;
         }
-        Ok(self.final_norm.forward(&x)?)
+        self.final_norm.forward(&x)
     }
 
     /// Tied unembedding, float32, softcap; evaluated.
@@ -270,3 +279,11 @@ impl DiffusionGemma {
         Ok(logits)
     }
 }
+
+// The server moves the model and its caches into a worker thread (MLX is not thread-safe, so
+// one thread owns them): both must stay `Send`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<DiffusionGemma>();
+    assert_send::<PromptCache>();
+};

@@ -50,6 +50,16 @@ pub enum ModelError {
         /// Vocabulary size.
         vocab: i32,
     },
+    /// Prompt plus canvas run past the model's position range.
+    #[error(
+        "{needed} positions (prompt + canvas) exceed the model's max_position_embeddings {max}"
+    )]
+    TooLong {
+        /// Positions the call needs.
+        needed: usize,
+        /// `max_position_embeddings`.
+        max: i32,
+    },
     /// Self-conditioning logits of the wrong shape.
     #[error(
         "self-conditioning logits have shape {found:?}; expected [{batch} or 1, {width}, {vocab}]"

@@ -17,7 +17,7 @@ pub const REREAD_THRESHOLD: f64 = 0.1;
 /// Draws in all when the re-read rule fires.
 pub const REREAD_DRAWS: usize = 4;
 /// Most draws a caller may ask for with `x_draws`.
-pub const MAX_DRAWS: u32 = 32;
+pub const MAX_DRAWS: u32 = 64;
 
 /// The seed of read (group) `k` of a request.
 pub fn group_seed(base: u64, k: usize) -> u64 {

@@ -317,7 +317,7 @@ impl<T: ReadTokenizer> Planner<T> {
             };
             let mut position: Option<usize> = None;
             let mut label_ids = vec![0u32; q.labels.len()];
-            for li in 1..q.labels.len() {
+            for (li, label_id) in label_ids.iter_mut().enumerate().skip(1) {
                 let mut choice = base.clone();
                 choice[qi] = li;
                 let mut ids = self.head.clone();
@@ -330,7 +330,7 @@ impl<T: ReadTokenizer> Planner<T> {
                     return Err(not_one_slot());
                 }
                 position = Some(diffs[0]);
-                label_ids[li] = ids[diffs[0]];
+                *label_id = ids[diffs[0]];
             }
             let position = position.ok_or_else(not_one_slot)?;
             label_ids[0] = template[position];

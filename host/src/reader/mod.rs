@@ -215,7 +215,10 @@ impl Reader for GatedReader {
         let started = Instant::now();
         let result = self.inner.read(request).await;
         let (outcome, draws) = match &result {
-            Ok(o) => ("ok", o.stats.draws),
+            Ok(o) => {
+                self.metrics.record_read_stats(&self.name, &o.stats);
+                ("ok", o.stats.draws)
+            }
             Err(e) => (read_error_kind(e), 0),
         };
         self.metrics

@@ -24,6 +24,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// A sidecar that stayed up this long before dying restarts without accumulated backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(60);
+/// Consecutive failed health checks (2 s apart) after which a ready sidecar is restarted.
+const MAX_HEALTH_FAILURES: u32 = 5;
 
 #[derive(Debug, Clone)]
 pub struct SidecarConfig {
@@ -241,8 +243,13 @@ enum Ended {
 async fn watch_health(client: &AcceleratorClient, shared: &Shared, name: &str) -> Ended {
     let mut last_logged = -1.0f64;
     let mut was_ready = false;
+    let mut failures = 0u32;
     loop {
-        match client.health().await {
+        let health = client.health().await;
+        if health.is_ok() {
+            failures = 0;
+        }
+        match health {
             Ok(h) => match h.state {
                 HealthState::Ready => {
                     if !was_ready {
@@ -268,7 +275,22 @@ async fn watch_health(client: &AcceleratorClient, shared: &Shared, name: &str) -
                 }
                 HealthState::Failed => return Ended::Failed(h.message),
             },
-            Err(e) => tracing::debug!(model = name, "sidecar health: {e}"),
+            Err(e) => {
+                tracing::debug!(model = name, "sidecar health: {e}");
+                // A ready sidecar that stops answering its health check (hung, stopped) is
+                // restarted rather than left to time out every read.
+                if was_ready {
+                    failures += 1;
+                    if failures >= MAX_HEALTH_FAILURES {
+                        return Ended::Failed(format!(
+                            "no answer to {failures} health checks in a row ({e})"
+                        ));
+                    }
+                }
+                let pause = if was_ready { 2000 } else { 250 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                continue;
+            }
         }
         let pause = if was_ready { 2000 } else { 250 };
         tokio::time::sleep(Duration::from_millis(pause)).await;

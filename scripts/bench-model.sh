@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Benchmark of the model itself against the Python reference (mlx_vlm 0.7.10's DiffusionGemma on
+# MLX's CPU wheel, in its own venv): one encoder prefill and one batched decoder pass on the same
+# random checkpoint, same machine, one after the other. Prints a side-by-side table with both
+# times, the ratio, and the resident memory of each process. Not a test.
+#
+#   scripts/bench-model.sh [PRESET=small] [DTYPE=float32]
+# Env: REFBENCH (default ../shared/refbench: ref_bench.py + summarize.py), BENCH_ARGS (passed to
+# both, default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-small}"
+dtype="${2:-float32}"
+refbench="${REFBENCH:-../shared/refbench}"
+args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
+work=target/bench-model
+mkdir -p "$work"
+[ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
+cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
+ckpt="$work/$preset"
+if [ ! -f "$ckpt/config.json" ]; then
+  target/release/hunch-ckpt random --preset "$preset" --layout hf --out "$ckpt"
+fi
+rm -f "$work/reference.jsonl" "$work/hunch.jsonl"
+echo "reference (mlx_vlm) ..." >&2
+MLX_VLM_SRC="$(.venv-reference/bin/python -c 'import importlib.util,os; s=importlib.util.find_spec("mlx_vlm"); print(os.path.dirname(s.submodule_search_locations[0]))')" \
+  .venv-reference/bin/python "$refbench/ref_bench.py" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+  --out "$work/reference.jsonl" >/dev/null
+echo "hunch (mlx-rs) ..." >&2
+target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --out "$work/hunch.jsonl" >/dev/null
+echo "machine: $(nproc) cores; BLAS: MLX wheel's bundled reference BLAS for both (see docs/mlx-on-linux.md)"
+python3 "$refbench/summarize.py" "$work/reference.jsonl" "$work/hunch.jsonl" --labels mlx_vlm,hunch

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what building and testing Hunch needs on a fresh Debian/Ubuntu machine, idempotently:
+#   - libclang (bindgen generates MLX's C bindings), pip for fetching MLX's wheel
+#   - the wasm32-wasip2 Rust target (decision policies)
+#   - MLX's prebuilt CPU library from PyPI into .mlx/ (scripts/fetch-mlx.sh)
+#   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
+#     .venv-reference: the reference read on mlx_vlm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+if ! ldconfig -p 2>/dev/null | grep -q 'libclang'; then need_apt+=(libclang-dev); fi
+if ! python3 -m pip --version >/dev/null 2>&1; then need_apt+=(python3-pip); fi
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_apt+=(python3-venv); fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  sudo_cmd=""
+  if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+fi
+
+scripts/fetch-mlx.sh
+
+if [ "${1:-}" = "--test" ]; then
+  scripts/python-env.sh
+  tests/reference/setup.sh .venv-reference
+fi
