@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, OptLevel,
-    PoolingAllocationConfig,
+    PoolingAllocationConfig, RegallocAlgorithm,
 };
 
 /// How the engine is built. Chosen at startup; changing it needs a restart.
@@ -72,6 +72,11 @@ pub fn build_engine(settings: &EngineSettings) -> Result<Engine, EngineError> {
     config.consume_fuel(true);
     config.max_wasm_stack(settings.max_wasm_stack_bytes);
     config.cranelift_opt_level(settings.opt_level);
+    // Reload latency is a cold compile: the single-pass register allocator compiles in linear
+    // time (slightly more spills in code that mostly waits for reads), and no address map is
+    // kept (trap reports name limits, not native offsets).
+    config.cranelift_regalloc_algorithm(RegallocAlgorithm::SinglePass);
+    config.generate_address_map(false);
 
     let n = settings.max_concurrent.max(1);
     let mut pool = PoolingAllocationConfig::default();
