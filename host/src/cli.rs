@@ -1,6 +1,6 @@
 //! The `hunch` command, callable from any binary (the e2e tests build a copy of it).
 
-use crate::config::{Cli, Command, Settings};
+use crate::config::{Cli, Command, PolicyCommand, Settings};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -16,6 +16,23 @@ pub fn main() -> ExitCode {
             println!("{:#}", crate::api::openapi::document());
             ExitCode::SUCCESS
         }
+        Command::Policy {
+            command: PolicyCommand::New { name, dir, sdk },
+        } => match crate::policy::scaffold::new_policy(&dir, &name, &sdk) {
+            Ok(root) => {
+                println!("created {}", root.display());
+                println!(
+                    "inside policies/: add \"{name}\" to `members` in policies/Cargo.toml, then\n  \
+                     cargo test --manifest-path policies/Cargo.toml -p {name}\n  \
+                     cargo build --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release"
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("hunch: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve(args) => {
             init_tracing();
             let keys_env = std::env::var("HUNCH_API_KEYS").ok();

@@ -33,6 +33,27 @@ pub enum Command {
     Schema,
     /// Print the OpenAPI document.
     Openapi,
+    /// Decision policies: `hunch policy new NAME` scaffolds a policy crate.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a policy crate (Cargo.toml + src/lib.rs) that builds and tests as it is.
+    New {
+        /// The policy's name (`[a-z0-9][a-z0-9_-]*`): the crate, the file and the URL segment.
+        name: String,
+        /// Where to create the crate's folder (default: the repository's policies workspace).
+        #[arg(long, default_value = "policies")]
+        dir: PathBuf,
+        /// How the crate depends on the SDK, as a Cargo dependency spec. The default suits a crate
+        /// inside `policies/`; elsewhere use e.g. `{ path = "/path/to/hunch/guest-sdk" }`.
+        #[arg(long, default_value = "{ workspace = true }")]
+        sdk: String,
+    },
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -85,6 +106,14 @@ pub struct ServeArgs {
     /// With no model configured, serve nothing instead of the demo model.
     #[arg(long, env = "HUNCH_NO_DEMO")]
     pub no_demo: bool,
+    /// A directory of decision policies (`NAME.wasm` + optional `NAME.toml`), watched: changes
+    /// take effect without a restart. Without it, policies deployed over HTTP live in memory.
+    #[arg(long, env = "HUNCH_POLICIES")]
+    pub policies: Option<PathBuf>,
+    /// The key for deploying policies over HTTP (`PUT`/`DELETE /v1/policies/NAME`, sent as
+    /// `X-Admin-Key`). None = deployments over HTTP are off.
+    #[arg(long, env = "HUNCH_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
 }
 
 /// The TOML file.
@@ -112,6 +141,8 @@ pub struct FileConfig {
     /// alias → model name.
     #[serde(default)]
     pub aliases: std::collections::BTreeMap<String, String>,
+    pub policies: Option<PathBuf>,
+    pub admin_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -181,6 +212,10 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// Serve the generated demo model when no model is configured.
     pub demo: bool,
+    /// `--policies DIR`.
+    pub policies: Option<PathBuf>,
+    /// `--admin-key`: deployments over HTTP.
+    pub admin_key: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -374,6 +409,12 @@ impl Settings {
             sidecar_args,
             shutdown_grace,
             demo: !args.no_demo,
+            policies: args.policies.clone().or(file.policies),
+            admin_key: args
+                .admin_key
+                .clone()
+                .or(file.admin_key)
+                .filter(|k| !k.trim().is_empty()),
         })
     }
 }

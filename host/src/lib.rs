@@ -4,11 +4,13 @@
 //! - [`reader`]: which reader serves which model, and the bounded queue in front of them.
 //! - [`config`]: `hunch` flags, environment and TOML file.
 //! - [`server`]: `hunch serve`: listening and graceful shutdown.
+//! - [`policy`]: WebAssembly decision policies: runtime, limits, registry, hot reload.
 
 pub mod api;
 pub mod cli;
 pub mod config;
 pub mod metrics;
+pub mod policy;
 pub mod reader;
 pub mod server;
 

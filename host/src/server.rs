@@ -249,5 +249,12 @@ pub async fn serve_with(
 }
 
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
-    serve_with(settings, |_| Ok(Router::new())).await
+    // Policies load (compile + describe, no reads) before the server listens, so the first
+    // request already sees them; their reads go to the app's gated readers once it exists.
+    let policies = crate::policy::service::PolicyService::start(
+        settings.policies.clone(),
+        settings.admin_key.clone(),
+    )
+    .await?;
+    serve_with(settings, move |state| Ok(policies.routes(state))).await
 }

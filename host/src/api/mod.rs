@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod models;
 pub mod openapi;
+pub mod policies;
 pub mod systemone;
 pub mod validate;
 

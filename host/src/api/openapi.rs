@@ -104,6 +104,30 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "Models", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
                               "401": error("Missing or wrong bearer key")}
             }},
+            "/v1/policies": {"get": {
+                "summary": "Decision policies: name, version (content hash), loaded-at, schemas, limits, last reload status (docs/policies.md)",
+                "security": [{"bearer": []}],
+                "responses": {"200": {"description": "Policies"}, "401": error("Missing or wrong bearer key")}
+            }},
+            "/v1/policies/{name}": {
+                "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}}],
+                "get": {"summary": "One policy", "security": [{"bearer": []}],
+                        "responses": {"200": {"description": "The policy"}, "404": error("No such policy")}},
+                "post": {"summary": "Run the policy on a JSON input (validated against its input schema): output, version, reads, usage, timings",
+                         "security": [{"bearer": []}],
+                         "requestBody": {"required": true, "content": {"application/json": {"schema": {}}}},
+                         "responses": {"200": {"description": "The decision"}, "404": error("No such policy"),
+                                       "422": error("Invalid input, a broken limit (detail.limit) or the policy declined"),
+                                       "500": error("The policy trapped, used an ungranted capability or broke its output schema"),
+                                       "503": error("Busy or a read was unavailable"), "504": error("Timeout")}},
+                "put": {"summary": "Deploy a component (admin key in X-Admin-Key); limits and reader as query parameters",
+                        "requestBody": {"required": true, "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}}}},
+                        "responses": {"200": {"description": "New version serving"}, "201": {"description": "New policy serving"},
+                                      "401": error("Missing or wrong admin key"), "403": error("Deployments over HTTP are off"),
+                                      "422": error("Refused: does not compile, link, describe or validate")}},
+                "delete": {"summary": "Remove a policy (admin key)",
+                           "responses": {"204": {"description": "Removed"}, "401": error("Missing or wrong admin key"), "404": error("No such policy")}}
+            },
             "/healthz": {"get": {"summary": "Liveness: the process answers", "responses": {"200": {"description": "Alive"}}}},
             "/readyz": {"get": {"summary": "Readiness: every model can take reads",
                                 "responses": {"200": {"description": "Ready"}, "503": error("Not ready; see Retry-After")}}},
@@ -131,6 +155,8 @@ mod tests {
         for path in [
             "/v1/systemone",
             "/v1/models",
+            "/v1/policies",
+            "/v1/policies/{name}",
             "/healthz",
             "/readyz",
             "/metrics",

@@ -1,0 +1,25 @@
+//! Decision policies: sandboxed WebAssembly components (`wit/policy.wit`) that turn a JSON input
+//! into a JSON decision by asking typed questions through the host's readers.
+//!
+//! - [`engine`]: the shared wasmtime engine (component model, fuel, pooling, compile cache).
+//! - [`limits`]: per-invocation limits and the typed error for breaking one.
+//! - [`capabilities`]: what a guest may call (`read`, `log`), one module each.
+//! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
+//! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
+
+pub mod bindings;
+pub mod capabilities;
+pub mod engine;
+pub mod invoke;
+pub mod limits;
+pub mod registry;
+pub mod scaffold;
+pub mod service;
+pub mod testing;
+pub mod watch;
+
+pub use engine::{build_engine, EngineSettings};
+pub use invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
+pub use limits::{Limit, LimitExceeded, Limits};
+pub use registry::{PolicySummary, ReaderSource, Registry, RegistryError, StaticReaders};
+pub use watch::{watch, PolicyWatcher};

@@ -1,0 +1,474 @@
+//! The policy registry: the versions being served, by name, loaded from a directory
+//! (`NAME.wasm` + optional `NAME.toml`) or deployed over the API.
+//!
+//! Semantics:
+//! - A version is compiled, linked, described and its schemas checked *before* it is swapped in,
+//!   on a blocking thread (never on a request's path).
+//! - The swap replaces an `Arc` under a short write lock: requests that already hold the old
+//!   `Arc` finish on it, later ones get the new one; there is never a moment with no version.
+//! - A file that fails to load is refused with a logged reason recorded as the policy's last
+//!   reload status, and the previous version keeps serving.
+//! - Versions are content hashes, so touching a file without changing it reloads nothing.
+
+use crate::policy::invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
+use crate::policy::limits::Limits;
+use hunch_core::Reader;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::Semaphore;
+use wasmtime::Engine;
+
+/// Where policies' reads go: the server's readers by name.
+pub trait ReaderSource: Send + Sync {
+    /// `None` asks for the default reader.
+    fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>>;
+}
+
+/// A fixed set of readers: a default and named ones.
+pub struct StaticReaders {
+    pub default: Option<Arc<dyn Reader>>,
+    pub named: BTreeMap<String, Arc<dyn Reader>>,
+}
+
+impl StaticReaders {
+    pub fn single(reader: Arc<dyn Reader>) -> Self {
+        StaticReaders {
+            default: Some(reader),
+            named: BTreeMap::new(),
+        }
+    }
+}
+
+impl ReaderSource for StaticReaders {
+    fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
+        match name {
+            None => self.default.clone(),
+            Some(n) => self
+                .named
+                .get(n)
+                .cloned()
+                .or_else(|| self.default.clone().filter(|r| r.model_name() == n)),
+        }
+    }
+}
+
+/// The outcome of the last attempt to (re)load a policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadStatus {
+    /// Unix milliseconds.
+    pub at_ms: u64,
+    pub ok: bool,
+    /// The version that attempt produced (or refused).
+    pub version: Option<String>,
+    pub error: Option<String>,
+}
+
+/// What `GET /v1/policies` shows about one policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    pub name: String,
+    /// `None` when no version ever loaded (only a refused one).
+    pub version: Option<String>,
+    pub loaded_at_ms: Option<u64>,
+    pub description: Option<String>,
+    /// The policy's own name and version from `describe`.
+    pub declared_name: Option<String>,
+    pub declared_version: Option<String>,
+    pub input_schema: Option<Value>,
+    pub output_schema: Option<Value>,
+    pub limits: Option<Limits>,
+    pub reader: Option<String>,
+    pub wasm_bytes: Option<usize>,
+    pub last_reload: Option<ReloadStatus>,
+}
+
+/// The outcome of one load attempt, for the reload status.
+enum Attempt {
+    /// The version now serving, and the hash of the config it was loaded with.
+    Loaded(Arc<LoadedPolicy>, Option<String>),
+    /// Why it was refused, and the version (hash) refused when known.
+    Refused(String, Option<String>),
+}
+
+#[derive(Default)]
+struct Entry {
+    current: Option<Arc<LoadedPolicy>>,
+    /// Hash of the `.toml` the current version was loaded with, to notice config-only changes.
+    config_hash: Option<String>,
+    last_reload: Option<ReloadStatus>,
+}
+
+/// Why a deployment or removal was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("invalid policy name `{0}`: use 1-64 of a-z, 0-9, '-', '_', starting with a letter or digit")]
+    InvalidName(String),
+    #[error("no policy named `{0}`")]
+    NotFound(String),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+pub struct Registry {
+    engine: Engine,
+    dir: Option<PathBuf>,
+    ceiling: Limits,
+    readers: Arc<dyn ReaderSource>,
+    entries: RwLock<BTreeMap<String, Entry>>,
+    /// Invocations wait here rather than fail when every pool slot is in use.
+    slots: Semaphore,
+    /// One reload at a time: two events for one file must not race their swaps.
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+/// `[a-z0-9][a-z0-9_-]{0,63}`: a file stem and a URL segment, never a path.
+pub fn valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-' || *b == b'_')
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Registry {
+    /// `max_concurrent` must not exceed the engine's pool size.
+    pub fn new(
+        engine: Engine,
+        dir: Option<PathBuf>,
+        ceiling: Limits,
+        readers: Arc<dyn ReaderSource>,
+        max_concurrent: u32,
+    ) -> Arc<Registry> {
+        Arc::new(Registry {
+            engine,
+            dir,
+            ceiling,
+            readers,
+            entries: RwLock::new(BTreeMap::new()),
+            // One slot stays free for `describe` during reloads.
+            slots: Semaphore::new(max_concurrent.saturating_sub(1).max(1) as usize),
+            reload_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<LoadedPolicy>> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries.get(name).and_then(|e| e.current.clone())
+    }
+
+    pub fn summaries(&self) -> Vec<PolicySummary> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries.iter().map(|(name, e)| summary(name, e)).collect()
+    }
+
+    pub fn summary(&self, name: &str) -> Option<PolicySummary> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries.get(name).map(|e| summary(name, e))
+    }
+
+    /// Runs the current version of `name` on `input`.
+    pub async fn invoke(&self, name: &str, input: &Value) -> Result<Invocation, InvokeError> {
+        let policy = self
+            .get(name)
+            .ok_or_else(|| InvokeError::NotFound(name.to_string()))?;
+        let _slot = self.slots.acquire().await.map_err(|_| InvokeError::Busy)?;
+        let reader = self.readers.reader(policy.reader.as_deref());
+        policy.invoke(reader, input).await
+    }
+
+    /// Compiles and describes a version off the async workers.
+    async fn build(
+        &self,
+        name: &str,
+        wasm: Vec<u8>,
+        config: PolicyConfig,
+    ) -> Result<LoadedPolicy, LoadError> {
+        let engine = self.engine.clone();
+        let ceiling = self.ceiling;
+        let name = name.to_string();
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            LoadedPolicy::load(&engine, &name, &wasm, config, &ceiling, &handle)
+        })
+        .await
+        .map_err(|e| LoadError::Io(format!("the loader panicked: {e}")))?
+    }
+
+    fn record(&self, name: &str, result: Attempt) {
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.entry(name.to_string()).or_default();
+        let now = unix_ms(SystemTime::now());
+        match result {
+            Attempt::Loaded(policy, config_hash) => {
+                entry.last_reload = Some(ReloadStatus {
+                    at_ms: now,
+                    ok: true,
+                    version: Some(policy.version.clone()),
+                    error: None,
+                });
+                entry.current = Some(policy);
+                entry.config_hash = config_hash;
+            }
+            Attempt::Refused(error, version) => {
+                entry.last_reload = Some(ReloadStatus {
+                    at_ms: now,
+                    ok: false,
+                    version,
+                    error: Some(error),
+                });
+            }
+        }
+    }
+
+    /// Loads `name` from the directory if its content changed; returns whether a new version is
+    /// now serving. A refusal is logged and recorded; the old version keeps serving.
+    pub async fn reload_from_disk(&self, name: &str) -> Result<bool, RegistryError> {
+        if !valid_name(name) {
+            return Err(RegistryError::InvalidName(name.to_string()));
+        }
+        let Some(dir) = &self.dir else {
+            return Ok(false);
+        };
+        let _guard = self.reload_lock.lock().await;
+        let wasm_path = dir.join(format!("{name}.wasm"));
+        let toml_path = dir.join(format!("{name}.toml"));
+        let wasm = match tokio::fs::read(&wasm_path).await {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The file is gone: stop serving it.
+                let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+                if entries.remove(name).is_some() {
+                    tracing::info!(policy = name, "policy file removed; no longer served");
+                }
+                return Ok(false);
+            }
+            Err(e) => {
+                let error = LoadError::Io(format!("cannot read {}: {e}", wasm_path.display()));
+                self.record(name, Attempt::Refused(error.to_string(), None));
+                return Err(error.into());
+            }
+        };
+        let toml_text = match tokio::fs::read_to_string(&toml_path).await {
+            Ok(t) => Some(t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                let error = LoadError::Io(format!("cannot read {}: {e}", toml_path.display()));
+                self.record(name, Attempt::Refused(error.to_string(), None));
+                return Err(error.into());
+            }
+        };
+        self.install(name, wasm, toml_text)
+            .await
+            .map(|changed| changed.is_some())
+    }
+
+    /// Builds and swaps in a version unless it is the one serving. `Some(policy)` when swapped.
+    async fn install(
+        &self,
+        name: &str,
+        wasm: Vec<u8>,
+        toml_text: Option<String>,
+    ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
+        let version = crate::policy::invoke::content_hash(&wasm);
+        let config_hash = toml_text
+            .as_deref()
+            .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        {
+            let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(e) = entries.get(name) {
+                if e.current.as_ref().map(|p| &p.version) == Some(&version)
+                    && e.config_hash == config_hash
+                {
+                    return Ok(None);
+                }
+            }
+        }
+        let config = match toml_text.as_deref().map(PolicyConfig::parse).transpose() {
+            Ok(c) => c.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(policy = name, version, error = %e, "policy refused");
+                self.record(name, Attempt::Refused(e.to_string(), Some(version)));
+                return Err(e.into());
+            }
+        };
+        let started = std::time::Instant::now();
+        match self.build(name, wasm, config).await {
+            Ok(policy) => {
+                let policy = Arc::new(policy);
+                tracing::info!(
+                    policy = name,
+                    version = policy.version,
+                    ms = started.elapsed().as_secs_f64() * 1e3,
+                    "policy version serving"
+                );
+                self.record(name, Attempt::Loaded(policy.clone(), config_hash));
+                Ok(Some(policy))
+            }
+            Err(e) => {
+                tracing::warn!(policy = name, version, error = %e, "policy refused; the previous version keeps serving");
+                self.record(name, Attempt::Refused(e.to_string(), Some(version)));
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Loads every `*.wasm` of the directory (startup and rescans).
+    pub async fn scan(&self) -> Vec<(String, Result<bool, RegistryError>)> {
+        let Some(dir) = self.dir.clone() else {
+            return Vec::new();
+        };
+        let mut names = Vec::new();
+        if let Ok(mut rd) = tokio::fs::read_dir(&dir).await {
+            while let Ok(Some(entry)) = rd.next_entry().await {
+                let path = entry.path();
+                if path.extension().and_then(|e| e.to_str()) == Some("wasm") {
+                    if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                        names.push(stem.to_string());
+                    }
+                }
+            }
+        }
+        names.sort();
+        let mut results = Vec::new();
+        for name in names {
+            if !valid_name(&name) {
+                tracing::warn!(file = name, "ignoring a policy file with an invalid name");
+                continue;
+            }
+            let r = self.reload_from_disk(&name).await;
+            results.push((name, r));
+        }
+        results
+    }
+
+    /// Deploys a version over the API: validated first, then written to the directory (so it
+    /// survives a restart; the watcher then sees an unchanged hash) and swapped in.
+    pub async fn deploy(
+        &self,
+        name: &str,
+        wasm: Vec<u8>,
+        toml_text: Option<String>,
+    ) -> Result<Arc<LoadedPolicy>, RegistryError> {
+        if !valid_name(name) {
+            return Err(RegistryError::InvalidName(name.to_string()));
+        }
+        let _guard = self.reload_lock.lock().await;
+        if let Some(dir) = &self.dir {
+            // Validate before touching the directory so a bad upload never replaces a good file.
+            let config = toml_text
+                .as_deref()
+                .map(PolicyConfig::parse)
+                .transpose()?
+                .unwrap_or_default();
+            self.build(name, wasm.clone(), config).await?;
+            write_atomically(&dir.join(format!("{name}.wasm")), &wasm).await?;
+            let toml_path = dir.join(format!("{name}.toml"));
+            match &toml_text {
+                Some(t) => write_atomically(&toml_path, t.as_bytes()).await?,
+                None => remove_if_exists(&toml_path).await?,
+            }
+        }
+        match self.install(name, wasm, toml_text).await? {
+            Some(p) => Ok(p),
+            None => self
+                .get(name)
+                .ok_or_else(|| RegistryError::NotFound(name.to_string())),
+        }
+    }
+
+    /// Stops serving `name` and deletes its files.
+    pub async fn remove(&self, name: &str) -> Result<(), RegistryError> {
+        if !valid_name(name) {
+            return Err(RegistryError::InvalidName(name.to_string()));
+        }
+        let _guard = self.reload_lock.lock().await;
+        let existed = {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            entries.remove(name).is_some()
+        };
+        if let Some(dir) = &self.dir {
+            remove_if_exists(&dir.join(format!("{name}.wasm"))).await?;
+            remove_if_exists(&dir.join(format!("{name}.toml"))).await?;
+        }
+        if existed {
+            Ok(())
+        } else {
+            Err(RegistryError::NotFound(name.to_string()))
+        }
+    }
+}
+
+fn summary(name: &str, e: &Entry) -> PolicySummary {
+    let p = e.current.as_ref();
+    PolicySummary {
+        name: name.to_string(),
+        version: p.map(|p| p.version.clone()),
+        loaded_at_ms: p.map(|p| unix_ms(p.loaded_at)),
+        description: p.map(|p| p.descriptor.description.clone()),
+        declared_name: p.map(|p| p.descriptor.name.clone()),
+        declared_version: p.map(|p| p.descriptor.version.clone()),
+        input_schema: p.map(|p| p.descriptor.input_schema.clone()),
+        output_schema: p.map(|p| p.descriptor.output_schema.clone()),
+        limits: p.map(|p| p.limits),
+        reader: p.and_then(|p| p.reader.clone()),
+        wasm_bytes: p.map(|p| p.wasm_bytes),
+        last_reload: e.last_reload.clone(),
+    }
+}
+
+/// Write to a temporary sibling, then rename: the watcher never sees a half-written file.
+async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        path.extension().and_then(|e| e.to_str()).unwrap_or("")
+    ));
+    tokio::fs::write(&tmp, bytes)
+        .await
+        .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", tmp.display())))?;
+    tokio::fs::rename(&tmp, path)
+        .await
+        .map_err(|e| LoadError::Io(format!("cannot rename to {}: {e}", path.display())))
+}
+
+async fn remove_if_exists(path: &Path) -> Result<(), LoadError> {
+    match tokio::fs::remove_file(path).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LoadError::Io(format!(
+            "cannot remove {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_file_stems_never_paths() {
+        assert!(valid_name("invoice-vat"));
+        assert!(valid_name("a_1"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("../etc"));
+        assert!(!valid_name("A"));
+        assert!(!valid_name("-x"));
+        assert!(!valid_name(&"a".repeat(65)));
+    }
+}
