@@ -154,7 +154,9 @@ impl Metrics {
         let Ok(m) = self.model_figures.lock() else {
             return;
         };
-        let counters: [(&str, &str, fn(&ModelFigures) -> u64); 3] = [
+        type Counter = (&'static str, &'static str, fn(&ModelFigures) -> u64);
+        type Hist = (&'static str, &'static str, fn(&ModelFigures) -> &Histogram);
+        let counters: [Counter; 3] = [
             (
                 "hunch_model_prefills_total",
                 "Prompt prefills (one per model read).",
@@ -177,7 +179,7 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
             }
         }
-        let histograms: [(&str, &str, fn(&ModelFigures) -> &Histogram); 2] = [
+        let histograms: [Hist; 2] = [
             (
                 "hunch_model_prefill_seconds",
                 "Prefill time of a request's reads.",
