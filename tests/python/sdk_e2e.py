@@ -14,7 +14,10 @@ from typesafe_sdk._core.compression import COMPRESSORS
 
 assert "zstd" in COMPRESSORS, "the venv lacks zstd: install typesafe-sdk[zstd]"
 
-client = ts.TypeSafeClient(retry=ts.RetryPolicy(max_retries=0))
+# Real reads of long prompts on a loaded CPU take longer than the SDK's default 10 s timeout.
+TIMEOUT = float(os.environ.get("HUNCH_E2E_SDK_TIMEOUT", "300"))
+
+client = ts.TypeSafeClient(retry=ts.RetryPolicy(max_retries=0), timeout=TIMEOUT)
 
 
 def finite(x):
@@ -50,8 +53,9 @@ assert a["ünïcödé id ✓"].choice == "only" and a["ünïcödé id ✓"].conf
 assert isinstance(r.usage.input_tokens, int) and isinstance(r.usage.output_tokens, int)
 print("answers ok:", {k: v.type for k, v in a.items()})
 
-# 3. a big request: > 1 KiB, so the SDK sends it zstd-compressed
-big_state = {"ticket": "word " * 2000, "customer": {"name": "Zoë", "tier": "gold"}}
+# 3. a big request: > 1 KiB, so the SDK sends it zstd-compressed (kept near 1.5 KiB of state: the
+# real model's prefill grows faster than linearly with the prompt)
+big_state = {"ticket": "word " * 300, "customer": {"name": "Zoë", "tier": "gold"}}
 levels = [f"level {i}: " + "detail " * 10 for i in range(10)]
 options = {f"option {i} with a long name": f"description {i}" for i in range(40)}
 state_obj = ts.Score(instructions={"task": "rate"}, criteria=levels)
@@ -63,7 +67,7 @@ assert len(r2.answers["levels"].legend) == 10
 print("big zstd request ok")
 
 # Same request, compression off: identical answers (the body encoding never changes a read).
-plain = ts.TypeSafeClient(compression=False, retry=ts.RetryPolicy(max_retries=0))
+plain = ts.TypeSafeClient(compression=False, retry=ts.RetryPolicy(max_retries=0), timeout=TIMEOUT)
 r3 = plain.system_one(big_state, {"levels": state_obj, "opts": ts.Choice(criteria=options), "yn": ts.Noul(instructions=["is", "it"], criteria={"false": {"k": "v"}})})
 assert r3.answers["opts"].probabilities == r2.answers["opts"].probabilities
 print("zstd and plain bodies agree")
@@ -92,7 +96,7 @@ import asyncio  # noqa: E402
 
 
 async def main():
-    async with ts.AsyncTypeSafeClient() as c:
+    async with ts.AsyncTypeSafeClient(timeout=TIMEOUT) as c:
         rr = await c.system_one({"a": [1, 2.5, None]}, {"q": ts.Noul(instructions="ok?")})
         assert 0.0 <= rr.answers["q"].noul <= 1.0
 

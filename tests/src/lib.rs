@@ -202,12 +202,12 @@ pub async fn start_hunch_with_fixture(name: &str, extra: &[&str]) -> Hunch {
     hunch
 }
 
-/// The server the client-facing tests (official SDK, jevbench) run against. By default hunch with
-/// the fixture sidecar. With `HUNCH_E2E_SERVE_ARGS` set (whitespace-separated, e.g.
+/// The server the client-facing tests (official SDK, jevbench) run against: by default hunch with
+/// the REAL accelerator (`hunch-accelerator`, MLX) on the generated tiny checkpoint
+/// ([`tiny_checkpoint`]). With `HUNCH_E2E_SERVE_ARGS` set (whitespace-separated, e.g.
 /// `--model dg=/models/diffusiongemma --sidecar-arg=--dtype=float32`), hunch is started with those
-/// arguments instead, so with `HUNCH_BIN` pointing at a real `hunch` (its `hunch-accelerator`
-/// beside it) the same tests run against the real model; `HUNCH_E2E_READY_TIMEOUT` (seconds,
-/// default 600) bounds its loading.
+/// arguments instead, so with `HUNCH_BIN` pointing at a release `hunch` the same tests run against
+/// a real checkpoint; `HUNCH_E2E_READY_TIMEOUT` (seconds, default 600) bounds its loading.
 pub async fn start_hunch_for_clients(extra: &[&str]) -> Hunch {
     match std::env::var("HUNCH_E2E_SERVE_ARGS") {
         Ok(args) if !args.trim().is_empty() => {
@@ -218,10 +218,10 @@ pub async fn start_hunch_for_clients(extra: &[&str]) -> Hunch {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(600);
-            wait_ready(&hunch.url, Duration::from_secs(secs)).await;
+            wait_ready_or_logs(&hunch, Duration::from_secs(secs)).await;
             hunch
         }
-        _ => start_hunch_with_fixture("dg-test", extra).await,
+        _ => start_hunch_real(extra).await,
     }
 }
 
@@ -252,5 +252,187 @@ pub fn sample_request() -> serde_json::Value {
             "urgency": {"type": "score", "instructions": "How urgent is it?",
                         "criteria": ["Can wait", "This week", "Today"]}
         }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real accelerator on a generated tiny checkpoint.
+// ---------------------------------------------------------------------------------------------
+
+/// Seed of the e2e checkpoint: fixed, so every run reads the very same random weights.
+pub const TINY_SEED: u64 = 20_261_207;
+/// Bump when the recipe below changes, so a cached checkpoint of the old recipe is not reused.
+const TINY_VERSION: &str = "tiny-v1";
+/// The model name the real-accelerator servers are started with.
+pub const TINY_MODEL: &str = "dg-tiny";
+
+/// A binary of the `hunch-accelerator` package (`hunch-accelerator`, `hunch-ckpt`): cargo builds
+/// a package's binaries only for that package, so `cargo test -p hunch-e2e` alone may not have
+/// them; `cargo build --workspace` (or `cargo test --workspace`) does.
+fn accelerator_package_bin(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p hunch-accelerator` (or `cargo build --workspace`) first",
+        path.display()
+    );
+    path
+}
+
+/// The real sidecar: `$HUNCH_ACCELERATOR_BIN`, else this build's `hunch-accelerator`.
+pub fn accelerator_bin() -> PathBuf {
+    match std::env::var_os("HUNCH_ACCELERATOR_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => accelerator_package_bin("hunch-accelerator"),
+    }
+}
+
+pub fn hunch_ckpt_bin() -> PathBuf {
+    accelerator_package_bin("hunch-ckpt")
+}
+
+/// Writes a random checkpoint with `hunch-ckpt random` into `dir` (staged and renamed, so a
+/// concurrent or crashed writer never leaves a half checkpoint that looks complete) unless a
+/// complete one is there. `sets` are `--set` overrides.
+pub fn ensure_random_checkpoint(dir: &std::path::Path, preset: &str, seed: u64, sets: &[&str]) {
+    let done = dir.join(".complete");
+    if done.exists() {
+        return;
+    }
+    let parent = dir.parent().expect("a checkpoint dir has a parent");
+    std::fs::create_dir_all(parent).expect("create the checkpoint parent dir");
+    let staging = parent.join(format!(
+        ".{}-staging-{}-{:?}",
+        dir.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_dir_all(&staging);
+    let mut command = Command::new(hunch_ckpt_bin());
+    command
+        .args(["random", "--preset", preset, "--layout", "hf", "--seed"])
+        .arg(seed.to_string())
+        .arg("--out")
+        .arg(&staging);
+    for kv in sets {
+        command.args(["--set", kv]);
+    }
+    let out = command.output().expect("hunch-ckpt runs");
+    assert!(
+        out.status.success(),
+        "hunch-ckpt random failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(staging.join(".complete"), seed.to_string()).expect("mark complete");
+    // Another test binary may have won the race: its checkpoint is the same (same seed).
+    if std::fs::rename(&staging, dir).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+        assert!(
+            done.exists(),
+            "could not place the checkpoint at {}",
+            dir.display()
+        );
+    }
+}
+
+/// The e2e checkpoint: the tiny preset with a vocabulary of 4096 (every one of 255 choice labels
+/// is a single token of its tokenizer) and a 64-token canvas, written once into
+/// `target/e2e-checkpoints/` and reused by every test binary.
+pub fn tiny_checkpoint() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir()
+            .join("e2e-checkpoints")
+            .join(format!("{TINY_VERSION}-seed{TINY_SEED}"));
+        ensure_random_checkpoint(
+            &dir,
+            "tiny",
+            TINY_SEED,
+            &["vocab_size=4096", "top.canvas_length=64"],
+        );
+        dir
+    })
+    .clone()
+}
+
+/// Copies a checkpoint's files (not its `.complete` marker) into `to`, for tests that break one.
+pub fn copy_checkpoint(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create the copy dir");
+    for entry in std::fs::read_dir(from).expect("read the checkpoint dir") {
+        let entry = entry.expect("a dir entry");
+        let name = entry.file_name();
+        if name == ".complete" || !entry.path().is_file() {
+            continue;
+        }
+        std::fs::copy(entry.path(), to.join(&name)).expect("copy a checkpoint file");
+    }
+}
+
+/// How long a real sidecar may take to load the tiny checkpoint on a loaded machine.
+pub const REAL_READY_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Starts `hunch serve --model dg-tiny=DIR EXTRA…` with the real `hunch-accelerator`, without
+/// waiting for readiness (fault tests watch it fail to load).
+pub fn start_hunch_real_unready(dir: &std::path::Path, extra: &[&str]) -> Hunch {
+    let model = format!("{TINY_MODEL}={}", dir.display());
+    let mut args = vec!["--model", model.as_str()];
+    args.extend_from_slice(extra);
+    let bin = accelerator_bin().to_string_lossy().into_owned();
+    start_hunch_with(&args, &[("HUNCH_ACCELERATOR_BIN", bin)])
+}
+
+/// Starts hunch with the real accelerator on the e2e tiny checkpoint and waits until ready.
+pub async fn start_hunch_real(extra: &[&str]) -> Hunch {
+    let hunch = start_hunch_real_unready(&tiny_checkpoint(), extra);
+    wait_ready_or_logs(&hunch, REAL_READY_TIMEOUT).await;
+    hunch
+}
+
+/// [`wait_ready`], but a timeout panics with the server's logs.
+pub async fn wait_ready_or_logs(hunch: &Hunch, timeout: Duration) {
+    let client = reqwest::Client::new();
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(r) = client.get(format!("{}/readyz", hunch.url)).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{} did not become ready within {timeout:?}; logs:\n{}",
+        hunch.url,
+        hunch.process.logs()
+    );
+}
+
+/// The ids of `pid`'s child processes (every thread's children, from `/proc`).
+pub fn child_pids(pid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for task in tasks.flatten() {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                pids.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
+            }
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// The pid of the `hunch-accelerator` child of a hunch process, if one runs.
+pub fn sidecar_pid(hunch_pid: u32) -> Option<u32> {
+    child_pids(hunch_pid).into_iter().find(|pid| {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|exe| exe.to_string_lossy().contains("hunch-accelerator"))
+            .unwrap_or(false)
     })
 }

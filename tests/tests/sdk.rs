@@ -1,13 +1,14 @@
 //! The official clients against a real `hunch serve`: TypeSafe's Python SDK 0.7.5 (zstd bodies on,
-//! every answer type parsed by its models) and `jevbench check`.
+//! every answer type parsed by its models), `jevbench check`, and jevbench's `examples` suite run
+//! to the end.
 //!
-//! The server is `start_hunch_for_clients`: the fixture sidecar by default, the real accelerator
-//! with `HUNCH_E2E_SERVE_ARGS` (see tests/src/lib.rs).
+//! The server is `start_hunch_for_clients`: the REAL accelerator on the generated tiny checkpoint
+//! by default, or the server `HUNCH_E2E_SERVE_ARGS` describes (see tests/src/lib.rs).
 //!
 //! They need the venv made by `scripts/python-env.sh`. Without it these tests say so and pass,
 //! unless `HUNCH_E2E_REQUIRE_PYTHON=1` (CI sets it), which makes a missing venv a failure.
 
-use hunch_e2e::{start_hunch_for_clients, workspace_root};
+use hunch_e2e::{start_hunch_for_clients, target_dir, workspace_root};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -100,4 +101,60 @@ async fn jevbench_check_passes() {
         "stdout:\n{stdout}\nstderr:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// jevbench's bundled `examples` suite (one case, every scored relation: 43 requests with several
+/// questions each) against the real model, to the end: exit 0, no request refused or invalid, and
+/// the report written with every planned request's outcome.
+#[tokio::test]
+async fn jevbench_examples_suite_runs_to_the_end() {
+    let Some(python) = venv_python() else { return };
+    let hunch = start_hunch_for_clients(&[]).await;
+    let jevbench = python.with_file_name("jevbench");
+    let report = target_dir().join(format!("jevbench-examples-{}.json", std::process::id()));
+    let out = Command::new(&jevbench)
+        .args([
+            "eval",
+            "--suite",
+            "examples",
+            "--no-cache",
+            "--concurrency",
+            "2",
+        ])
+        .args(["--url", &format!("{}/v1/systemone", hunch.url)])
+        .args(["--model", "jev-latest", "--out"])
+        .arg(&report)
+        .output()
+        .expect("jevbench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "jevbench eval exited {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver:\n{}",
+        out.status.code(),
+        hunch.process.logs()
+    );
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).expect("the report was written"))
+            .expect("the report is JSON");
+    let result = &saved["result"];
+    assert_eq!(
+        result["errors"].as_array().map(Vec::len),
+        Some(0),
+        "refused or invalid answers: {}",
+        result["errors"]
+    );
+    assert!(
+        result
+            .get("backend_down")
+            .is_none_or(|v| v.is_null() || v == false),
+        "backend down: {}",
+        result["backend_down"]
+    );
+    assert!(
+        result["outcomes"].as_array().is_some_and(|o| !o.is_empty()),
+        "no relation outcomes in the report"
+    );
+    eprintln!("{stdout}");
+    let _ = std::fs::remove_file(&report);
 }

@@ -53,7 +53,7 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// `config.json` is unreadable or describes an unsupported model.
-    #[error("{path}: {source}")]
+    #[error("{path}: {}", describe_config_error(source))]
     Config {
         /// The config file.
         path: PathBuf,
@@ -211,7 +211,12 @@ impl SafetensorsShards {
                 message,
             };
             let (header_len, metadata) = safetensors::SafeTensors::read_metadata(&map[..])
-                .map_err(|e| format(e.to_string()))?;
+                .map_err(|e| match truncation(&map[..]) {
+                    // The crate's own words for a short file ("incomplete metadata, file not
+                    // fully covered") do not say the file is cut off; an operator needs that.
+                    Some(why) => format(format!("{why} (safetensors: {e})")),
+                    None => format(e.to_string()),
+                })?;
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 let dtype_name = format!("{:?}", info.dtype);
@@ -518,6 +523,57 @@ pub fn assemble(
     )?)
 }
 
+/// Why `config.json` was refused, in an operator's words: the path is printed before it, so the
+/// file name is not repeated, and a syntax error says plainly that the file is not JSON.
+fn describe_config_error(error: &ConfigError) -> String {
+    match error {
+        ConfigError::Json(e) if e.is_syntax() || e.is_eof() => format!("not valid JSON ({e})"),
+        ConfigError::Json(e) => format!("not a DiffusionGemma config ({e})"),
+        ConfigError::Invalid(message) => message.clone(),
+    }
+}
+
+/// Largest header the safetensors format allows (the `safetensors` crate's limit); a bigger
+/// length prefix means the file is not safetensors at all, not that it is cut short.
+const MAX_SAFETENSORS_HEADER: u64 = 100_000_000;
+
+/// If `bytes`, a safetensors file that failed to parse, is shorter than its own header says, how
+/// short: "truncated: N bytes, but its header describes M (K missing)". `None` when the file is
+/// broken some other way (the parser's error then stands alone).
+fn truncation(bytes: &[u8]) -> Option<String> {
+    let len = bytes.len() as u64;
+    let Some(prefix) = bytes.get(..8) else {
+        return Some(format!(
+            "truncated: {len} bytes, shorter than the 8-byte header length"
+        ));
+    };
+    let header_len = u64::from_le_bytes(prefix.try_into().ok()?);
+    if header_len > MAX_SAFETENSORS_HEADER {
+        return None;
+    }
+    let header_end = 8 + header_len;
+    if len < header_end {
+        return Some(format!(
+            "truncated: {len} bytes, but its header alone takes {header_end}"
+        ));
+    }
+    let header: serde_json::Value =
+        serde_json::from_slice(bytes.get(8..usize::try_from(header_end).ok()?)?).ok()?;
+    let data_end = header
+        .as_object()?
+        .iter()
+        .filter(|(name, _)| name.as_str() != "__metadata__")
+        .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+        .max()?;
+    let expected = header_end.checked_add(data_end)?;
+    (len < expected).then(|| {
+        format!(
+            "truncated: {len} bytes, but its header describes {expected} ({} missing)",
+            expected - len
+        )
+    })
+}
+
 /// Loads a checkpoint directory in any of the three layouts ([`detect_layout`]: NVFP4 when a
 /// `manifest.json` is present, affine when config.json has a `quantization` block, else HF).
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<DiffusionGemma, LoadError> {
@@ -556,3 +612,84 @@ pub mod writer;
 pub use layout::{detect_layout, Checkpoint, QuantMode, QuantizedWeight, Weight};
 pub use random::{DenseDtype, Preset, RandomSpec};
 pub use writer::{convert, write_random_checkpoint, Layout};
+
+#[cfg(test)]
+mod load_error_tests {
+    use super::*;
+
+    /// A one-tensor safetensors file (a 4×4 f32 of zeros).
+    fn small_safetensors() -> Vec<u8> {
+        let data = vec![0u8; 64];
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 4], &data)
+            .expect("a valid view");
+        safetensors::serialize([("w", view)], None).expect("serialises")
+    }
+
+    #[test]
+    fn a_truncated_safetensors_file_is_called_truncated_with_its_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("model.safetensors");
+        let bytes = small_safetensors();
+        let full = bytes.len();
+        std::fs::write(&path, &bytes[..full - 10]).expect("write");
+        let Err(error) = SafetensorsShards::open(std::slice::from_ref(&path)) else {
+            panic!("a truncated file opened");
+        };
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&path.display().to_string()),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!(
+                "truncated: {} bytes, but its header describes {full} (10 missing)",
+                full - 10
+            )),
+            "{message}"
+        );
+        // Cut inside the header, and before the length prefix ends.
+        std::fs::write(&path, &bytes[..20]).expect("write");
+        let Err(error) = SafetensorsShards::open(std::slice::from_ref(&path)) else {
+            panic!("a truncated file opened");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("truncated: 20 bytes, but its header alone takes"),
+            "{error}"
+        );
+        assert_eq!(
+            truncation(&bytes[..5]).as_deref(),
+            Some("truncated: 5 bytes, shorter than the 8-byte header length")
+        );
+        // The whole file is not truncated, and garbage is not called truncated.
+        assert_eq!(truncation(&bytes), None);
+        assert_eq!(truncation(&[0xff; 64]), None);
+    }
+
+    #[test]
+    fn a_config_json_that_is_not_json_says_so_with_its_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("config.json"), "this is { not JSON").expect("write");
+        let Err(error) = load(dir.path(), &LoadOptions::default()) else {
+            panic!("a config that is not JSON loaded");
+        };
+        let message = error.to_string();
+        let path = dir.path().join("config.json").display().to_string();
+        assert!(
+            message.starts_with(&format!("{path}: not valid JSON (")),
+            "{message}"
+        );
+        // Valid JSON that is not a DiffusionGemma config says that instead.
+        std::fs::write(dir.path().join("config.json"), "{\"a\": 1}").expect("write");
+        let Err(error) = load(dir.path(), &LoadOptions::default()) else {
+            panic!("a config without text_config loaded");
+        };
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("{path}: not a DiffusionGemma config (")),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,447 @@
+//! Benchmark of real reads (not a test): the real `hunch-accelerator` sidecar on a random
+//! checkpoint of a few hundred MB, then the whole stack (`hunch serve` supervising it) under N
+//! concurrent clients.
+//!
+//! ```text
+//! cargo build --release -p hunch-accelerator -p hunch-e2e
+//! target/release/read-bench [--preset small|mid] [--ckpt DIR] [--reps 5] [--clients 1,4]
+//!                           [--seconds 20] [--dtype float32|bfloat16]
+//! ```
+//!
+//! Part 1 posts `ReadRequest`s straight to the sidecar's `POST /read` and prints the engine's own
+//! `ReadStats` split (tokenize / prefill / denoise) for 1 and 4 draws. Every read gets a state that
+//! differs from its first character on, so the prefix cache cannot skip the prefill (the reused
+//! tokens are printed to show it). Part 2 starts `hunch serve --model bench=DIR` and measures
+//! requests/s and latency through HTTP, validation, the queue and the sidecar with N clients.
+//! It prints the machine's core count and the BLAS libraries the sidecar process has mapped.
+
+use hunch_core::{Question, QuestionKind, ReadOptions, ReadOutcome, ReadRequest};
+use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, wait_ready, Process};
+use serde_json::json;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+struct Args {
+    preset: String,
+    ckpt: Option<PathBuf>,
+    reps: usize,
+    clients: Vec<usize>,
+    seconds: f64,
+    dtype: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        preset: "mid".into(),
+        ckpt: None,
+        reps: 5,
+        clients: vec![1, 4],
+        seconds: 20.0,
+        dtype: "float32".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--preset" => a.preset = value()?,
+            "--ckpt" => a.ckpt = Some(PathBuf::from(value()?)),
+            "--reps" => a.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
+            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--dtype" => a.dtype = value()?,
+            "--clients" => {
+                a.clients = value()?
+                    .split(',')
+                    .map(|c| c.trim().parse().map_err(|e| format!("--clients: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "-h" | "--help" => {
+                println!(
+                    "read-bench [--preset small|mid] [--ckpt DIR] [--reps N] [--clients 1,4] \
+                     [--seconds S] [--dtype float32|bfloat16]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.reps == 0 || a.clients.is_empty() {
+        return Err("--reps and --clients must be positive".into());
+    }
+    Ok(a)
+}
+
+/// The shared libraries a process has mapped whose names say BLAS or LAPACK.
+fn mapped_blas(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut libs: Vec<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
+            ["blas", "lapack", "mkl", "accelerate"]
+                .iter()
+                .any(|t| base.contains(t))
+        })
+        .map(str::to_owned)
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
+/// The everyday request: a noul, a 3-option choice and a 3-level score about a support ticket.
+/// `n` makes the state unique from its first character, so no prefix is reused.
+fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
+    ReadRequest {
+        state: format!(
+            "Ticket #{n}: I was charged twice for my subscription this month and the second charge \
+             is still pending on my card. Please refund one of them and confirm by email."
+        ),
+        questions: vec![
+            Question {
+                instructions: "Is this message about billing?".into(),
+                kind: QuestionKind::Noul {
+                    yes: None,
+                    no: None,
+                },
+            },
+            Question {
+                instructions: "Which team should handle it?".into(),
+                kind: QuestionKind::Choice {
+                    options: vec![
+                        option("billing", Some("Payments and refunds")),
+                        option("technical", None),
+                        option("sales team", Some("New purchases")),
+                    ],
+                },
+            },
+            Question {
+                instructions: "How urgent is it?".into(),
+                kind: QuestionKind::Score {
+                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
+                },
+            },
+        ],
+        options: ReadOptions { seed: None, draws },
+    }
+}
+
+fn option(name: &str, description: Option<&str>) -> hunch_core::ChoiceOption {
+    hunch_core::ChoiceOption {
+        name: name.into(),
+        description: description.map(str::to_owned),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+async fn sidecar_part(
+    args: &Args,
+    dir: &std::path::Path,
+    accelerator: &PathBuf,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let (url, sidecar): (String, Process) = start_process(
+        accelerator,
+        &[
+            "serve".into(),
+            "--model".into(),
+            dir.display().to_string(),
+            "--dtype".into(),
+            args.dtype.clone(),
+        ],
+        &[],
+        "HUNCH_ACCELERATOR_LISTENING ",
+    );
+    let client = reqwest::Client::new();
+    loop {
+        let h: serde_json::Value = client
+            .get(format!("{url}/health"))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        match h["state"].as_str() {
+            Some("ready") => break,
+            Some("failed") => return Err(format!("the sidecar failed to load: {h}")),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    println!(
+        "sidecar load: {:.2} s; BLAS mapped by the sidecar (pid {}): {:?}",
+        started.elapsed().as_secs_f64(),
+        sidecar.pid(),
+        mapped_blas(sidecar.pid())
+    );
+    println!(
+        "\n{:<7} {:>5} {:>7} {:>8} {:>11} {:>10} {:>11} {:>9} {:>7}",
+        "draws", "reads", "prompt", "reused", "tokenize", "prefill", "denoise", "wall", "draws"
+    );
+    let mut n = 0usize;
+    for draws in [1u32, 4] {
+        // One warm-up read (MLX compiles and allocates on first use).
+        let mut samples = Vec::new();
+        for rep in 0..=args.reps {
+            n += 1;
+            let t = Instant::now();
+            let r = client
+                .post(format!("{url}/read"))
+                .json(&read_request(n, Some(draws)))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            if !r.status().is_success() {
+                return Err(format!(
+                    "read: {} {}",
+                    r.status(),
+                    r.text().await.unwrap_or_default()
+                ));
+            }
+            let outcome: ReadOutcome = r.json().await.map_err(|e| e.to_string())?;
+            let wall = t.elapsed().as_secs_f64();
+            // Each read as it lands: on a slow machine the partial output is still a result.
+            let s = &outcome.stats;
+            eprintln!(
+                "  read {n}: draws {} prompt {} reused {} tokenize {:.1} ms prefill {:.1} ms \
+                 denoise {:.1} ms wall {:.1} ms{}",
+                s.draws,
+                s.prompt_tokens,
+                s.reused_tokens,
+                1e3 * s.tokenize_seconds,
+                1e3 * s.prefill_seconds,
+                1e3 * s.denoise_seconds,
+                1e3 * wall,
+                if rep == 0 { " (warm-up)" } else { "" }
+            );
+            if rep > 0 {
+                samples.push((outcome.stats, wall));
+            }
+        }
+        let med = |f: &dyn Fn(&hunch_core::ReadStats) -> f64| {
+            median(samples.iter().map(|(s, _)| f(s)).collect())
+        };
+        println!(
+            "{:<7} {:>5} {:>7} {:>8} {:>8.1} ms {:>7.1} ms {:>8.1} ms {:>6.1} ms {:>7}",
+            draws,
+            samples.len(),
+            med(&|s| s.prompt_tokens as f64),
+            med(&|s| s.reused_tokens as f64),
+            1e3 * med(&|s| s.tokenize_seconds),
+            1e3 * med(&|s| s.prefill_seconds),
+            1e3 * med(&|s| s.denoise_seconds),
+            1e3 * median(samples.iter().map(|(_, w)| *w).collect()),
+            med(&|s| s.draws as f64),
+        );
+    }
+    println!(
+        "(medians over {} reads after one warm-up; wall = HTTP round trip to the sidecar)",
+        args.reps
+    );
+    drop(sidecar);
+    Ok(())
+}
+
+async fn stack_part(
+    args: &Args,
+    dir: &std::path::Path,
+    accelerator: &PathBuf,
+) -> Result<(), String> {
+    let hunch = ["hunch", "hunch-e2e-server"]
+        .iter()
+        .map(|b| target_dir().join(b))
+        .find(|p| p.exists())
+        .ok_or("no hunch binary next to read-bench: build -p hunch or -p hunch-e2e")?;
+    let max_clients = args.clients.iter().copied().max().unwrap_or(1);
+    let (url, server) = start_process(
+        &hunch,
+        &[
+            "serve".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--model".into(),
+            format!("bench={}", dir.display()),
+            "--accelerator-bin".into(),
+            accelerator.display().to_string(),
+            format!("--sidecar-arg=--dtype={}", args.dtype),
+            "--max-concurrent-reads".into(),
+            max_clients.to_string(),
+            "--request-timeout".into(),
+            "600".into(),
+        ],
+        &[],
+        "HUNCH_LISTENING ",
+    );
+    wait_ready(&url, Duration::from_secs(600)).await;
+    println!(
+        "\nwhole stack: {} (pid {}) supervising the sidecar, POST /v1/systemone, 3 questions, \
+         automatic draws",
+        hunch.display(),
+        server.pid()
+    );
+    println!(
+        "{:<8} {:>9} {:>10} {:>10} {:>10}",
+        "clients", "requests", "req/s", "p50", "p99"
+    );
+    let body = |n: usize| {
+        let mut r = hunch_e2e::sample_request();
+        r["state"] = json!(format!(
+            "Ticket #{n}: {}",
+            r["state"].as_str().unwrap_or("")
+        ));
+        r
+    };
+    // Warm-up.
+    let warm = reqwest::Client::new()
+        .post(format!("{url}/v1/systemone"))
+        .json(&body(0))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !warm.status().is_success() {
+        return Err(format!(
+            "warm-up: {}",
+            warm.text().await.unwrap_or_default()
+        ));
+    }
+    let mut next = 1usize;
+    for &clients in &args.clients {
+        let stop = Instant::now() + Duration::from_secs_f64(args.seconds);
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                let url = url.clone();
+                let base = next + c * 1_000_000;
+                tokio::spawn(async move {
+                    let client = reqwest::Client::new();
+                    let mut latencies = Vec::new();
+                    let mut i = 0;
+                    while Instant::now() < stop {
+                        let t = Instant::now();
+                        let r = client
+                            .post(format!("{url}/v1/systemone"))
+                            .json(&body(base + i))
+                            .send()
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if !r.status().is_success() {
+                            return Err(format!(
+                                "{} {}",
+                                r.status(),
+                                r.text().await.unwrap_or_default()
+                            ));
+                        }
+                        let _ = r.bytes().await;
+                        latencies.push(t.elapsed().as_secs_f64());
+                        eprintln!(
+                            "  client {c}: request {i} in {:.0} ms",
+                            1e3 * t.elapsed().as_secs_f64()
+                        );
+                        i += 1;
+                    }
+                    Ok::<_, String>(latencies)
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.map_err(|e| e.to_string())??);
+        }
+        next += clients * 1_000_000 + 1;
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "{:<8} {:>9} {:>10.2} {:>7.0} ms {:>7.0} ms",
+            clients,
+            all.len(),
+            all.len() as f64 / elapsed,
+            1e3 * median(all.clone()),
+            1e3 * percentile(all, 0.99)
+        );
+    }
+    drop(server);
+    Ok(())
+}
+
+async fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "read-bench: {cores} cores available, load average {}, binaries in {} ({} build)",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        target_dir().display(),
+        if cfg!(debug_assertions) {
+            "DEBUG"
+        } else {
+            "release"
+        }
+    );
+    let accelerator = hunch_e2e::accelerator_bin();
+    let dir = match &args.ckpt {
+        Some(dir) => dir.clone(),
+        None => {
+            let dir = target_dir()
+                .join("bench-checkpoints")
+                .join(format!("{}-seed0", args.preset));
+            let t = Instant::now();
+            ensure_random_checkpoint(&dir, &args.preset, 0, &[]);
+            println!(
+                "checkpoint: {} (ready in {:.1} s)",
+                dir.display(),
+                t.elapsed().as_secs_f64()
+            );
+            dir
+        }
+    };
+    let bytes: u64 = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "checkpoint {} ({:.0} MB on disk), dtype {}",
+        dir.display(),
+        bytes as f64 / 1e6,
+        args.dtype
+    );
+    sidecar_part(&args, &dir, &accelerator).await?;
+    stack_part(&args, &dir, &accelerator).await
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("read-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

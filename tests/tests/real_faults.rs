@@ -1,0 +1,195 @@
+//! Faults of the REAL sidecar (`hunch-accelerator` on the generated tiny checkpoint), not the
+//! fixture double: killed mid-request, and checkpoints that are broken on disk. The server must
+//! answer 503 + `Retry-After` (never hang), restart the sidecar, and say which file is wrong and
+//! why.
+
+use hunch_e2e::{
+    copy_checkpoint, sidecar_pid, start_hunch_real, start_hunch_real_unready, target_dir,
+    tiny_checkpoint, Hunch,
+};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+async fn post(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/systemone"))
+        .json(body)
+        .send()
+        .await
+        .expect("request sent")
+}
+
+async fn metric(url: &str, name: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// A read that keeps the real engine busy for a while: a long state, many questions, 64 draws.
+fn slow_request() -> Value {
+    let mut questions = serde_json::Map::new();
+    for i in 0..12 {
+        questions.insert(
+            format!("q{i}"),
+            json!({"type": "score", "instructions": format!("Rate aspect {i}."),
+                   "criteria": ["low", "mid", "high", "very high"]}),
+        );
+    }
+    json!({"model": "jev-latest", "state": "a long ticket about a refund. ".repeat(300),
+           "questions": questions, "x_draws": 64})
+}
+
+#[tokio::test]
+async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_answers() {
+    let hunch = start_hunch_real(&[]).await;
+    let old = sidecar_pid(hunch.process.pid()).expect("hunch runs a hunch-accelerator child");
+
+    let url = hunch.url.clone();
+    let in_flight = tokio::spawn(async move {
+        let started = Instant::now();
+        let r = post(&url, &slow_request()).await;
+        let status = r.status().as_u16();
+        let retry_after = r.headers().get("retry-after").cloned();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        (status, retry_after, body, started.elapsed())
+    });
+    // Kill it only once the read really is with the sidecar.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&hunch.url, "hunch_reads_in_flight").await < 1.0 {
+        assert!(Instant::now() < deadline, "the read never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !in_flight.is_finished(),
+        "the slow read finished before the kill; make it slower"
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &old.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+
+    let (status, retry_after, body, took) = in_flight.await.expect("the request task");
+    assert_eq!(status, 503, "{body}\n{}", hunch.process.logs());
+    assert!(retry_after.is_some(), "503 without Retry-After");
+    assert_eq!(body["detail"]["error_type"], "unavailable", "{body}");
+    assert!(
+        took < Duration::from_secs(60),
+        "the killed read hung for {took:?}"
+    );
+
+    // Refused at once while it restarts, then a new sidecar (a new process) answers.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 503, "{}", r.text().await.unwrap_or_default());
+        assert!(r.headers().contains_key("retry-after"));
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar was not restarted; logs:\n{}",
+            hunch.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
+    assert_ne!(old, new, "the answer came from a new sidecar process");
+    let logs = hunch.process.logs();
+    assert!(logs.contains("the sidecar exited"), "{logs}");
+}
+
+/// A copy of the e2e checkpoint in a fresh directory under `target/`, to break.
+fn broken_copy(name: &str) -> PathBuf {
+    let dir = target_dir()
+        .join("e2e-broken")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_checkpoint(&tiny_checkpoint(), &dir);
+    dir
+}
+
+/// Starts hunch on `dir` and waits until a read's 503 names `file` and says `why`; checks the
+/// logs say it too and `/readyz` is 503. Returns the 503 message.
+async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, String) {
+    let hunch = start_hunch_real_unready(dir, &[]);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let message = loop {
+        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        let status = r.status().as_u16();
+        assert!(r.headers().contains_key("retry-after"), "status {status}");
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(status, 503, "a broken checkpoint never answers: {body}");
+        let message = body["detail"]["message"].as_str().unwrap_or("").to_string();
+        if message.contains(file) {
+            break message;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 503 named {file}; last: {message}\nlogs:\n{}",
+            hunch.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let path = dir.join(file).display().to_string();
+    assert!(message.contains(&path), "the full path {path}: {message}");
+    for w in why {
+        assert!(message.contains(w), "{w:?} missing from: {message}");
+    }
+    let readyz = reqwest::get(format!("{}/readyz", hunch.url))
+        .await
+        .expect("readyz");
+    assert_eq!(readyz.status(), 503);
+    let logs = hunch.process.logs();
+    assert!(logs.contains(&path), "the logs name {path}:\n{logs}");
+    (hunch, message)
+}
+
+#[tokio::test]
+async fn a_truncated_model_safetensors_is_named_with_why() {
+    let dir = broken_copy("truncated");
+    let file = dir.join("model.safetensors");
+    let len = std::fs::metadata(&file).expect("model.safetensors").len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .expect("open");
+    f.set_len(len / 2).expect("truncate");
+    let (_hunch, message) = the_server_names(
+        &dir,
+        "model.safetensors",
+        &["truncated: ", "bytes, but its header describes"],
+    )
+    .await;
+    eprintln!("503 for a truncated model.safetensors: {message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_config_json_that_is_not_json_is_named_with_why() {
+    let dir = broken_copy("config");
+    std::fs::write(dir.join("config.json"), "this is { not JSON").expect("write");
+    let (_hunch, message) = the_server_names(&dir, "config.json", &["not valid JSON"]).await;
+    eprintln!("503 for a config.json that is not JSON: {message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_missing_tokenizer_json_is_named_with_why() {
+    let dir = broken_copy("tokenizer");
+    std::fs::remove_file(dir.join("tokenizer.json")).expect("remove");
+    let (_hunch, message) =
+        the_server_names(&dir, "tokenizer.json", &["No such file or directory"]).await;
+    eprintln!("503 for a missing tokenizer.json: {message}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
