@@ -16,6 +16,9 @@ args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --wa
 work=target/bench-model
 mkdir -p "$work"
 [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
+# ref_bench.py imports mlx_vlm's model modules, which need these at import time.
+.venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
+  || .venv-reference/bin/pip install -q transformers pillow requests
 cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
 ckpt="$work/$preset"
 if [ ! -f "$ckpt/config.json" ]; then
