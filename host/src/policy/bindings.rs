@@ -11,4 +11,4 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use hunch::policy::types;
+pub use self::hunch::policy::types;
