@@ -122,14 +122,9 @@ pub fn answer_text(
         .join(format.join())
 }
 
-/// Python's `str.strip()` with no argument: removes the characters `str.isspace()` accepts, which
-/// include the ASCII separators 0x1c–0x1f that Rust's `trim` keeps.
-pub fn python_strip(text: &str) -> &str {
-    fn is_python_space(c: char) -> bool {
-        c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-    }
-    text.trim_matches(is_python_space)
-}
+/// Python's `str.strip()` with no argument (the reference strips every text it renders). The same
+/// rule as Jinja's `| trim` in the chat template, so it is defined once, in the tokenizer.
+pub use crate::tokenizer::jinja_trim as python_strip;
 
 /// Score labels: `1`…`9` for up to nine levels, else letters from `A`; answers index from 0.
 pub fn score_labels(levels: usize) -> Vec<String> {
