@@ -14,5 +14,6 @@ pub mod text;
 pub use answer::{Answer, AnswerError};
 pub use question::{ChoiceOption, Question, QuestionId, QuestionKind};
 pub use reader::{
-    LabelDistribution, ReadError, ReadOptions, ReadOutcome, ReadRequest, ReadStats, Reader, Usage,
+    EngineGauges, LabelDistribution, ReadError, ReadOptions, ReadOutcome, ReadRequest, ReadStats,
+    Reader, Usage,
 };

@@ -61,6 +61,43 @@ pub struct ReadStats {
     pub tokenize_seconds: f64,
     pub prefill_seconds: f64,
     pub denoise_seconds: f64,
+    /// Reads whose prompt started from a cached prefix.
+    #[serde(default)]
+    pub cache_hits: u32,
+    /// Forward passes this request's rows took part in.
+    #[serde(default)]
+    pub forwards: u32,
+    /// The most requests whose rows shared one forward pass with this one (1: always alone).
+    #[serde(default)]
+    pub max_batch_requests: u32,
+    /// The most rows (prompt-chunk tokens plus canvas tokens) of a forward this request took part
+    /// in.
+    #[serde(default)]
+    pub max_batch_rows: u32,
+    /// Present when this request shared a forward pass with another request: the largest
+    /// |Δ probability| the engine measured between a read alone and the same read in a batch
+    /// (its startup probe on this model and backend). `0.0` means batching is bit-exact here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_deviation: Option<f64>,
+    /// The engine's gauges when this request finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineGauges>,
+}
+
+/// A snapshot of an accelerator's scheduler and prefix cache, carried back with each read so the
+/// host can publish them without polling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineGauges {
+    /// Requests admitted and not yet answered (being read or waiting for a batch slot).
+    pub active_requests: u32,
+    /// Requests queued behind the engine, not yet admitted.
+    pub queued_requests: u32,
+    /// Bytes of K/V held by the prefix cache.
+    pub cache_bytes: u64,
+    /// Prompt chunks held by the prefix cache.
+    pub cache_entries: u64,
+    /// Bytes of prompt K/V held by reads in flight.
+    pub inflight_kv_bytes: u64,
 }
 
 /// The answer to a [`ReadRequest`]: one distribution per question, same order.

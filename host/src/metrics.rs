@@ -333,6 +333,7 @@ mod tests {
             tokenize_seconds: 0.001,
             prefill_seconds: 0.2,
             denoise_seconds: 0.05,
+            ..Default::default()
         };
         m.record_read_stats("dg", &stats);
         m.record_read_stats("dg", &stats);
