@@ -11,8 +11,9 @@ use super::{
     ModelError,
 };
 
-/// Keys and values of the prompt for one layer, `[1, kv_heads, T, head_dim]` each (already
-/// normed and rotated). Sliding layers keep only the last `sliding_window - 1` positions.
+/// Keys and values of prompt positions for one layer, `[1, kv_heads, T, head_dim]` each (already
+/// normed and rotated): one prompt chunk's, or a whole prompt's (sliding layers: only its last
+/// `sliding_window - 1` positions).
 #[derive(Clone, Debug)]
 pub struct LayerKv {
     /// Keys.
@@ -73,81 +74,156 @@ impl Attention {
         }
     }
 
-    /// q, k, v of `x` `[B, L, hidden]` at positions `offset..offset+L`, as `[B, heads, L, hd]`.
-    fn qkv(&self, x: &Array, offset: i32) -> Result<(Array, Array, Array), ModelError> {
-        let (b, l) = (x.dim(0), x.dim(1));
-        let heads = |t: Array, n: i32| t.reshape(&[b, l, n, self.head_dim]);
-        let q = heads(self.q_proj.forward(x)?, self.num_heads)?;
-        let k_raw = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
-        let v = match &self.v_proj {
-            Some(v_proj) => heads(v_proj.forward(x)?, self.num_kv_heads)?,
-            // K=V: values are the raw key projection, before k_norm and RoPE.
-            None => k_raw.clone(),
+    /// One layer's attention over a batch of segments laid end to end in `x` `[1, N, hidden]`
+    /// (already input-normed): prompt chunks and canvas groups of different reads. The
+    /// projections, norms and output projection run over all `N` rows at once; RoPE and the
+    /// attention itself run per segment, with exactly the shapes that segment has when it runs
+    /// alone, so a row's result does not depend on what else is in the batch (given
+    /// row-independent matmuls; see docs/batching.md). Returns the output `[1, N, hidden]` and,
+    /// for each prompt-chunk segment (in order), the chunk's own K/V to keep.
+    pub fn forward(
+        &self,
+        x: &Array,
+        segments: &[Segment<'_>],
+    ) -> Result<(Array, Vec<LayerKv>), ModelError> {
+        let rows: i32 = segments.iter().map(|s| s.rows).sum();
+        if rows != x.dim(1) {
+            return Err(ModelError::Shape("segment rows do not add up to the batch"));
+        }
+        let q_all = self.q_proj.forward(x)?;
+        let k_all = self.k_proj.forward(x)?;
+        let v_all = match &self.v_proj {
+            Some(v_proj) => Some(v_proj.forward(x)?),
+            None => None,
         };
-        let q = self.q_norm.forward(&q)?.swap_axes(1, 2)?;
-        let k = self.k_norm.forward(&k_raw)?.swap_axes(1, 2)?;
-        let v = self.v_norm.forward(&v)?.swap_axes(1, 2)?;
-        let q = self.rope.forward(&q, offset)?;
-        let k = self.rope.forward(&k, offset)?;
-        Ok((q, k, v))
-    }
-
-    fn output(&self, attn: Array, b: i32, l: i32) -> Result<Array, ModelError> {
-        let attn = attn
-            .swap_axes(1, 2)?
-            .reshape(&[b, l, self.num_heads * self.head_dim])?;
-        self.o_proj.forward(&attn)
-    }
-
-    /// Encoder (prefill): causal attention over the prompt `x` `[1, P, hidden]`, sliding layers
-    /// limited to the last `sliding_window` positions. Returns the output and the K/V to cache.
-    pub fn prefill(&self, x: &Array) -> Result<(Array, LayerKv), ModelError> {
-        let (b, p) = (x.dim(0), x.dim(1));
-        let (q, k, v) = self.qkv(x, 0)?;
-        let out = match self.kind {
-            AttentionKind::Full => fast::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                1.0,
-                fast::ScaledDotProductAttentionMask::Causal,
-                None,
-            )?,
-            AttentionKind::Sliding => {
-                // Query i sees keys j with i - window < j <= i.
-                let w = self.sliding_window;
-                let mask: Vec<bool> = (0..p)
-                    .flat_map(|i| (0..p).map(move |j| j <= i && i - j < w))
-                    .collect();
-                let mask = Array::from_slice(&mask, &[1, 1, p, p]);
-                fast::scaled_dot_product_attention(&q, &k, &v, 1.0, &mask, None)?
+        let bounds: Vec<i32> = segments
+            .iter()
+            .scan(0, |at, s| {
+                *at += s.rows;
+                Some(*at)
+            })
+            .take(segments.len().saturating_sub(1))
+            .collect();
+        let split = |t: &Array| -> Result<Vec<Array>, ModelError> {
+            if bounds.is_empty() {
+                Ok(vec![t.clone()])
+            } else {
+                Ok(t.split_at_indices(&bounds, 1)?)
             }
         };
-        let keep = match self.kind {
-            AttentionKind::Full => p,
-            // What transformers' sliding cache keeps, and all the decoder may look at.
-            AttentionKind::Sliding => p.min(self.sliding_window - 1),
+        let qs = split(&q_all)?;
+        let ks = split(&k_all)?;
+        let vs = match &v_all {
+            Some(v) => Some(split(v)?),
+            None => None,
         };
-        let kv = if keep == p {
-            LayerKv { keys: k, values: v }
-        } else {
-            let tail = |t: &Array| -> Result<Array, ModelError> {
-                Ok(t.split_at_indices(&[p - keep], 2)?.swap_remove(1))
+        let mut outputs = Vec::with_capacity(segments.len());
+        let mut chunk_kvs = Vec::new();
+        for (i, segment) in segments.iter().enumerate() {
+            let (b, l) = segment.batch_and_width()?;
+            let heads = |t: &Array, n: i32| t.reshape(&[b, l, n, self.head_dim]);
+            let q = heads(&qs[i], self.num_heads)?;
+            let k_raw = heads(&ks[i], self.num_kv_heads)?;
+            let v = match &vs {
+                Some(vs) => heads(&vs[i], self.num_kv_heads)?,
+                // K=V: values are the raw key projection, before k_norm and RoPE.
+                None => k_raw.clone(),
             };
-            LayerKv {
-                keys: tail(&k)?,
-                values: tail(&v)?,
-            }
+            let offset = segment.attend.first_position();
+            let q = self
+                .rope
+                .forward(&self.q_norm.forward(&q)?.swap_axes(1, 2)?, offset)?;
+            let k = self
+                .rope
+                .forward(&self.k_norm.forward(&k_raw)?.swap_axes(1, 2)?, offset)?;
+            let v = self.v_norm.forward(&v)?.swap_axes(1, 2)?;
+            let out = match &segment.attend {
+                Attend::Chunk { start, past } => {
+                    let out = self.chunk_attention(&q, &k, &v, *start, past)?;
+                    chunk_kvs.push(LayerKv { keys: k, values: v });
+                    out
+                }
+                Attend::Canvas { cache, .. } => self.canvas_attention(&q, k, v, cache, b)?,
+            };
+            outputs.push(out.swap_axes(1, 2)?.reshape(&[
+                1,
+                b * l,
+                self.num_heads * self.head_dim,
+            ])?);
+        }
+        let attn = if outputs.len() == 1 {
+            outputs.swap_remove(0)
+        } else {
+            ops::concatenate(&outputs, 1)?
         };
-        Ok((self.output(out, b, p)?, kv))
+        Ok((self.o_proj.forward(&attn)?, chunk_kvs))
     }
 
-    /// Decoder: canvases `x` `[B, W, hidden]` at positions `offset..offset+W` attend, without a
-    /// mask, to the cached prompt K/V (read-only, batch 1, broadcast to B) followed by the
-    /// canvases' own K/V.
-    pub fn denoise(&self, x: &Array, cache: &LayerKv, offset: i32) -> Result<Array, ModelError> {
-        let (b, w) = (x.dim(0), x.dim(1));
-        let (q, k, v) = self.qkv(x, offset)?;
+    /// Encoder attention of one prompt chunk (queries at `start..start+c`) over the earlier
+    /// chunks' K/V and its own: causal, and on sliding layers limited to the last
+    /// `sliding_window` positions. Sliding layers take only as many trailing past chunks as cover
+    /// the window, so the shapes depend on the chunk's index alone and a chunk computes the same
+    /// bits whether the past came from a cold prefill or from the prefix cache.
+    fn chunk_attention(
+        &self,
+        q: &Array,
+        k: &Array,
+        v: &Array,
+        start: i32,
+        past: &[&LayerKv],
+    ) -> Result<Array, ModelError> {
+        let c = q.dim(2);
+        let used: &[&LayerKv] = match self.kind {
+            AttentionKind::Full => past,
+            AttentionKind::Sliding => {
+                let mut covered = 0;
+                let mut first = past.len();
+                while first > 0 && covered < self.sliding_window - 1 {
+                    first -= 1;
+                    covered += past[first].keys.dim(2);
+                }
+                &past[first..]
+            }
+        };
+        let past_len: i32 = used.iter().map(|kv| kv.keys.dim(2)).sum();
+        let key_start = start - past_len;
+        let total = past_len + c;
+        let w = self.sliding_window;
+        let sliding = self.kind == AttentionKind::Sliding;
+        let mask: Vec<bool> = (0..c)
+            .flat_map(|i| {
+                let query = start + i;
+                (0..total).map(move |j| {
+                    let key = key_start + j;
+                    key <= query && (!sliding || query - key < w)
+                })
+            })
+            .collect();
+        let mask = Array::from_slice(&mask, &[1, 1, c, total]);
+        let (keys, values) = if used.is_empty() {
+            (k.clone(), v.clone())
+        } else {
+            let mut keys: Vec<&Array> = used.iter().map(|kv| &kv.keys).collect();
+            keys.push(k);
+            let mut values: Vec<&Array> = used.iter().map(|kv| &kv.values).collect();
+            values.push(v);
+            (ops::concatenate(&keys, 2)?, ops::concatenate(&values, 2)?)
+        };
+        Ok(fast::scaled_dot_product_attention(
+            q, &keys, &values, 1.0, &mask, None,
+        )?)
+    }
+
+    /// Decoder attention: canvases (`b` of them) attend, without a mask, to the cached prompt
+    /// K/V (read-only, batch 1, broadcast to `b`) followed by their own K/V.
+    fn canvas_attention(
+        &self,
+        q: &Array,
+        k: Array,
+        v: Array,
+        cache: &LayerKv,
+        b: i32,
+    ) -> Result<Array, ModelError> {
         let broadcast = |t: &Array| -> Result<Array, ModelError> {
             let mut shape = t.shape().to_vec();
             shape[0] = b;
@@ -155,14 +231,67 @@ impl Attention {
         };
         let keys = ops::concatenate(&[broadcast(&cache.keys)?, k], 2)?;
         let values = ops::concatenate(&[broadcast(&cache.values)?, v], 2)?;
-        let out = fast::scaled_dot_product_attention(
-            &q,
+        Ok(fast::scaled_dot_product_attention(
+            q,
             &keys,
             &values,
             1.0,
             None::<fast::ScaledDotProductAttentionMask>,
             None,
-        )?;
-        self.output(out, b, w)
+        )?)
+    }
+
+    /// Whether this is a sliding-window layer.
+    pub fn is_sliding(&self) -> bool {
+        self.kind == AttentionKind::Sliding
+    }
+}
+
+/// What one segment of a batched forward attends to (one layer's view).
+#[derive(Debug)]
+pub enum Attend<'a> {
+    /// A prompt chunk whose first token sits at absolute position `start`; `past` is this
+    /// layer's K/V of the prompt's earlier chunks, in order.
+    Chunk { start: i32, past: Vec<&'a LayerKv> },
+    /// `batch` canvases after a prompt of `prompt_len` tokens whose K/V for this layer is
+    /// `cache` (sliding layers: the prompt's last `sliding_window - 1` positions).
+    Canvas {
+        cache: &'a LayerKv,
+        prompt_len: i32,
+        batch: i32,
+    },
+}
+
+impl Attend<'_> {
+    fn first_position(&self) -> i32 {
+        match self {
+            Attend::Chunk { start, .. } => *start,
+            Attend::Canvas { prompt_len, .. } => *prompt_len,
+        }
+    }
+}
+
+/// A run of consecutive rows of a batched forward that attend together.
+#[derive(Debug)]
+pub struct Segment<'a> {
+    /// Rows (tokens) in the segment: the chunk length, or canvases × width.
+    pub rows: i32,
+    pub attend: Attend<'a>,
+}
+
+impl Segment<'_> {
+    fn batch_and_width(&self) -> Result<(i32, i32), ModelError> {
+        match &self.attend {
+            Attend::Chunk { .. } => Ok((1, self.rows)),
+            Attend::Canvas { batch, .. } if *batch > 0 && self.rows % batch == 0 => {
+                Ok((*batch, self.rows / batch))
+            }
+            Attend::Canvas { .. } => Err(ModelError::Shape("canvas rows not a multiple of batch")),
+        }
+    }
+
+    /// Whether the segment is a prompt chunk (encoder) rather than canvases (decoder).
+    pub fn is_chunk(&self) -> bool {
+        matches!(self.attend, Attend::Chunk { .. })
     }
 }

@@ -5,8 +5,13 @@ use std::str::FromStr;
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{
-    attention::LayerKv, config::Config, layer::Layer, linear::Linear, norm::RmsNorm,
-    self_conditioning::SelfConditioning, ModelError,
+    attention::{Attend, LayerKv, Segment},
+    config::Config,
+    layer::Layer,
+    linear::Linear,
+    norm::RmsNorm,
+    self_conditioning::SelfConditioning,
+    ModelError,
 };
 
 /// Activation dtype (`--dtype`). Parity tests use float32; on the CPU float32 is also the
@@ -41,11 +46,95 @@ impl FromStr for ActivationDtype {
     }
 }
 
+/// Prefill chunk length used when none is configured. Every prefill of a server uses one chunk
+/// length, so chunk boundaries (and with them the prefix cache's reuse points) are aligned from
+/// position 0 and a prompt computes the same bits cold or warm.
+pub const DEFAULT_PREFILL_CHUNK: usize = 128;
+
 /// The encoder's K/V for one prompt (batch 1), read-only for the decoder.
 #[derive(Clone, Debug)]
 pub struct PromptCache {
     layers: Vec<LayerKv>,
     len: i32,
+}
+
+/// The K/V of one prompt chunk for every layer (all of its positions, sliding layers too): what a
+/// read accumulates while it prefills and what the prefix cache keeps.
+#[derive(Clone, Debug)]
+pub struct ChunkKv {
+    layers: Vec<LayerKv>,
+    len: i32,
+}
+
+impl ChunkKv {
+    /// Tokens in the chunk.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Never true for a chunk a forward returned.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of K/V held.
+    pub fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|kv| (kv.keys.nbytes() + kv.values.nbytes()) as u64)
+            .sum()
+    }
+}
+
+/// One prompt chunk of a batched forward: its token ids and the chunks before it.
+#[derive(Clone, Copy, Debug)]
+pub struct PromptChunk<'a> {
+    /// The K/V of the prompt's earlier chunks, in order (empty for the first chunk).
+    pub past: &'a [ChunkKv],
+    pub ids: &'a [u32],
+}
+
+/// One read's canvases in a batched forward.
+#[derive(Clone, Copy, Debug)]
+pub struct CanvasBatch<'a> {
+    pub cache: &'a PromptCache,
+    /// All the same width.
+    pub canvases: &'a [Vec<u32>],
+    /// Canvas positions to unembed (every position when `None`).
+    pub positions: Option<&'a [usize]>,
+    /// The previous step's logits `[B or 1, W, vocab]`; `None` on the first step (every read).
+    pub self_conditioning: Option<&'a Array>,
+}
+
+/// What a batched forward returns: each prompt chunk's K/V, and the logits of every canvas
+/// batch's unembedded positions as one evaluated float32 `[rows, vocab]` array.
+#[derive(Debug)]
+pub struct ForwardOutput {
+    pub chunks: Vec<ChunkKv>,
+    logits: Option<Array>,
+    /// Per canvas batch: first row in `logits` and row count (canvases × positions).
+    rows: Vec<(usize, usize)>,
+    vocab: usize,
+}
+
+impl ForwardOutput {
+    /// The logits of canvas batch `i`, `[canvas][position][vocab]` flattened.
+    pub fn logits(&self, i: usize) -> Result<&[f32], ModelError> {
+        let (Some(&(start, count)), Some(all)) = (self.rows.get(i), self.logits.as_ref()) else {
+            return Err(ModelError::Shape("no such canvas batch"));
+        };
+        let values = all
+            .try_as_slice::<f32>()
+            .map_err(|_| ModelError::Shape("logits are not contiguous float32"))?;
+        values
+            .get(start * self.vocab..(start + count) * self.vocab)
+            .ok_or(ModelError::Shape("logits shorter than their rows"))
+    }
+
+    /// The whole logits array `[rows, vocab]` (rows of every canvas batch, in order).
+    pub fn logits_array(&self) -> Option<&Array> {
+        self.logits.as_ref()
+    }
 }
 
 impl PromptCache {
@@ -134,44 +223,324 @@ impl DiffusionGemma {
         Ok(ops::multiply(e, &self.embed_scale)?)
     }
 
-    fn encode(&self, prompt_ids: &[u32]) -> Result<(Array, Vec<LayerKv>), ModelError> {
-        if prompt_ids.is_empty() {
+    /// Checks one prompt chunk of a forward.
+    fn check_chunk(&self, chunk: &PromptChunk<'_>) -> Result<(), ModelError> {
+        if chunk.ids.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
-        self.check_tokens(prompt_ids)?;
-        self.check_length(prompt_ids.len())?;
-        let p = prompt_ids.len() as i32;
-        let ids = Array::from_slice(prompt_ids, &[1, p]);
-        let mut x = self.embed(&ids)?;
-        let mut kvs = Vec::with_capacity(self.layers.len());
-        for layer in &self.layers {
-            let (out, kv) = layer.prefill(&x)?;
-            x = out;
-            kvs.push(kv);
+        if let Some(bad) = chunk
+            .past
+            .iter()
+            .find(|c| c.layers.len() != self.layers.len())
+        {
+            return Err(ModelError::CacheMismatch {
+                expected: self.layers.len(),
+                found: bad.layers.len(),
+            });
         }
-        Ok((x, kvs))
+        self.check_tokens(chunk.ids)?;
+        let start: usize = chunk.past.iter().map(ChunkKv::len).sum();
+        self.check_length(start + chunk.ids.len())
     }
 
-    /// Encoder prefill of one prompt (batch 1): causal attention, positions `0..P`; returns the
-    /// K/V of every layer (sliding layers: only the last `sliding_window - 1` positions).
-    pub fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, ModelError> {
-        let (_, layers) = self.encode(prompt_ids)?;
-        // Materialise the cache now, so each decoder pass does not recompute the encoder.
+    /// Checks one canvas batch of a forward; returns (canvases, width).
+    fn check_canvases(&self, batch: &CanvasBatch<'_>) -> Result<(i32, i32), ModelError> {
+        let width = batch.canvases.first().map(Vec::len).unwrap_or(0);
+        if width == 0 {
+            return Err(ModelError::EmptyBatch);
+        }
+        if batch.cache.layers.len() != self.layers.len() {
+            return Err(ModelError::CacheMismatch {
+                expected: self.layers.len(),
+                found: batch.cache.layers.len(),
+            });
+        }
+        for (row, canvas) in batch.canvases.iter().enumerate() {
+            if canvas.len() != width {
+                return Err(ModelError::RaggedCanvases {
+                    row,
+                    width: canvas.len(),
+                    expected: width,
+                });
+            }
+            self.check_tokens(canvas)?;
+        }
+        self.check_length(batch.cache.len() + width)?;
+        if let Some(&p) = batch
+            .positions
+            .and_then(|p| p.iter().find(|&&p| p >= width))
+        {
+            return Err(ModelError::PositionOutOfRange { position: p, width });
+        }
+        let (b, w) = (batch.canvases.len() as i32, width as i32);
+        let vocab = self.config.vocab_size;
+        if let Some(sc) = batch.self_conditioning {
+            let s = sc.shape();
+            if s.len() != 3 || (s[0] != b && s[0] != 1) || s[1] != w || s[2] != vocab {
+                return Err(ModelError::SelfConditioningShape {
+                    found: s.to_vec(),
+                    batch: b,
+                    width: w,
+                    vocab,
+                });
+            }
+        }
+        Ok((b, w))
+    }
+
+    /// The layers over prompt chunks and canvas batches laid end to end (chunk rows first):
+    /// returns the last layer's output `[1, N, hidden]` (lazy) and each chunk's K/V (lazy).
+    fn run_layers(
+        &self,
+        chunks: &[PromptChunk<'_>],
+        canvases: &[CanvasBatch<'_>],
+        shapes: &[(i32, i32)],
+    ) -> Result<(Array, Vec<ChunkKv>), ModelError> {
+        let mut ids: Vec<u32> = chunks.iter().flat_map(|c| c.ids.iter().copied()).collect();
+        let chunk_rows = ids.len() as i32;
+        for batch in canvases {
+            for canvas in batch.canvases {
+                ids.extend_from_slice(canvas);
+            }
+        }
+        let n = ids.len() as i32;
+        let e = self.embed(&Array::from_slice(&ids, &[1, n]))?;
+        // Canvases enter through self-conditioning (on the first step only its post-norm);
+        // prompt chunks go straight into layer 0.
+        let mut x = if canvases.is_empty() {
+            e
+        } else {
+            let mut bounds = vec![chunk_rows];
+            let mut at = chunk_rows;
+            for &(b, w) in &shapes[..shapes.len() - 1] {
+                at += b * w;
+                bounds.push(at);
+            }
+            let mut parts = e.split_at_indices(&bounds, 1)?;
+            for (part, (batch, &(b, w))) in parts[1..].iter_mut().zip(canvases.iter().zip(shapes)) {
+                let hidden = part.dim(2);
+                let conditioned = self.self_conditioning.forward(
+                    &part.reshape(&[b, w, hidden])?,
+                    batch.self_conditioning,
+                    &self.embedding,
+                    &self.embed_scale,
+                )?;
+                *part = conditioned.reshape(&[1, b * w, hidden])?;
+            }
+            if chunk_rows == 0 {
+                parts.remove(0);
+            }
+            ops::concatenate(&parts, 1)?
+        };
+        let starts: Vec<i32> = chunks
+            .iter()
+            .map(|c| c.past.iter().map(|p| p.len).sum())
+            .collect();
+        let mut chunk_layers: Vec<Vec<LayerKv>> =
+            vec![Vec::with_capacity(self.layers.len()); chunks.len()];
+        for (l, layer) in self.layers.iter().enumerate() {
+            let mut segments = Vec::with_capacity(chunks.len() + canvases.len());
+            for (chunk, &start) in chunks.iter().zip(&starts) {
+                segments.push(Segment {
+                    rows: chunk.ids.len() as i32,
+                    attend: Attend::Chunk {
+                        start,
+                        past: chunk.past.iter().map(|p| &p.layers[l]).collect(),
+                    },
+                });
+            }
+            for (batch, &(b, w)) in canvases.iter().zip(shapes) {
+                segments.push(Segment {
+                    rows: b * w,
+                    attend: Attend::Canvas {
+                        cache: &batch.cache.layers[l],
+                        prompt_len: batch.cache.len,
+                        batch: b,
+                    },
+                });
+            }
+            let (out, kvs) = layer.forward(&x, &segments)?;
+            x = out;
+            for (per_chunk, kv) in chunk_layers.iter_mut().zip(kvs) {
+                per_chunk.push(kv);
+            }
+        }
+        let chunk_kvs = chunk_layers
+            .into_iter()
+            .zip(chunks)
+            .map(|(layers, c)| ChunkKv {
+                layers,
+                len: c.ids.len() as i32,
+            })
+            .collect();
+        Ok((x, chunk_kvs))
+    }
+
+    /// One batched forward over prompt chunks (encoder) and canvas batches (decoder, one pass)
+    /// of any number of reads. Token-wise work runs over all rows at once; attention runs per
+    /// chunk or canvas batch with the shapes it has alone, so on a backend with row-independent
+    /// matmuls each read's results are bit-identical to running it alone (docs/batching.md).
+    /// Everything returned is evaluated.
+    pub fn forward(
+        &self,
+        chunks: &[PromptChunk<'_>],
+        canvases: &[CanvasBatch<'_>],
+    ) -> Result<ForwardOutput, ModelError> {
+        if chunks.is_empty() && canvases.is_empty() {
+            return Err(ModelError::EmptyBatch);
+        }
+        for chunk in chunks {
+            self.check_chunk(chunk)?;
+        }
+        let shapes = canvases
+            .iter()
+            .map(|c| self.check_canvases(c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (x, chunk_kvs) = self.run_layers(chunks, canvases, &shapes)?;
+        let mut to_eval: Vec<&Array> = chunk_kvs
+            .iter()
+            .flat_map(|c| c.layers.iter().flat_map(|kv| [&kv.keys, &kv.values]))
+            .collect();
+        let vocab = self.config.vocab_size as usize;
+        let mut rows = Vec::with_capacity(canvases.len());
+        let logits = if canvases.is_empty() {
+            None
+        } else {
+            let mut index: Vec<i32> = Vec::new();
+            let mut base: i32 = chunks.iter().map(|c| c.ids.len() as i32).sum();
+            for (batch, &(b, w)) in canvases.iter().zip(&shapes) {
+                let first = index.len();
+                for canvas in 0..b {
+                    match batch.positions {
+                        Some(positions) => {
+                            index.extend(positions.iter().map(|&p| base + canvas * w + p as i32))
+                        }
+                        None => index.extend((0..w).map(|p| base + canvas * w + p)),
+                    }
+                }
+                rows.push((first, index.len() - first));
+                base += b * w;
+            }
+            let picked = x.take_axis(Array::from_slice(&index, &[index.len() as i32]), 1)?;
+            let h = self.final_norm.forward(&picked)?;
+            Some(
+                self.unembed_lazy(&h)?
+                    .reshape(&[index.len() as i32, vocab as i32])?,
+            )
+        };
+        if let Some(l) = &logits {
+            to_eval.push(l);
+        }
+        mlx_rs::transforms::eval(to_eval)?;
+        Ok(ForwardOutput {
+            chunks: chunk_kvs,
+            logits,
+            rows,
+            vocab,
+        })
+    }
+
+    /// The decoder's view of a prompt from its chunks' K/V: full layers keep every position,
+    /// sliding layers the last `sliding_window - 1` (what transformers' sliding cache holds, and
+    /// all the decoder may look at). Evaluated.
+    pub fn prompt_cache(&self, chunks: &[ChunkKv]) -> Result<PromptCache, ModelError> {
+        if chunks.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        if let Some(bad) = chunks.iter().find(|c| c.layers.len() != self.layers.len()) {
+            return Err(ModelError::CacheMismatch {
+                expected: self.layers.len(),
+                found: bad.layers.len(),
+            });
+        }
+        let len: i32 = chunks.iter().map(|c| c.len).sum();
+        let keep_sliding = len.min(self.config.sliding_window - 1);
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Sliding layers: only the trailing chunks that cover the kept window.
+            let mut first = 0;
+            if layer.is_sliding() {
+                let mut covered = 0;
+                first = chunks.len();
+                while first > 0 && covered < keep_sliding {
+                    first -= 1;
+                    covered += chunks[first].len;
+                }
+            }
+            let used = &chunks[first..];
+            let join = |pick: fn(&LayerKv) -> &Array| -> Result<Array, ModelError> {
+                let parts: Vec<&Array> = used.iter().map(|c| pick(&c.layers[l])).collect();
+                let all = if parts.len() == 1 {
+                    parts[0].clone()
+                } else {
+                    ops::concatenate(&parts, 2)?
+                };
+                let total = all.dim(2);
+                if layer.is_sliding() && total > keep_sliding {
+                    Ok(all
+                        .split_at_indices(&[total - keep_sliding], 2)?
+                        .swap_remove(1))
+                } else {
+                    Ok(all)
+                }
+            };
+            layers.push(LayerKv {
+                keys: join(|kv| &kv.keys)?,
+                values: join(|kv| &kv.values)?,
+            });
+        }
         let arrays: Vec<&Array> = layers
             .iter()
             .flat_map(|kv| [&kv.keys, &kv.values])
             .collect();
         mlx_rs::transforms::eval(arrays)?;
-        Ok(PromptCache {
-            layers,
-            len: prompt_ids.len() as i32,
-        })
+        Ok(PromptCache { layers, len })
+    }
+
+    /// The chunks' K/V of a whole prompt, prefilled chunk by chunk from position 0.
+    pub fn prefill_chunks(
+        &self,
+        prompt_ids: &[u32],
+        chunk: usize,
+    ) -> Result<Vec<ChunkKv>, ModelError> {
+        if prompt_ids.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        self.check_length(prompt_ids.len())?;
+        let mut chunks: Vec<ChunkKv> = Vec::new();
+        for ids in prompt_ids.chunks(chunk.max(1)) {
+            let out = self.forward(&[PromptChunk { past: &chunks, ids }], &[])?;
+            chunks.extend(out.chunks);
+        }
+        Ok(chunks)
+    }
+
+    /// Encoder prefill of one prompt (batch 1) in chunks of `chunk` tokens from position 0:
+    /// causal attention (sliding layers windowed), positions `0..P`.
+    pub fn prefill_chunked(
+        &self,
+        prompt_ids: &[u32],
+        chunk: usize,
+    ) -> Result<PromptCache, ModelError> {
+        let chunks = self.prefill_chunks(prompt_ids, chunk)?;
+        self.prompt_cache(&chunks)
+    }
+
+    /// [`DiffusionGemma::prefill_chunked`] with [`DEFAULT_PREFILL_CHUNK`].
+    pub fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, ModelError> {
+        self.prefill_chunked(prompt_ids, DEFAULT_PREFILL_CHUNK)
     }
 
     /// The encoder's last hidden state `[1, P, hidden]` after the final norm (what transformers
-    /// returns as `encoder(...).last_hidden_state`). For tests and diagnostics.
+    /// returns as `encoder(...).last_hidden_state`), the prompt taken as one chunk. For tests and
+    /// diagnostics.
     pub fn encoder_hidden(&self, prompt_ids: &[u32]) -> Result<Array, ModelError> {
-        let (x, _) = self.encode(prompt_ids)?;
+        let chunk = PromptChunk {
+            past: &[],
+            ids: prompt_ids,
+        };
+        self.check_chunk(&chunk)?;
+        let (x, _) = self.run_layers(&[chunk], &[], &[])?;
         let h = self.final_norm.forward(&x)?;
         h.eval()?;
         Ok(h)
@@ -187,8 +556,23 @@ impl DiffusionGemma {
         canvases: &[Vec<u32>],
         self_conditioning: Option<&Array>,
     ) -> Result<Array, ModelError> {
-        let h = self.decoder_hidden(cache, canvases, self_conditioning)?;
-        self.unembed(&h)
+        let out = self.forward(
+            &[],
+            &[CanvasBatch {
+                cache,
+                canvases,
+                positions: None,
+                self_conditioning,
+            }],
+        )?;
+        let width = canvases.first().map(Vec::len).unwrap_or(0) as i32;
+        let logits = out.logits.ok_or(ModelError::EmptyBatch)?.reshape(&[
+            canvases.len() as i32,
+            width,
+            self.config.vocab_size,
+        ])?;
+        logits.eval()?;
+        Ok(logits)
     }
 
     /// A first-step decoder pass (no self-conditioning) that unembeds only the canvas positions
@@ -202,71 +586,26 @@ impl DiffusionGemma {
         canvases: &[Vec<u32>],
         positions: &[usize],
     ) -> Result<Array, ModelError> {
-        let h = self.decoder_hidden(cache, canvases, None)?;
-        let index: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
-        let rows = h.take_axis(Array::from_slice(&index, &[index.len() as i32]), 1)?;
-        self.unembed(&rows)
-    }
-
-    /// Final-normed decoder hidden states `[B, W, hidden]` (lazy).
-    fn decoder_hidden(
-        &self,
-        cache: &PromptCache,
-        canvases: &[Vec<u32>],
-        self_conditioning: Option<&Array>,
-    ) -> Result<Array, ModelError> {
-        let width = canvases.first().map(Vec::len).unwrap_or(0);
-        if width == 0 {
-            return Err(ModelError::EmptyBatch);
-        }
-        if cache.layers.len() != self.layers.len() {
-            return Err(ModelError::CacheMismatch {
-                expected: self.layers.len(),
-                found: cache.layers.len(),
-            });
-        }
-        let mut flat = Vec::with_capacity(canvases.len() * width);
-        for (row, canvas) in canvases.iter().enumerate() {
-            if canvas.len() != width {
-                return Err(ModelError::RaggedCanvases {
-                    row,
-                    width: canvas.len(),
-                    expected: width,
-                });
-            }
-            flat.extend_from_slice(canvas);
-        }
-        self.check_tokens(&flat)?;
-        self.check_length(cache.len() + width)?;
-        let (b, w) = (canvases.len() as i32, width as i32);
-        let vocab = self.config.vocab_size;
-        if let Some(sc) = self_conditioning {
-            let s = sc.shape();
-            if s.len() != 3 || (s[0] != b && s[0] != 1) || s[1] != w || s[2] != vocab {
-                return Err(ModelError::SelfConditioningShape {
-                    found: s.to_vec(),
-                    batch: b,
-                    width: w,
-                    vocab,
-                });
-            }
-        }
-        let ids = Array::from_slice(&flat, &[b, w]);
-        let e = self.embed(&ids)?;
-        let mut x = self.self_conditioning.forward(
-            &e,
-            self_conditioning,
-            &self.embedding,
-            &self.embed_scale,
+        let out = self.forward(
+            &[],
+            &[CanvasBatch {
+                cache,
+                canvases,
+                positions: Some(positions),
+                self_conditioning: None,
+            }],
         )?;
-        for (layer, kv) in self.layers.iter().zip(&cache.layers) {
-            x = layer.denoise(&x, kv, cache.len)?;
-        }
-        self.final_norm.forward(&x)
+        let logits = out.logits.ok_or(ModelError::EmptyBatch)?.reshape(&[
+            canvases.len() as i32,
+            positions.len() as i32,
+            self.config.vocab_size,
+        ])?;
+        logits.eval()?;
+        Ok(logits)
     }
 
-    /// Tied unembedding, float32, softcap; evaluated.
-    fn unembed(&self, h: &Array) -> Result<Array, ModelError> {
+    /// Tied unembedding, float32, softcap (lazy).
+    fn unembed_lazy(&self, h: &Array) -> Result<Array, ModelError> {
         let logits = self.embedding.forward(h)?.as_dtype(Dtype::Float32)?;
         let logits = match self.config.final_logit_softcapping {
             Some(cap) => {
@@ -275,7 +614,6 @@ impl DiffusionGemma {
             }
             None => logits,
         };
-        logits.eval()?;
         Ok(logits)
     }
 }
@@ -286,4 +624,5 @@ const _: () = {
     const fn assert_send<T: Send>() {}
     assert_send::<DiffusionGemma>();
     assert_send::<PromptCache>();
+    assert_send::<ChunkKv>();
 };

@@ -11,7 +11,7 @@
 use mlx_rs::{ops, Array};
 
 use super::{
-    attention::{Attention, LayerKv},
+    attention::{Attention, LayerKv, Segment},
     mlp::Mlp,
     moe::Moe,
     norm::RmsNorm,
@@ -94,17 +94,42 @@ impl Layer {
         Ok(ops::multiply(out, scalar)?)
     }
 
-    /// Encoder layer over the prompt `[1, P, hidden]`; returns the output and this layer's K/V.
-    pub fn prefill(&self, x: &Array) -> Result<(Array, LayerKv), ModelError> {
+    /// The layer over a batch of segments laid end to end in `x` `[1, N, hidden]` (see
+    /// [`Attention::forward`]). Prompt chunks take the encoder's `layer_scalar`, canvases the
+    /// decoder's. Returns the output and each prompt chunk's K/V for this layer.
+    pub fn forward(
+        &self,
+        x: &Array,
+        segments: &[Segment<'_>],
+    ) -> Result<(Array, Vec<LayerKv>), ModelError> {
         let a = self.norms.input_layernorm.forward(x)?;
-        let (attn, kv) = self.attention.prefill(&a)?;
-        Ok((self.feed_forward(x, &attn, &self.encoder_scalar)?, kv))
+        let (attn, kvs) = self.attention.forward(&a, segments)?;
+        let chunks = segments.iter().filter(|s| s.is_chunk()).count();
+        let scalar = if chunks == segments.len() {
+            self.encoder_scalar.clone()
+        } else if chunks == 0 {
+            self.decoder_scalar.clone()
+        } else {
+            // Mixed batch: one scalar per row, `[1, N, 1]`. Multiplying by a broadcast column
+            // gives each row the same IEEE products as multiplying by the scalar alone.
+            let columns = segments
+                .iter()
+                .map(|s| {
+                    let scalar = if s.is_chunk() {
+                        &self.encoder_scalar
+                    } else {
+                        &self.decoder_scalar
+                    };
+                    ops::broadcast_to(scalar.reshape(&[1, 1, 1])?, &[1, s.rows, 1])
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            ops::concatenate(&columns, 1)?
+        };
+        Ok((self.feed_forward(x, &attn, &scalar)?, kvs))
     }
 
-    /// Decoder layer over canvases `[B, W, hidden]` against the prompt's cached K/V.
-    pub fn denoise(&self, x: &Array, cache: &LayerKv, offset: i32) -> Result<Array, ModelError> {
-        let a = self.norms.input_layernorm.forward(x)?;
-        let attn = self.attention.denoise(&a, cache, offset)?;
-        self.feed_forward(x, &attn, &self.decoder_scalar)
+    /// Whether the layer's attention is sliding-window.
+    pub fn is_sliding(&self) -> bool {
+        self.attention.is_sliding()
     }
 }

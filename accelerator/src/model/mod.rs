@@ -14,7 +14,10 @@ pub mod rope;
 pub mod self_conditioning;
 
 pub use config::{AttentionKind, Config, ConfigError, LayerConfig, RopeConfig};
-pub use diffusion_gemma::{ActivationDtype, DiffusionGemma, PromptCache};
+pub use diffusion_gemma::{
+    ActivationDtype, CanvasBatch, ChunkKv, DiffusionGemma, ForwardOutput, PromptCache, PromptChunk,
+    DEFAULT_PREFILL_CHUNK,
+};
 pub use experts::Experts;
 pub use linear::Linear;
 
@@ -81,6 +84,14 @@ pub enum ModelError {
         expected: usize,
         /// Layers in the cache.
         found: usize,
+    },
+    /// A position to unembed past the canvas width.
+    #[error("canvas position {position} is outside the canvas (width {width})")]
+    PositionOutOfRange {
+        /// The position asked for.
+        position: usize,
+        /// Canvas width.
+        width: usize,
     },
     /// An internal shape invariant failed.
     #[error("internal shape error: {0}")]

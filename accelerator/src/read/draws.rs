@@ -177,7 +177,7 @@ mod tests {
             labels: vec![0.5, 0.5],
             entropy: 0.6,
         };
-        assert!(!needs_reread(&[sure.clone()]));
+        assert!(!needs_reread(std::slice::from_ref(&sure)));
         assert!(needs_reread(&[sure.clone(), unsure.clone()]));
         assert_eq!(mean_distribution(&[&sure, &unsure]), vec![0.75, 0.25]);
     }
