@@ -3,13 +3,13 @@
 
 use crate::checkpoint::{LoadOptions, Preset, RandomSpec};
 use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
-use crate::read::{
-    execute, Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP,
-};
+use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
+use crate::scheduler::{measure_batch_deviation, Reply, Scheduler, SchedulerConfig, StepOutcome};
 use crate::server::ReadEngine;
 use crate::tokenizer::Tokenizer;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// How to serve a checkpoint.
 #[derive(Debug, Clone)]
@@ -20,6 +20,11 @@ pub struct EngineOptions {
     pub max_prompt_tokens: usize,
     pub rereads: bool,
     pub progress: bool,
+    /// Batching, memory budget, prefill chunk and prefix cache.
+    pub scheduler: SchedulerConfig,
+    /// Measure the batch deviation at load (a few small forwards) so batched answers can report
+    /// it.
+    pub probe_batching: bool,
 }
 
 impl Default for EngineOptions {
@@ -30,6 +35,8 @@ impl Default for EngineOptions {
             max_prompt_tokens: 12_288,
             rereads: true,
             progress: false,
+            scheduler: SchedulerConfig::default(),
+            probe_batching: true,
         }
     }
 }
@@ -47,11 +54,12 @@ pub enum EngineError {
     Demo { dir: PathBuf, message: String },
 }
 
-/// A model ready to read.
+/// A model ready to read, with the scheduler that batches its work.
 pub struct MlxEngine {
     planner: Planner<Tokenizer>,
     model: DiffusionGemma,
     settings: ReadSettings,
+    scheduler: Scheduler,
 }
 
 impl MlxEngine {
@@ -83,13 +91,59 @@ impl MlxEngine {
             dir: dir.to_path_buf(),
             message: e.to_string(),
         })?;
+        let mut scheduler = Scheduler::new(&model, options.scheduler.clone());
+        if options.probe_batching {
+            match measure_batch_deviation(&model, scheduler.config().prefill_chunk) {
+                Ok(deviation) => {
+                    tracing::info!(
+                        deviation,
+                        "batch invariance probe: largest |Δp| alone vs batched"
+                    );
+                    scheduler.set_batch_deviation(deviation);
+                }
+                Err(e) => {
+                    // Not a reason to refuse service, but answers must not claim exactness.
+                    tracing::warn!(error = %e, "batch invariance probe failed; reporting NaN");
+                    scheduler.set_batch_deviation(f64::NAN);
+                }
+            }
+        }
         Ok(MlxEngine {
             planner,
             model,
             settings: ReadSettings {
                 rereads: options.rereads,
             },
+            scheduler,
         })
+    }
+
+    /// Answers one request on its own, stepping the scheduler until it is done (tests, tools).
+    pub fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
+        let slot: Arc<Mutex<Option<Result<ReadOutcome, ReadError>>>> = Arc::default();
+        let sink = slot.clone();
+        self.submit(
+            request.clone(),
+            Box::new(move |outcome| {
+                if let Ok(mut s) = sink.lock() {
+                    *s = Some(outcome);
+                }
+            }),
+        );
+        loop {
+            if let Some(outcome) = slot.lock().ok().and_then(|mut s| s.take()) {
+                return outcome;
+            }
+            if self.step() == StepOutcome::Idle {
+                return Err(ReadError::internal(
+                    "the scheduler went idle without an answer",
+                ));
+            }
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
 
     pub fn model(&self) -> &DiffusionGemma {
@@ -102,28 +156,44 @@ impl MlxEngine {
 }
 
 impl ReadEngine for MlxEngine {
-    fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
-        execute(
-            &self.planner,
-            &ModelDenoiser(&self.model),
-            &self.settings,
-            request,
-        )
+    fn submit(&mut self, request: ReadRequest, reply: Reply) {
+        let vocab = self.model.config().vocab_size as u32;
+        self.scheduler
+            .submit(&self.planner, &self.settings, vocab, &request, reply);
+    }
+
+    fn has_room(&self) -> bool {
+        self.scheduler.has_room()
+    }
+
+    fn set_queued(&mut self, queued: usize) {
+        self.scheduler.set_queued(queued);
+    }
+
+    fn step(&mut self) -> StepOutcome {
+        self.scheduler.step(&self.model)
     }
 }
 
-/// [`DiffusionGemma`] as the read's [`Denoiser`].
-pub struct ModelDenoiser<'a>(pub &'a DiffusionGemma);
+/// [`DiffusionGemma`] as the read's [`Denoiser`], prefilling in chunks of `chunk` tokens: the
+/// one-read-at-a-time path ([`crate::read::execute`]) that the scheduler's answers are checked
+/// against.
+pub struct ModelDenoiser<'a> {
+    pub model: &'a DiffusionGemma,
+    pub chunk: usize,
+}
 
 impl Denoiser for ModelDenoiser<'_> {
     type Prefill = PromptCache;
 
     fn vocab_size(&self) -> u32 {
-        self.0.config().vocab_size as u32
+        self.model.config().vocab_size as u32
     }
 
     fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, String> {
-        self.0.prefill(prompt_ids).map_err(|e| e.to_string())
+        self.model
+            .prefill_chunked(prompt_ids, self.chunk)
+            .map_err(|e| e.to_string())
     }
 
     fn slot_logits(
@@ -133,14 +203,14 @@ impl Denoiser for ModelDenoiser<'_> {
         positions: &[usize],
     ) -> Result<SlotLogits, String> {
         let logits = self
-            .0
+            .model
             .denoise_at(prefill, canvases, positions)
             .map_err(|e| e.to_string())?;
         let values = logits
             .try_as_slice::<f32>()
             .map_err(|e| format!("reading logits: {e:?}"))?
             .to_vec();
-        let vocab = self.0.config().vocab_size as usize;
+        let vocab = self.model.config().vocab_size as usize;
         let expected = canvases.len() * positions.len() * vocab;
         if values.len() != expected {
             return Err(format!(

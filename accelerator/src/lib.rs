@@ -34,6 +34,7 @@ pub mod checkpoint;
 pub mod engine;
 pub mod model;
 pub mod read;
+pub mod scheduler;
 pub mod server;
 pub mod tokenizer;
 

@@ -12,7 +12,6 @@ use hunch_accelerator::checkpoint::{
     write_random_checkpoint, DenseDtype, Layout, Preset, RandomSpec,
 };
 use hunch_accelerator::engine::{EngineOptions, MlxEngine};
-use hunch_accelerator::server::ReadEngine;
 use hunch_core::{ReadError, ReadRequest};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

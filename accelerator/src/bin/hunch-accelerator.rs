@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use hunch_accelerator::engine::{demo_dir, ensure_demo_checkpoint, EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
+use hunch_accelerator::scheduler::SchedulerConfig;
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -51,9 +52,31 @@ struct ServeArgs {
     /// The automatic re-read rule (three more draws when the first is uncertain).
     #[arg(long, default_value = "on", value_parser = parse_switch)]
     rereads: bool,
-    /// Reads waiting for the engine before new ones get 503.
+    /// Requests waiting for the engine before new ones get 503.
     #[arg(long, default_value_t = 64)]
     queue: usize,
+    /// Batching across requests: `on`, or `off` for one request at a time (the same as
+    /// `--batch-requests 1`).
+    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    batching: bool,
+    /// Requests read at once, their work sharing forward passes.
+    #[arg(long, default_value_t = 16)]
+    batch_requests: usize,
+    /// Most rows (prompt-chunk plus canvas tokens) in one forward pass.
+    #[arg(long, default_value_t = 2048)]
+    batch_rows: usize,
+    /// Memory budget (MiB) for the prompt K/V of reads in flight; reads beyond it wait.
+    #[arg(long, default_value_t = 2048)]
+    kv_budget_mb: u64,
+    /// Prefill chunk length in tokens (the prefix cache reuses whole chunks).
+    #[arg(long, default_value_t = hunch_accelerator::model::DEFAULT_PREFILL_CHUNK)]
+    prefill_chunk: usize,
+    /// Prefix KV cache capacity (MiB); 0 turns it off.
+    #[arg(long, default_value_t = 1024)]
+    prefix_cache_mb: u64,
+    /// Skip the start-up probe that measures whether batching changes answers.
+    #[arg(long)]
+    no_batch_probe: bool,
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
@@ -120,6 +143,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             max_prompt_tokens: args.max_prompt_tokens,
             rereads: args.rereads,
             progress: false,
+            scheduler: SchedulerConfig {
+                max_requests: if args.batching {
+                    args.batch_requests
+                } else {
+                    1
+                },
+                max_rows: args.batch_rows,
+                kv_budget_bytes: args.kv_budget_mb << 20,
+                prefill_chunk: args.prefill_chunk,
+                cache_bytes: args.prefix_cache_mb << 20,
+            },
+            probe_batching: !args.no_batch_probe,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

@@ -75,92 +75,266 @@ impl From<PlanError> for ReadError {
     }
 }
 
-/// Runs a whole read request: plans it (all failures surface before any prefill), then for each
-/// planned read one prefill and one or two batched decoder passes.
+/// What a read in progress needs next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Need {
+    /// Its prompt prefilled ([`RequestProgress::prompt_ids`]).
+    Prefill,
+    /// One batched first-step decoder pass over these canvases, reading the logits at
+    /// `positions` of each.
+    Draws {
+        canvases: Vec<Vec<u32>>,
+        positions: Vec<usize>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Stage {
+    Prefill,
+    /// Draws with these seeds are next.
+    Draws(Vec<u64>),
+    /// The first draw, when the re-read rule may still add more.
+    FirstDraw,
+    Done,
+}
+
+#[derive(Debug, Clone)]
+struct ReadState {
+    seed: u64,
+    stage: Stage,
+    readings: Vec<Vec<SlotReading>>,
+}
+
+/// One request's reads in progress: the algorithm as a state machine that a driver feeds with
+/// prefills and decoder logits. [`execute`] drives it one read at a time; the accelerator's
+/// scheduler drives many requests at once and batches their needs into shared forwards. Both
+/// get the same answers because everything that decides an answer (prompts, canvases, seeds,
+/// the re-read rule, averaging) lives here.
+#[derive(Debug, Clone)]
+pub struct RequestProgress {
+    plan: ReadPlan,
+    draws: Option<u32>,
+    rereads: bool,
+    vocab: u32,
+    reads: Vec<ReadState>,
+    distributions: Vec<Option<LabelDistribution>>,
+    /// Filled in by the driver (timings, cache and batch figures) and by the progress itself
+    /// (reads, draws, prompt tokens).
+    pub stats: ReadStats,
+}
+
+impl RequestProgress {
+    /// Plans `request` (every failure surfaces here, before any model work).
+    pub fn start<T: ReadTokenizer>(
+        planner: &Planner<T>,
+        settings: &ReadSettings,
+        vocab: u32,
+        request: &ReadRequest,
+    ) -> Result<Self, ReadError> {
+        if let Some(draws) = request.options.draws {
+            if draws == 0 || draws > MAX_DRAWS {
+                return Err(ReadError::TooLarge {
+                    message: format!("x_draws must be between 1 and {MAX_DRAWS}"),
+                });
+            }
+        }
+        let started = Instant::now();
+        let plan = planner.plan(&request.state, &request.questions)?;
+        let stats = ReadStats {
+            tokenize_seconds: started.elapsed().as_secs_f64(),
+            ..ReadStats::default()
+        };
+        let mut distributions: Vec<Option<LabelDistribution>> = vec![None; request.questions.len()];
+        for &i in &plan.forced {
+            distributions[i] = Some(LabelDistribution(vec![1.0]));
+        }
+        let base_seed = request.options.seed.unwrap_or(DEFAULT_SEED);
+        let reads = (0..plan.reads.len())
+            .map(|k| ReadState {
+                seed: group_seed(base_seed, k),
+                stage: Stage::Prefill,
+                readings: Vec::new(),
+            })
+            .collect();
+        Ok(RequestProgress {
+            plan,
+            draws: request.options.draws,
+            rereads: settings.rereads,
+            vocab,
+            reads,
+            distributions,
+            stats,
+        })
+    }
+
+    /// Model reads (prefills) the request needs.
+    pub fn read_count(&self) -> usize {
+        self.reads.len()
+    }
+
+    /// The prompt of read `read`.
+    pub fn prompt_ids(&self, read: usize) -> &[u32] {
+        &self.plan.reads[read].prompt_ids
+    }
+
+    /// What read `read` needs next; `None` once it is done.
+    pub fn need(&self, read: usize) -> Option<Need> {
+        let state = self.reads.get(read)?;
+        let planned = &self.plan.reads[read];
+        let seeds = match &state.stage {
+            Stage::Prefill => return Some(Need::Prefill),
+            Stage::Done => return None,
+            Stage::FirstDraw => vec![state.seed],
+            Stage::Draws(seeds) => seeds.clone(),
+        };
+        Some(Need::Draws {
+            canvases: seeds
+                .iter()
+                .map(|&s| noised_canvas(&planned.canvas, &planned.slots, s, self.vocab))
+                .collect(),
+            positions: planned.slots.iter().map(|s| s.position).collect(),
+        })
+    }
+
+    /// Read `read` has its prompt prefilled.
+    pub fn prefilled(&mut self, read: usize) -> Result<(), ReadError> {
+        let draws = self.draws;
+        let state = self.state_in(read, |s| matches!(s, Stage::Prefill))?;
+        state.stage = match draws {
+            Some(n) => Stage::Draws(draw_seeds(state.seed, n as usize)),
+            None => Stage::FirstDraw,
+        };
+        self.stats.reads += 1;
+        self.stats.prompt_tokens += self.plan.reads[read].prompt_ids.len() as u64;
+        Ok(())
+    }
+
+    /// The logits of the draws read `read` asked for, `[draw][slot][vocab]` flattened.
+    pub fn drawn(&mut self, read: usize, logits: &[f32]) -> Result<(), ReadError> {
+        let rereads = self.rereads;
+        let planned = &self.plan.reads[read];
+        let slots = planned.slots.len();
+        let state = self
+            .reads
+            .get_mut(read)
+            .ok_or_else(|| ReadError::internal(format!("no read {read}")))?;
+        let draws = match &state.stage {
+            Stage::FirstDraw => 1,
+            Stage::Draws(seeds) => seeds.len(),
+            other => {
+                return Err(ReadError::internal(format!(
+                    "read {read} got logits while {other:?}"
+                )))
+            }
+        };
+        let vocab = self.vocab as usize;
+        if slots == 0 || logits.len() != draws * slots * vocab {
+            return Err(ReadError::internal(format!(
+                "decoder returned {} logits, expected {}",
+                logits.len(),
+                draws * slots * vocab
+            )));
+        }
+        let batch: Vec<Vec<SlotReading>> = logits
+            .chunks(slots * vocab)
+            .map(|draw| {
+                planned
+                    .slots
+                    .iter()
+                    .zip(draw.chunks(vocab))
+                    .map(|(slot, row)| read_slot(row, &slot.label_ids))
+                    .collect()
+            })
+            .collect();
+        let reread = matches!(state.stage, Stage::FirstDraw)
+            && rereads
+            && batch.first().is_some_and(|first| needs_reread(first));
+        state.readings.extend(batch);
+        self.stats.draws += draws as u32;
+        state.stage = if reread {
+            Stage::Draws(reread_seeds(state.seed))
+        } else {
+            Stage::Done
+        };
+        if state.stage == Stage::Done {
+            for (si, &question) in planned.questions.iter().enumerate() {
+                let per_draw: Vec<&SlotReading> = state.readings.iter().map(|d| &d[si]).collect();
+                self.distributions[question] =
+                    Some(LabelDistribution(mean_distribution(&per_draw)));
+            }
+        }
+        Ok(())
+    }
+
+    fn state_in(
+        &mut self,
+        read: usize,
+        expected: impl Fn(&Stage) -> bool,
+    ) -> Result<&mut ReadState, ReadError> {
+        match self.reads.get_mut(read) {
+            Some(state) if expected(&state.stage) => Ok(state),
+            Some(state) => Err(ReadError::internal(format!(
+                "read {read} is {:?}",
+                state.stage
+            ))),
+            None => Err(ReadError::internal(format!("no read {read}"))),
+        }
+    }
+
+    /// Whether every read is done.
+    pub fn is_done(&self) -> bool {
+        self.reads.iter().all(|r| r.stage == Stage::Done)
+    }
+
+    /// The answer, once every read is done.
+    pub fn finish(self) -> Result<ReadOutcome, ReadError> {
+        let usage = self.plan.usage();
+        let distributions = self
+            .distributions
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                d.ok_or_else(|| ReadError::internal(format!("question {i} was not read")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ReadOutcome {
+            distributions,
+            usage,
+            stats: self.stats,
+        })
+    }
+}
+
+/// Runs a whole read request one read at a time: plans it (all failures surface before any
+/// prefill), then for each planned read one prefill and one or two batched decoder passes.
 pub fn execute<T: ReadTokenizer, D: Denoiser>(
     planner: &Planner<T>,
     model: &D,
     settings: &ReadSettings,
     request: &ReadRequest,
 ) -> Result<ReadOutcome, ReadError> {
-    if let Some(draws) = request.options.draws {
-        if draws == 0 || draws > MAX_DRAWS {
-            return Err(ReadError::TooLarge {
-                message: format!("x_draws must be between 1 and {MAX_DRAWS}"),
-            });
-        }
-    }
-    let started = Instant::now();
-    let plan = planner.plan(&request.state, &request.questions)?;
-    let mut stats = ReadStats {
-        tokenize_seconds: started.elapsed().as_secs_f64(),
-        ..ReadStats::default()
-    };
-
-    let mut distributions: Vec<Option<LabelDistribution>> = vec![None; request.questions.len()];
-    for &i in &plan.forced {
-        distributions[i] = Some(LabelDistribution(vec![1.0]));
-    }
-    let base_seed = request.options.seed.unwrap_or(DEFAULT_SEED);
-    let vocab = model.vocab_size();
-    for (k, read) in plan.reads.iter().enumerate() {
-        let seed = group_seed(base_seed, k);
+    let mut progress = RequestProgress::start(planner, settings, model.vocab_size(), request)?;
+    for read in 0..progress.read_count() {
         let t = Instant::now();
         let prefill = model
-            .prefill(&read.prompt_ids)
+            .prefill(progress.prompt_ids(read))
             .map_err(ReadError::internal)?;
-        stats.prefill_seconds += t.elapsed().as_secs_f64();
-        stats.reads += 1;
-        stats.prompt_tokens += read.prompt_ids.len() as u64;
-
+        progress.stats.prefill_seconds += t.elapsed().as_secs_f64();
+        progress.prefilled(read)?;
         let t = Instant::now();
-        let draw_batch = |seeds: &[u64]| -> Result<Vec<Vec<SlotReading>>, ReadError> {
-            let canvases: Vec<Vec<u32>> = seeds
-                .iter()
-                .map(|&s| noised_canvas(&read.canvas, &read.slots, s, vocab))
-                .collect();
-            let positions: Vec<usize> = read.slots.iter().map(|s| s.position).collect();
+        while let Some(Need::Draws {
+            canvases,
+            positions,
+        }) = progress.need(read)
+        {
             let logits = model
                 .slot_logits(&prefill, &canvases, &positions)
                 .map_err(ReadError::internal)?;
-            Ok((0..seeds.len())
-                .map(|d| {
-                    read.slots
-                        .iter()
-                        .enumerate()
-                        .map(|(si, slot)| read_slot(logits.row(d, si), &slot.label_ids))
-                        .collect()
-                })
-                .collect())
-        };
-        let readings = match request.options.draws {
-            Some(n) => draw_batch(&draw_seeds(seed, n as usize))?,
-            None => {
-                let mut readings = draw_batch(&[seed])?;
-                if settings.rereads && needs_reread(&readings[0]) {
-                    readings.extend(draw_batch(&reread_seeds(seed))?);
-                }
-                readings
-            }
-        };
-        stats.denoise_seconds += t.elapsed().as_secs_f64();
-        stats.draws += readings.len() as u32;
-
-        for (si, &question) in read.questions.iter().enumerate() {
-            let per_draw: Vec<&SlotReading> = readings.iter().map(|d| &d[si]).collect();
-            distributions[question] = Some(LabelDistribution(mean_distribution(&per_draw)));
+            progress.drawn(read, &logits.values)?;
         }
+        progress.stats.denoise_seconds += t.elapsed().as_secs_f64();
     }
-    let distributions = distributions
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| d.ok_or_else(|| ReadError::internal(format!("question {i} was not read"))))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(ReadOutcome {
-        distributions,
-        usage: plan.usage(),
-        stats,
-    })
+    progress.finish()
 }
 
 impl ReadTokenizer for crate::tokenizer::Tokenizer {

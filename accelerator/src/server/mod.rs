@@ -14,11 +14,22 @@ use axum::{Json, Router};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 
-/// Something that answers reads, owned by the engine thread.
+pub use crate::scheduler::{Reply, StepOutcome};
+
+/// Something that answers reads, owned by the engine thread: requests go in with
+/// [`ReadEngine::submit`], and each [`ReadEngine::step`] runs one batch of their work.
 pub trait ReadEngine: Send + 'static {
-    fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError>;
+    /// Takes a request; its answer goes to `reply` (at once, for a request that cannot be read).
+    fn submit(&mut self, request: ReadRequest, reply: Reply);
+    /// Whether another request can be taken now.
+    fn has_room(&self) -> bool;
+    /// Requests queued in front of the engine (for its gauges).
+    fn set_queued(&mut self, queued: usize);
+    /// Runs one batch of work.
+    fn step(&mut self) -> StepOutcome;
 }
 
 /// Where the sidecar is in its life.
@@ -117,29 +128,70 @@ where
                     return;
                 }
             };
-            while let Some((request, reply)) = rx.blocking_recv() {
-                let outcome = engine.read(&request);
-                if let Ok(o) = &outcome {
-                    let s = &o.stats;
-                    tracing::info!(
-                        reads = s.reads,
-                        prompt_tokens = s.prompt_tokens,
-                        reused_tokens = s.reused_tokens,
-                        draws = s.draws,
-                        tokenize_s = s.tokenize_seconds,
-                        prefill_s = s.prefill_seconds,
-                        denoise_s = s.denoise_seconds,
-                        "read"
-                    );
-                }
-                // The client may have gone away; its answer is simply dropped.
-                let _ = reply.send(outcome);
-            }
+            serve_jobs(&mut engine, &mut rx);
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the engine thread");
     }
     tx
+}
+
+/// The engine loop: admit requests while the engine has room (blocking only when nothing is in
+/// flight), then run one batch; until the queue closes and the work in flight is done.
+fn serve_jobs<E: ReadEngine>(engine: &mut E, rx: &mut mpsc::Receiver<Job>) {
+    let mut closed = false;
+    let mut idle = true;
+    loop {
+        while !closed && engine.has_room() {
+            let next = if idle {
+                rx.blocking_recv()
+            } else {
+                match rx.try_recv() {
+                    Ok(job) => Some(job),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => None,
+                }
+            };
+            match next {
+                Some((request, reply)) => {
+                    idle = false;
+                    engine.submit(request, logged_reply(reply));
+                }
+                None => closed = true,
+            }
+        }
+        engine.set_queued(rx.len());
+        match engine.step() {
+            StepOutcome::Worked => {}
+            StepOutcome::Idle if closed => return,
+            StepOutcome::Idle => idle = true,
+        }
+    }
+}
+
+/// Logs a request's figures and sends its answer (the client may have gone away; its answer is
+/// then simply dropped).
+fn logged_reply(reply: oneshot::Sender<Result<ReadOutcome, ReadError>>) -> Reply {
+    Box::new(move |outcome| {
+        if let Ok(o) = &outcome {
+            let s = &o.stats;
+            tracing::info!(
+                reads = s.reads,
+                prompt_tokens = s.prompt_tokens,
+                reused_tokens = s.reused_tokens,
+                cache_hits = s.cache_hits,
+                draws = s.draws,
+                forwards = s.forwards,
+                batch_requests = s.max_batch_requests,
+                batch_rows = s.max_batch_rows,
+                tokenize_s = s.tokenize_seconds,
+                prefill_s = s.prefill_seconds,
+                denoise_s = s.denoise_seconds,
+                "read"
+            );
+        }
+        let _ = reply.send(outcome);
+    })
 }
 
 /// The sidecar's router.
