@@ -99,12 +99,12 @@ impl MlxEngine {
                         deviation,
                         "batch invariance probe: largest |Δp| alone vs batched"
                     );
-                    scheduler.set_batch_deviation(deviation);
+                    scheduler.set_batch_deviation(Some(deviation));
                 }
                 Err(e) => {
-                    // Not a reason to refuse service, but answers must not claim exactness.
-                    tracing::warn!(error = %e, "batch invariance probe failed; reporting NaN");
-                    scheduler.set_batch_deviation(f64::NAN);
+                    // Not a reason to refuse service, but answers must not claim exactness:
+                    // unmeasured, batched answers carry no deviation figure.
+                    tracing::warn!(error = %e, "batch invariance probe failed");
                 }
             }
         }

@@ -54,11 +54,15 @@ fn config(max_requests: usize, max_rows: usize, cache_bytes: u64) -> SchedulerCo
 }
 
 fn engine(config: SchedulerConfig) -> MlxEngine {
+    engine_probed(config, false)
+}
+
+fn engine_probed(config: SchedulerConfig, probe_batching: bool) -> MlxEngine {
     MlxEngine::load(
         checkpoint(),
         &EngineOptions {
             scheduler: config,
-            probe_batching: false,
+            probe_batching,
             ..EngineOptions::default()
         },
     )
@@ -215,7 +219,7 @@ fn answers_are_bit_identical_alone_and_in_random_batches() {
         let max_requests = 1 + rng.below(requests.len() + 2);
         let max_rows = [24, 48, 100, 4096][rng.below(4)];
         let cache = if round % 2 == 0 { 0 } else { 64 << 20 };
-        let mut engine = engine(config(max_requests, max_rows, cache));
+        let mut engine = engine_probed(config(max_requests, max_rows, cache), true);
         // Each request twice, in a random order, with random gaps: some arrive together, some
         // interleave with work already in flight.
         let mut order: Vec<usize> = (0..requests.len()).chain(0..requests.len()).collect();

@@ -144,8 +144,9 @@ pub struct Scheduler {
     active: Vec<Active>,
     /// Prompt K/V bytes per token, every layer (an upper bound while a read prefills).
     kv_bytes_per_token: u64,
-    /// Measured by [`Scheduler::measure_batch_deviation`]; reported with batched answers.
-    batch_deviation: f64,
+    /// Measured by [`measure_batch_deviation`] (`None`: not measured); reported with answers
+    /// computed in a shared forward.
+    batch_deviation: Option<f64>,
     queued: u32,
     counters: SchedulerCounters,
 }
@@ -173,7 +174,7 @@ impl Scheduler {
             },
             active: Vec::new(),
             kv_bytes_per_token,
-            batch_deviation: 0.0,
+            batch_deviation: None,
             queued: 0,
             counters: SchedulerCounters::default(),
         }
@@ -203,11 +204,11 @@ impl Scheduler {
     }
 
     /// The deviation to report with answers computed in a shared forward.
-    pub fn set_batch_deviation(&mut self, deviation: f64) {
-        self.batch_deviation = deviation;
+    pub fn set_batch_deviation(&mut self, deviation: Option<f64>) {
+        self.batch_deviation = deviation.filter(|d| d.is_finite());
     }
 
-    pub fn batch_deviation(&self) -> f64 {
+    pub fn batch_deviation(&self) -> Option<f64> {
         self.batch_deviation
     }
 
@@ -667,7 +668,7 @@ impl Scheduler {
             let mut active = self.active.remove(i);
             let stats = &mut active.progress.stats;
             if active.shared {
-                stats.batch_deviation = Some(deviation);
+                stats.batch_deviation = deviation;
             }
             stats.engine = Some(EngineGauges {
                 active_requests: gauges.active_requests.saturating_sub(1),
