@@ -15,27 +15,50 @@ const BUCKETS: [f64; 16] = [
     60.0,
 ];
 
-#[derive(Debug, Clone, Default)]
+/// Upper bounds of the requests sharing a forward pass (1: alone).
+const BATCH_REQUEST_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+/// Upper bounds of the rows (prompt-chunk plus canvas tokens) of a forward pass.
+const BATCH_ROW_BUCKETS: [f64; 6] = [16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0];
+
+#[derive(Debug, Clone)]
 struct Histogram {
-    counts: [u64; BUCKETS.len()],
+    bounds: &'static [f64],
+    counts: Vec<u64>,
     count: u64,
     sum: f64,
 }
 
+/// A latency histogram (seconds).
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::with_bounds(&BUCKETS)
+    }
+}
+
 impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            if seconds <= *bound {
+    fn with_bounds(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
+    fn observe(&mut self, value: f64) {
+        for (i, bound) in self.bounds.iter().enumerate() {
+            if value <= *bound {
                 self.counts[i] += 1;
             }
         }
         self.count += 1;
-        self.sum += seconds;
+        self.sum += value;
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
-        for (i, bound) in BUCKETS.iter().enumerate() {
+        for (i, bound) in self.bounds.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}",
@@ -73,14 +96,43 @@ pub struct Metrics {
     queue_depth: AtomicI64,
 }
 
-/// The model-side figures of a model's reads (the sidecar's per-read log line, summed).
-#[derive(Debug, Clone, Default)]
+/// The model-side figures of a model's reads (the sidecar's per-read log line, summed), and the
+/// latest engine snapshot its reads carried back.
+#[derive(Debug, Clone)]
 struct ModelFigures {
     prefills: u64,
     prompt_tokens: u64,
     reused_tokens: u64,
+    cache_hits: u64,
+    forwards: u64,
     prefill: Histogram,
     denoise: Histogram,
+    /// Requests sharing a forward pass (observed when the sidecar reports it).
+    batch_requests: Histogram,
+    /// Rows of the largest forward pass of a request (observed when the sidecar reports it).
+    batch_rows: Histogram,
+    /// The latest deviation between a read alone and batched that a read reported.
+    batch_deviation: Option<f64>,
+    /// The latest engine snapshot a read reported.
+    engine: Option<hunch_core::EngineGauges>,
+}
+
+impl Default for ModelFigures {
+    fn default() -> Self {
+        ModelFigures {
+            prefills: 0,
+            prompt_tokens: 0,
+            reused_tokens: 0,
+            cache_hits: 0,
+            forwards: 0,
+            prefill: Histogram::default(),
+            denoise: Histogram::default(),
+            batch_requests: Histogram::with_bounds(&BATCH_REQUEST_BUCKETS),
+            batch_rows: Histogram::with_bounds(&BATCH_ROW_BUCKETS),
+            batch_deviation: None,
+            engine: None,
+        }
+    }
 }
 
 fn escape(label: &str) -> String {
@@ -120,15 +172,33 @@ impl Metrics {
     }
 
     /// The model-side cost of one successful read request: prefills, prompt tokens (and those
-    /// reused from a prefix cache), prefill and denoise seconds.
+    /// reused from a prefix cache), prefix-cache hits, forward passes, prefill and denoise
+    /// seconds, how large its batches were (when the sidecar says), and the engine's latest
+    /// gauges and measured batch deviation (when it reports them).
     pub fn record_read_stats(&self, model: &str, stats: &hunch_core::ReadStats) {
         if let Ok(mut m) = self.model_figures.lock() {
             let f = m.entry(model.to_string()).or_default();
             f.prefills += u64::from(stats.reads);
             f.prompt_tokens += stats.prompt_tokens;
             f.reused_tokens += stats.reused_tokens;
+            f.cache_hits += u64::from(stats.cache_hits);
+            f.forwards += u64::from(stats.forwards);
             f.prefill.observe(stats.prefill_seconds);
             f.denoise.observe(stats.denoise_seconds);
+            // 0: a sidecar that does not report batching.
+            if stats.max_batch_requests > 0 {
+                f.batch_requests
+                    .observe(f64::from(stats.max_batch_requests));
+            }
+            if stats.max_batch_rows > 0 {
+                f.batch_rows.observe(f64::from(stats.max_batch_rows));
+            }
+            if let Some(deviation) = stats.batch_deviation {
+                f.batch_deviation = Some(deviation);
+            }
+            if let Some(engine) = stats.engine {
+                f.engine = Some(engine);
+            }
         }
     }
 
@@ -156,7 +226,8 @@ impl Metrics {
         };
         type Counter = (&'static str, &'static str, fn(&ModelFigures) -> u64);
         type Hist = (&'static str, &'static str, fn(&ModelFigures) -> &Histogram);
-        let counters: [Counter; 3] = [
+        type Gauge = Counter;
+        let counters: [Counter; 5] = [
             (
                 "hunch_model_prefills_total",
                 "Prompt prefills (one per model read).",
@@ -172,6 +243,16 @@ impl Metrics {
                 "Prompt tokens served from the prefix cache.",
                 |f| f.reused_tokens,
             ),
+            (
+                "hunch_model_prefix_cache_hits_total",
+                "Reads whose prompt started from a cached prefix.",
+                |f| f.cache_hits,
+            ),
+            (
+                "hunch_model_forwards_total",
+                "Forward passes requests' rows took part in.",
+                |f| f.forwards,
+            ),
         ];
         for (name, help, value) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
@@ -179,7 +260,7 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
             }
         }
-        let histograms: [Hist; 2] = [
+        let histograms: [Hist; 4] = [
             (
                 "hunch_model_prefill_seconds",
                 "Prefill time of a request's reads.",
@@ -190,11 +271,65 @@ impl Metrics {
                 "Decoder (denoise) time of a request's reads.",
                 |f| &f.denoise,
             ),
+            (
+                "hunch_model_batch_requests",
+                "The most requests that shared a forward pass with a request (1: alone).",
+                |f| &f.batch_requests,
+            ),
+            (
+                "hunch_model_batch_rows",
+                "The most rows of a forward pass a request took part in.",
+                |f| &f.batch_rows,
+            ),
         ];
         for (name, help, hist) in histograms {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             for (model, f) in m.iter() {
                 hist(f).render(out, name, &format!("model=\"{}\"", escape(model)));
+            }
+        }
+        // Gauges from the latest engine snapshot; a model shows them once a read reported one.
+        let engine_gauges: [Gauge; 5] = [
+            (
+                "hunch_model_active_requests",
+                "Requests the engine admitted and has not answered (latest snapshot).",
+                |f| f.engine.map_or(0, |e| u64::from(e.active_requests)),
+            ),
+            (
+                "hunch_model_queued_requests",
+                "Requests queued behind the engine, not yet admitted (latest snapshot).",
+                |f| f.engine.map_or(0, |e| u64::from(e.queued_requests)),
+            ),
+            (
+                "hunch_model_prefix_cache_bytes",
+                "Bytes of K/V held by the prefix cache (latest snapshot).",
+                |f| f.engine.map_or(0, |e| e.cache_bytes),
+            ),
+            (
+                "hunch_model_prefix_cache_entries",
+                "Prompt chunks held by the prefix cache (latest snapshot).",
+                |f| f.engine.map_or(0, |e| e.cache_entries),
+            ),
+            (
+                "hunch_model_inflight_kv_bytes",
+                "Bytes of prompt K/V held by reads in flight (latest snapshot).",
+                |f| f.engine.map_or(0, |e| e.inflight_kv_bytes),
+            ),
+        ];
+        for (name, help, value) in engine_gauges {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (model, f) in m.iter().filter(|(_, f)| f.engine.is_some()) {
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
+            }
+        }
+        let name = "hunch_model_batch_deviation";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Largest |probability change| the engine measured between a read alone and batched (latest reported; 0: bit-exact).\n# TYPE {name} gauge"
+        );
+        for (model, f) in m.iter() {
+            if let Some(deviation) = f.batch_deviation {
+                let _ = writeln!(out, "{name}{{model=\"{}\"}} {deviation}", escape(model));
             }
         }
     }
@@ -333,15 +468,132 @@ mod tests {
             tokenize_seconds: 0.001,
             prefill_seconds: 0.2,
             denoise_seconds: 0.05,
-            ..Default::default()
+            cache_hits: 1,
+            forwards: 6,
+            max_batch_requests: 3,
+            max_batch_rows: 200,
+            batch_deviation: Some(0.00019),
+            engine: Some(hunch_core::EngineGauges {
+                active_requests: 4,
+                queued_requests: 2,
+                cache_bytes: 1 << 20,
+                cache_entries: 12,
+                inflight_kv_bytes: 4096,
+            }),
         };
         m.record_read_stats("dg", &stats);
-        m.record_read_stats("dg", &stats);
+        // A later read alone: its snapshot replaces the gauges; the deviation is kept (none was
+        // reported).
+        m.record_read_stats(
+            "dg",
+            &hunch_core::ReadStats {
+                max_batch_requests: 1,
+                max_batch_rows: 5000,
+                batch_deviation: None,
+                engine: Some(hunch_core::EngineGauges {
+                    active_requests: 1,
+                    queued_requests: 0,
+                    cache_bytes: 2 << 20,
+                    cache_entries: 13,
+                    inflight_kv_bytes: 0,
+                }),
+                ..stats.clone()
+            },
+        );
         let text = m.render();
         assert!(text.contains("hunch_model_prefills_total{model=\"dg\"} 4"));
         assert!(text.contains("hunch_model_prompt_tokens_total{model=\"dg\"} 600"));
         assert!(text.contains("hunch_model_reused_prompt_tokens_total{model=\"dg\"} 240"));
         assert!(text.contains("hunch_model_prefill_seconds_count{model=\"dg\"} 2"));
         assert!(text.contains("hunch_model_denoise_seconds_bucket{model=\"dg\",le=\"0.05\"} 2"));
+        assert!(text.contains(
+            "# TYPE hunch_model_prefix_cache_hits_total counter\nhunch_model_prefix_cache_hits_total{model=\"dg\"} 2\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_forwards_total counter\nhunch_model_forwards_total{model=\"dg\"} 12\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_batch_requests histogram\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"1\"} 1\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"2\"} 1\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"4\"} 2\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"8\"} 2\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"16\"} 2\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"32\"} 2\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"64\"} 2\n\
+             hunch_model_batch_requests_bucket{model=\"dg\",le=\"+Inf\"} 2\n\
+             hunch_model_batch_requests_sum{model=\"dg\"} 4\n\
+             hunch_model_batch_requests_count{model=\"dg\"} 2\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_batch_rows histogram\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"16\"} 0\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"64\"} 0\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"256\"} 1\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"1024\"} 1\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"4096\"} 1\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"16384\"} 2\n\
+             hunch_model_batch_rows_bucket{model=\"dg\",le=\"+Inf\"} 2\n\
+             hunch_model_batch_rows_sum{model=\"dg\"} 5200\n\
+             hunch_model_batch_rows_count{model=\"dg\"} 2\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_active_requests gauge\nhunch_model_active_requests{model=\"dg\"} 1\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_queued_requests gauge\nhunch_model_queued_requests{model=\"dg\"} 0\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_prefix_cache_bytes gauge\nhunch_model_prefix_cache_bytes{model=\"dg\"} 2097152\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_prefix_cache_entries gauge\nhunch_model_prefix_cache_entries{model=\"dg\"} 13\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_inflight_kv_bytes gauge\nhunch_model_inflight_kv_bytes{model=\"dg\"} 0\n"
+        ));
+        assert!(text.contains(
+            "# TYPE hunch_model_batch_deviation gauge\nhunch_model_batch_deviation{model=\"dg\"} 0.00019\n"
+        ));
+    }
+
+    #[test]
+    fn a_sidecar_without_batching_figures_adds_no_batch_samples() {
+        let m = Metrics::new();
+        m.record_read_stats(
+            "old",
+            &hunch_core::ReadStats {
+                reads: 1,
+                ..Default::default()
+            },
+        );
+        let text = m.render();
+        assert!(text.contains("hunch_model_prefix_cache_hits_total{model=\"old\"} 0\n"));
+        assert!(text.contains("hunch_model_forwards_total{model=\"old\"} 0\n"));
+        assert!(text.contains("hunch_model_batch_requests_count{model=\"old\"} 0\n"));
+        assert!(text.contains("hunch_model_batch_rows_count{model=\"old\"} 0\n"));
+        for gauge in [
+            "hunch_model_active_requests{",
+            "hunch_model_queued_requests{",
+            "hunch_model_prefix_cache_bytes{",
+            "hunch_model_prefix_cache_entries{",
+            "hunch_model_inflight_kv_bytes{",
+            "hunch_model_batch_deviation{",
+        ] {
+            assert!(!text.contains(gauge), "{gauge} without a snapshot");
+        }
+
+        // A deviation of exactly 0 (bit-exact batching) is rendered as such.
+        m.record_read_stats(
+            "old",
+            &hunch_core::ReadStats {
+                max_batch_requests: 2,
+                batch_deviation: Some(0.0),
+                ..Default::default()
+            },
+        );
+        assert!(m
+            .render()
+            .contains("hunch_model_batch_deviation{model=\"old\"} 0\n"));
     }
 }

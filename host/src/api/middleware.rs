@@ -32,6 +32,13 @@ pub struct ReadSummary {
     pub tokenize_ms: f64,
     pub prefill_ms: f64,
     pub denoise_ms: f64,
+    /// Reads whose prompt started from a cached prefix.
+    pub cache_hits: u32,
+    /// The most requests that shared a forward pass with this one (0: not reported).
+    pub batch_requests: u32,
+    /// The engine's measured deviation between a read alone and batched, when this request
+    /// shared a forward pass.
+    pub batch_deviation: Option<f64>,
 }
 
 /// A client id is echoed only when it is short and made of safe characters, so it can never
@@ -93,6 +100,9 @@ pub async fn observe(State(state): State<AppState>, mut request: Request, next: 
         tokenize_ms = round2(summary.tokenize_ms),
         prefill_ms = round2(summary.prefill_ms),
         denoise_ms = round2(summary.denoise_ms),
+        cache_hits = summary.cache_hits,
+        batch_requests = summary.batch_requests,
+        batch_deviation = summary.batch_deviation,
     );
     response
 }

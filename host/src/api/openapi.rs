@@ -87,7 +87,12 @@ pub fn document() -> Value {
                 ],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}},
                 "responses": {
-                    "200": {"description": "Answers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}}},
+                    "200": {"description": "Answers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}},
+                            "headers": {
+                                "x-hunch-batch-requests": {"schema": {"type": "integer", "minimum": 1},
+                                    "description": "The most requests whose rows shared one forward pass with this one (1: read alone); absent when the reader does not say."},
+                                "x-hunch-batch-deviation": {"schema": {"type": "number", "minimum": 0},
+                                    "description": "Present when the answer was computed in a batch with other requests: the largest probability change the engine measured at startup between a read alone and batched (0: bit-exact)."}}},
                     "400": error("Beyond a limit of the model, or an undecodable body"),
                     "401": error("Missing or wrong bearer key"),
                     "404": error("Unknown model"),

@@ -8,17 +8,25 @@ use super::validate::SystemOneRequest;
 use super::AppState;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::{Extension, Json};
 use hunch_core::{Answer, ReadRequest, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
 use std::time::Instant;
 
+/// The most requests whose rows shared one forward pass with this one (1: read alone); sent when
+/// the reader reports it.
+pub const BATCH_REQUESTS_HEADER: &str = "x-hunch-batch-requests";
+/// Sent when this request shared a forward pass with another request: the largest |Δ probability|
+/// the engine measured between a read alone and batched on this model and backend (`0`:
+/// bit-exact).
+pub const BATCH_DEVIATION_HEADER: &str = "x-hunch-batch-deviation";
+
 pub async fn handle(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<(Extension<ReadSummary>, Json<Value>), ApiError> {
+) -> Result<(Extension<ReadSummary>, HeaderMap, Json<Value>), ApiError> {
     refuse_multipart(&headers)?;
     let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
     let encoding = headers
@@ -44,9 +52,34 @@ pub async fn handle(
         tokenize_ms: answered.stats.tokenize_seconds * 1000.0,
         prefill_ms: answered.stats.prefill_seconds * 1000.0,
         denoise_ms: answered.stats.denoise_seconds * 1000.0,
+        cache_hits: answered.stats.cache_hits,
+        batch_requests: answered.stats.max_batch_requests,
+        batch_deviation: answered.stats.batch_deviation,
     };
     // The summary rides in the response's extensions to the request log line.
-    Ok((Extension(summary), Json(answered.body)))
+    Ok((
+        Extension(summary),
+        batch_headers(&answered.stats),
+        Json(answered.body),
+    ))
+}
+
+/// What a client may want to know about batching: how many requests shared this one's forward
+/// passes, and (when it shared one) how far batching can move a probability on this engine.
+pub fn batch_headers(stats: &ReadStats) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if stats.max_batch_requests > 0 {
+        headers.insert(
+            BATCH_REQUESTS_HEADER,
+            HeaderValue::from(stats.max_batch_requests),
+        );
+    }
+    if let Some(deviation) = stats.batch_deviation {
+        if let Ok(v) = HeaderValue::from_str(&format!("{deviation}")) {
+            headers.insert(BATCH_DEVIATION_HEADER, v);
+        }
+    }
+    headers
 }
 
 /// The SDK sends image assets as `multipart/form-data`; a text-only model refuses them by name.
@@ -162,9 +195,10 @@ mod tests {
     use hunch_core::{LabelDistribution, ReadError, ReadOutcome};
     use std::sync::Mutex;
 
-    /// Answers with fixed distributions, or fails, and remembers what it was asked.
+    /// Answers with fixed distributions (and stats), or fails, and remembers what it was asked.
     struct Stub {
         result: Result<Vec<Vec<f64>>, ReadError>,
+        stats: ReadStats,
         asked: Mutex<Vec<ReadRequest>>,
     }
 
@@ -181,7 +215,7 @@ mod tests {
                     input_tokens: 7,
                     output_tokens: 2,
                 },
-                stats: ReadStats::default(),
+                stats: self.stats.clone(),
             })
         }
     }
@@ -189,6 +223,7 @@ mod tests {
     fn stub(result: Result<Vec<Vec<f64>>, ReadError>) -> Stub {
         Stub {
             result,
+            stats: ReadStats::default(),
             asked: Mutex::new(Vec::new()),
         }
     }
@@ -266,5 +301,117 @@ mod tests {
             answer(&nan, &request()).await,
             Err(ApiError::Internal { .. })
         ));
+    }
+
+    #[test]
+    fn batch_headers_follow_the_read_stats() {
+        assert!(batch_headers(&ReadStats::default()).is_empty());
+        let alone = batch_headers(&ReadStats {
+            max_batch_requests: 1,
+            ..Default::default()
+        });
+        assert_eq!(alone.get(BATCH_REQUESTS_HEADER).unwrap(), "1");
+        assert!(alone.get(BATCH_DEVIATION_HEADER).is_none());
+        let shared = batch_headers(&ReadStats {
+            max_batch_requests: 5,
+            batch_deviation: Some(0.00019),
+            ..Default::default()
+        });
+        assert_eq!(shared.get(BATCH_REQUESTS_HEADER).unwrap(), "5");
+        assert_eq!(shared.get(BATCH_DEVIATION_HEADER).unwrap(), "0.00019");
+    }
+
+    /// Serves the whole app on a local port with one model read by `reader`; returns its URL.
+    async fn serve(reader: Stub) -> String {
+        let mut registry = crate::reader::Registry::new();
+        registry
+            .add(crate::reader::ModelEntry {
+                name: "real-name".into(),
+                description: String::new(),
+                release_date: String::new(),
+                reader: std::sync::Arc::new(reader),
+            })
+            .unwrap();
+        let state = AppState::new(
+            registry,
+            crate::api::Limits::default(),
+            crate::api::ApiKeys::default(),
+        )
+        .unwrap();
+        let app = crate::api::router(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        url
+    }
+
+    fn stub_with(stats: ReadStats) -> Stub {
+        Stub {
+            stats,
+            ..stub(Ok(vec![vec![0.8, 0.2]]))
+        }
+    }
+
+    async fn post(url: &str) -> reqwest::Response {
+        let response = reqwest::Client::new()
+            .post(format!("{url}/v1/systemone"))
+            .json(&json!({"model": "jev-latest", "state": "s",
+                          "questions": {"yn": {"type": "noul", "instructions": "?"}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response
+    }
+
+    #[tokio::test]
+    async fn a_batched_answer_says_so_in_its_headers_and_metrics() {
+        let url = serve(stub_with(ReadStats {
+            reads: 1,
+            cache_hits: 1,
+            forwards: 2,
+            max_batch_requests: 3,
+            max_batch_rows: 40,
+            batch_deviation: Some(0.0),
+            ..Default::default()
+        }))
+        .await;
+        let response = post(&url).await;
+        let headers = response.headers();
+        assert_eq!(headers.get(BATCH_REQUESTS_HEADER).unwrap(), "3");
+        assert_eq!(headers.get(BATCH_DEVIATION_HEADER).unwrap(), "0");
+        let metrics = reqwest::get(format!("{url}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(metrics.contains("hunch_model_prefix_cache_hits_total{model=\"real-name\"} 1\n"));
+        assert!(metrics.contains("hunch_model_forwards_total{model=\"real-name\"} 2\n"));
+        assert!(
+            metrics.contains("hunch_model_batch_requests_bucket{model=\"real-name\",le=\"4\"} 1\n")
+        );
+        assert!(metrics.contains("hunch_model_batch_rows_sum{model=\"real-name\"} 40\n"));
+        assert!(metrics.contains("hunch_model_batch_deviation{model=\"real-name\"} 0\n"));
+    }
+
+    #[tokio::test]
+    async fn an_answer_read_alone_or_by_an_old_sidecar_sends_no_deviation() {
+        let alone = serve(stub_with(ReadStats {
+            max_batch_requests: 1,
+            batch_deviation: None,
+            ..Default::default()
+        }))
+        .await;
+        let response = post(&alone).await;
+        assert_eq!(response.headers().get(BATCH_REQUESTS_HEADER).unwrap(), "1");
+        assert!(response.headers().get(BATCH_DEVIATION_HEADER).is_none());
+
+        let old = serve(stub_with(ReadStats::default())).await;
+        let response = post(&old).await;
+        assert!(response.headers().get(BATCH_REQUESTS_HEADER).is_none());
+        assert!(response.headers().get(BATCH_DEVIATION_HEADER).is_none());
     }
 }
