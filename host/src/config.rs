@@ -94,7 +94,7 @@ pub struct ServeArgs {
     /// Longest a request may take, in seconds (504 beyond). Default 120.
     #[arg(long, env = "HUNCH_REQUEST_TIMEOUT")]
     pub request_timeout: Option<f64>,
-    /// Reads running at once over all models. Default 4.
+    /// Reads running at once over all models (the accelerator batches them). Default 16.
     #[arg(long, env = "HUNCH_MAX_CONCURRENT_READS")]
     pub max_concurrent_reads: Option<usize>,
     /// Reads waiting for a slot before new ones get 503 + Retry-After. Default 64.

@@ -296,3 +296,112 @@ async fn the_real_model_answers_a_choice_of_255_options() {
     let (_, response) = post_ok(&hunch, &request).await;
     check_big_answers(&request, &response);
 }
+
+/// The sample questions about the `i`-th state; every state differs, the question list is
+/// shared (so the accelerator's prefix cache reuses it).
+fn ticket(i: usize) -> Value {
+    let mut request = hunch_e2e::sample_request();
+    request["state"] = json!(format!(
+        "Ticket {i}: I was charged {} times for my subscription this month. Please refund.",
+        i + 2
+    ));
+    if i % 3 == 2 {
+        request["x_draws"] = json!(3);
+    }
+    request
+}
+
+/// Many clients at once: the accelerator batches their reads into shared forward passes and
+/// reuses their common question list from its prefix cache, and every answer is byte-identical
+/// to the same request sent alone to a fresh server (cold cache, nothing to batch with). The
+/// batched answers say so in their headers, with the measured deviation (0 on this CPU build).
+#[tokio::test]
+async fn concurrent_requests_are_batched_and_answer_exactly_as_alone() {
+    const CLIENTS: usize = 8;
+    // Alone: a fresh server per request would be slow; one server, one request at a time, and
+    // the prefix cache off, is the same thing for the accelerator.
+    let alone_server = start_hunch_real(&[
+        SLOW_CPU[0],
+        SLOW_CPU[1],
+        "--sidecar-arg=--batching=off",
+        "--sidecar-arg=--prefix-cache-mb=0",
+    ])
+    .await;
+    let mut alone = Vec::new();
+    for i in 0..CLIENTS {
+        alone.push(post_ok(&alone_server, &ticket(i)).await.0);
+    }
+    drop(alone_server);
+
+    let hunch = start_hunch_real(&SLOW_CPU).await;
+    let client = reqwest::Client::new();
+    // Spawned all at once (collected), then awaited.
+    let sends: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let client = client.clone();
+            let url = format!("{}/v1/systemone", hunch.url);
+            tokio::spawn(async move {
+                let r = client
+                    .post(url)
+                    .json(&ticket(i))
+                    .send()
+                    .await
+                    .expect("sent");
+                let header = |name: &str| {
+                    r.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let batched: Option<u32> =
+                    header("x-hunch-batch-requests").and_then(|v| v.parse().ok());
+                let deviation = header("x-hunch-batch-deviation");
+                let status = r.status().as_u16();
+                (status, batched, deviation, r.text().await.expect("body"))
+            })
+        })
+        .collect();
+    let mut most_batched = 0;
+    for (i, send) in sends.into_iter().enumerate() {
+        let (status, batched, deviation, text) = send.await.expect("joined");
+        assert_eq!(status, 200, "request {i}: {text}");
+        assert_eq!(
+            text, alone[i],
+            "request {i}: batched answer differs from alone"
+        );
+        let batched = batched.expect("x-hunch-batch-requests on every answer");
+        most_batched = most_batched.max(batched);
+        if batched > 1 {
+            assert_eq!(
+                deviation.as_deref(),
+                Some("0"),
+                "request {i} was batched with {batched} requests: the CPU build is bit-exact"
+            );
+        } else {
+            assert_eq!(
+                deviation, None,
+                "request {i} ran alone and claims no deviation"
+            );
+        }
+    }
+    assert!(
+        most_batched > 1,
+        "{CLIENTS} simultaneous requests never shared a forward pass"
+    );
+    // The question list came from the prefix cache for the later requests.
+    let metrics = client
+        .get(format!("{}/metrics", hunch.url))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let reused = metrics
+        .lines()
+        .find(|l| l.starts_with("hunch_model_reused_prompt_tokens_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(reused > 0.0, "no prompt tokens were reused:\n{metrics}");
+}

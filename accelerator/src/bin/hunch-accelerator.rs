@@ -50,14 +50,14 @@ struct ServeArgs {
     #[arg(long, default_value_t = 12_288)]
     max_prompt_tokens: usize,
     /// The automatic re-read rule (three more draws when the first is uncertain).
-    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
     rereads: bool,
     /// Requests waiting for the engine before new ones get 503.
     #[arg(long, default_value_t = 64)]
     queue: usize,
     /// Batching across requests: `on`, or `off` for one request at a time (the same as
     /// `--batch-requests 1`).
-    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
     batching: bool,
     /// Requests read at once, their work sharing forward passes.
     #[arg(long, default_value_t = 16)]
@@ -113,6 +113,16 @@ fn main() -> std::process::ExitCode {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    for (flag, value) in [
+        ("--prefill-chunk", args.prefill_chunk),
+        ("--batch-requests", args.batch_requests),
+        ("--batch-rows", args.batch_rows),
+        ("--queue", args.queue),
+    ] {
+        if value == 0 {
+            return Err(format!("{flag} must be at least 1"));
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -42,7 +42,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: 8 * 1024 * 1024,
             request_timeout: Duration::from_secs(120),
-            max_concurrent_reads: 4,
+            max_concurrent_reads: 16,
             max_queued_reads: 64,
         }
     }
