@@ -436,7 +436,6 @@ pub fn assemble(
         let attention = Attention::new(
             lc,
             nh,
-            c.sliding_window,
             layout.linear(&format!("{a}.q_proj"), nh * hd, h, dt)?,
             layout.linear(&format!("{a}.k_proj"), nkv * hd, h, dt)?,
             v_proj,

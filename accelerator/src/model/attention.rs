@@ -38,7 +38,6 @@ pub struct Attention {
     num_heads: i32,
     num_kv_heads: i32,
     head_dim: i32,
-    sliding_window: i32,
 }
 
 impl Attention {
@@ -47,7 +46,6 @@ impl Attention {
     pub fn new(
         layer: &LayerConfig,
         num_heads: i32,
-        sliding_window: i32,
         q_proj: Linear,
         k_proj: Linear,
         v_proj: Option<Linear>,
@@ -70,7 +68,6 @@ impl Attention {
             num_heads,
             num_kv_heads: layer.num_kv_heads,
             head_dim: layer.head_dim,
-            sliding_window,
         }
     }
 
@@ -138,8 +135,8 @@ impl Attention {
                 .forward(&self.k_norm.forward(&k_raw)?.swap_axes(1, 2)?, offset)?;
             let v = self.v_norm.forward(&v)?.swap_axes(1, 2)?;
             let out = match &segment.attend {
-                Attend::Chunk { start, past } => {
-                    let out = self.chunk_attention(&q, &k, &v, *start, past)?;
+                Attend::Chunk { past, masks, .. } => {
+                    let out = self.chunk_attention(&q, &k, &v, past, masks)?;
                     chunk_kvs.push(LayerKv { keys: k, values: v });
                     out
                 }
@@ -159,47 +156,23 @@ impl Attention {
         Ok((self.o_proj.forward(&attn)?, chunk_kvs))
     }
 
-    /// Encoder attention of one prompt chunk (queries at `start..start+c`) over the earlier
-    /// chunks' K/V and its own: causal, and on sliding layers limited to the last
-    /// `sliding_window` positions. Sliding layers take only as many trailing past chunks as cover
-    /// the window, so the shapes depend on the chunk's index alone and a chunk computes the same
-    /// bits whether the past came from a cold prefill or from the prefix cache.
+    /// Encoder attention of one prompt chunk over the earlier chunks' K/V and its own, under
+    /// the chunk's precomputed mask for this layer's kind (see [`ChunkMasks`]).
     fn chunk_attention(
         &self,
         q: &Array,
         k: &Array,
         v: &Array,
-        start: i32,
         past: &[&LayerKv],
+        masks: &ChunkMasks,
     ) -> Result<Array, ModelError> {
-        let c = q.dim(2);
-        let used: &[&LayerKv] = match self.kind {
-            AttentionKind::Full => past,
-            AttentionKind::Sliding => {
-                let mut covered = 0;
-                let mut first = past.len();
-                while first > 0 && covered < self.sliding_window - 1 {
-                    first -= 1;
-                    covered += past[first].keys.dim(2);
-                }
-                &past[first..]
-            }
+        let (used, mask) = match self.kind {
+            AttentionKind::Full => (past, &masks.full),
+            AttentionKind::Sliding => (
+                past.get(masks.sliding_first..).unwrap_or_default(),
+                &masks.sliding,
+            ),
         };
-        let past_len: i32 = used.iter().map(|kv| kv.keys.dim(2)).sum();
-        let key_start = start - past_len;
-        let total = past_len + c;
-        let w = self.sliding_window;
-        let sliding = self.kind == AttentionKind::Sliding;
-        let mask: Vec<bool> = (0..c)
-            .flat_map(|i| {
-                let query = start + i;
-                (0..total).map(move |j| {
-                    let key = key_start + j;
-                    key <= query && (!sliding || query - key < w)
-                })
-            })
-            .collect();
-        let mask = Array::from_slice(&mask, &[1, 1, c, total]);
         let (keys, values) = if used.is_empty() {
             (k.clone(), v.clone())
         } else {
@@ -209,8 +182,11 @@ impl Attention {
             values.push(v);
             (ops::concatenate(&keys, 2)?, ops::concatenate(&values, 2)?)
         };
+        if keys.dim(2) != mask.dim(3) {
+            return Err(ModelError::Shape("chunk mask and keys disagree"));
+        }
         Ok(fast::scaled_dot_product_attention(
-            q, &keys, &values, 1.0, &mask, None,
+            q, &keys, &values, 1.0, mask, None,
         )?)
     }
 
@@ -252,7 +228,11 @@ impl Attention {
 pub enum Attend<'a> {
     /// A prompt chunk whose first token sits at absolute position `start`; `past` is this
     /// layer's K/V of the prompt's earlier chunks, in order.
-    Chunk { start: i32, past: Vec<&'a LayerKv> },
+    Chunk {
+        start: i32,
+        past: Vec<&'a LayerKv>,
+        masks: &'a ChunkMasks,
+    },
     /// `batch` canvases after a prompt of `prompt_len` tokens whose K/V for this layer is
     /// `cache` (sliding layers: the prompt's last `sliding_window - 1` positions).
     Canvas {
@@ -267,6 +247,54 @@ impl Attend<'_> {
         match self {
             Attend::Chunk { start, .. } => *start,
             Attend::Canvas { prompt_len, .. } => *prompt_len,
+        }
+    }
+}
+
+/// The attention masks of one prompt chunk, made once per chunk and shared by its layers.
+///
+/// Full layers attend to every earlier chunk, causally. Sliding layers take only the trailing
+/// earlier chunks that cover the window (`sliding_first..`), so the shapes of a chunk's
+/// computation depend on the chunk's index alone and its K/V are the same bits whether the
+/// earlier chunks were computed now or restored from the prefix cache.
+#[derive(Debug)]
+pub struct ChunkMasks {
+    /// `[1, 1, c, past + c]`: key at or before the query.
+    full: Array,
+    /// Index of the first earlier chunk a sliding layer uses.
+    sliding_first: usize,
+    /// `[1, 1, c, used past + c]`: key at or before the query, and within `window` of it.
+    sliding: Array,
+}
+
+impl ChunkMasks {
+    /// For a chunk of `len` tokens starting at `start`, after earlier chunks of `past_lens`
+    /// tokens (in order), with a sliding window of `window`.
+    pub fn new(start: i32, past_lens: &[i32], len: i32, window: i32) -> Self {
+        let mut covered = 0;
+        let mut sliding_first = past_lens.len();
+        while sliding_first > 0 && covered < window - 1 {
+            sliding_first -= 1;
+            covered += past_lens[sliding_first];
+        }
+        let mask = |key_start: i32, windowed: bool| {
+            let total = start + len - key_start;
+            let bits: Vec<bool> = (0..len)
+                .flat_map(|i| {
+                    let query = start + i;
+                    (0..total).map(move |j| {
+                        let key = key_start + j;
+                        key <= query && (!windowed || query - key < window)
+                    })
+                })
+                .collect();
+            Array::from_slice(&bits, &[1, 1, len, total])
+        };
+        let past: i32 = past_lens.iter().sum();
+        ChunkMasks {
+            full: mask(start - past, false),
+            sliding_first,
+            sliding: mask(start - covered, true),
         }
     }
 }
@@ -293,5 +321,51 @@ impl Segment<'_> {
     /// Whether the segment is a prompt chunk (encoder) rather than canvases (decoder).
     pub fn is_chunk(&self) -> bool {
         matches!(self.attend, Attend::Chunk { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkMasks;
+
+    fn rows(mask: &mlx_rs::Array) -> Vec<String> {
+        let (c, t) = (mask.dim(2) as usize, mask.dim(3) as usize);
+        let bits = mask.as_slice::<bool>();
+        (0..c)
+            .map(|i| {
+                bits[i * t..(i + 1) * t]
+                    .iter()
+                    .map(|&b| if b { '1' } else { '.' })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_chunk_is_plain_causal_and_windowed() {
+        let m = ChunkMasks::new(0, &[], 4, 3);
+        assert_eq!(rows(&m.full), ["1...", "11..", "111.", "1111"]);
+        // Window 3: a query sees itself and the two before it.
+        assert_eq!(rows(&m.sliding), ["1...", "11..", "111.", ".111"]);
+        assert_eq!(m.sliding_first, 0);
+    }
+
+    #[test]
+    fn a_later_chunk_sees_all_earlier_chunks_on_full_layers_and_only_the_window_on_sliding() {
+        // Chunks of 4; this is chunk 2 (positions 8..12) with window 6: sliding layers need the
+        // 5 keys before position 8, more than chunk 1 holds, so both earlier chunks.
+        let m = ChunkMasks::new(8, &[4, 4], 4, 6);
+        assert_eq!(m.sliding_first, 0);
+        assert_eq!(m.full.shape(), &[1, 1, 4, 12]);
+        assert_eq!(rows(&m.full)[0], "111111111...");
+        // Query 8 sees keys 3..=8; query 11 sees keys 6..=11.
+        assert_eq!(rows(&m.sliding)[0], "...111111...");
+        assert_eq!(rows(&m.sliding)[3], "......111111");
+        // Window 4: 3 keys before position 8 are needed; chunk 1 covers them alone.
+        let m = ChunkMasks::new(8, &[4, 4], 4, 4);
+        assert_eq!(m.sliding_first, 1);
+        assert_eq!(m.sliding.shape(), &[1, 1, 4, 8]);
+        assert_eq!(rows(&m.sliding)[0], ".1111...");
+        assert_eq!(rows(&m.sliding)[3], "....1111");
     }
 }

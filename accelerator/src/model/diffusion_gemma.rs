@@ -5,7 +5,7 @@ use std::str::FromStr;
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{
-    attention::{Attend, LayerKv, Segment},
+    attention::{Attend, ChunkMasks, LayerKv, Segment},
     config::Config,
     layer::Layer,
     linear::Linear,
@@ -336,16 +336,25 @@ impl DiffusionGemma {
             .iter()
             .map(|c| c.past.iter().map(|p| p.len).sum())
             .collect();
+        let masks: Vec<ChunkMasks> = chunks
+            .iter()
+            .zip(&starts)
+            .map(|(c, &start)| {
+                let lens: Vec<i32> = c.past.iter().map(|p| p.len).collect();
+                ChunkMasks::new(start, &lens, c.ids.len() as i32, self.config.sliding_window)
+            })
+            .collect();
         let mut chunk_layers: Vec<Vec<LayerKv>> =
             vec![Vec::with_capacity(self.layers.len()); chunks.len()];
         for (l, layer) in self.layers.iter().enumerate() {
             let mut segments = Vec::with_capacity(chunks.len() + canvases.len());
-            for (chunk, &start) in chunks.iter().zip(&starts) {
+            for ((chunk, &start), masks) in chunks.iter().zip(&starts).zip(&masks) {
                 segments.push(Segment {
                     rows: chunk.ids.len() as i32,
                     attend: Attend::Chunk {
                         start,
                         past: chunk.past.iter().map(|p| &p.layers[l]).collect(),
+                        masks,
                     },
                 });
             }
