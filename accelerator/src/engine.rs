@@ -124,7 +124,7 @@ impl MlxEngine {
         let sink = slot.clone();
         self.submit(
             request.clone(),
-            Box::new(move |outcome| {
+            Reply::new(move |outcome| {
                 if let Ok(mut s) = sink.lock() {
                     *s = Some(outcome);
                 }

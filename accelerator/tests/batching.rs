@@ -13,7 +13,7 @@ use hunch_accelerator::checkpoint::{
 };
 use hunch_accelerator::engine::{EngineOptions, MlxEngine, ModelDenoiser};
 use hunch_accelerator::read::{execute, ReadSettings};
-use hunch_accelerator::scheduler::{measure_batch_deviation, SchedulerConfig};
+use hunch_accelerator::scheduler::{measure_batch_deviation, Reply, SchedulerConfig};
 use hunch_accelerator::server::ReadEngine;
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest};
 use serde_json::{json, Value};
@@ -164,7 +164,7 @@ fn run(
         let sink = answers.clone();
         engine.submit(
             requests[i].clone(),
-            Box::new(move |a| sink.lock().expect("lock")[i] = Some(a)),
+            Reply::new(move |a| sink.lock().expect("lock")[i] = Some(a)),
         );
     }
     let mut guard = 0;
@@ -398,4 +398,48 @@ fn the_startup_probe_measures_zero_deviation_on_the_reference_blas() {
             "batched math is not bit-exact on the reference BLAS"
         );
     }
+}
+
+#[test]
+fn a_request_whose_client_went_away_is_dropped_and_the_others_are_unaffected() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let requests = requests();
+    let mut engine = engine(config(8, 4096, 64 << 20));
+    let gone = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicBool::new(false));
+    let (flag, seen) = (gone.clone(), answered.clone());
+    engine.submit(
+        requests[4].clone(),
+        Reply::new(move |_| seen.store(true, Ordering::SeqCst))
+            .with_abandoned(move || flag.load(Ordering::SeqCst)),
+    );
+    let kept: Arc<Mutex<Option<Answer>>> = Arc::default();
+    let sink = kept.clone();
+    engine.submit(
+        requests[0].clone(),
+        Reply::new(move |a| *sink.lock().expect("lock") = Some(a)),
+    );
+    engine.step();
+    gone.store(true, Ordering::SeqCst);
+    let mut guard = 0;
+    while kept.lock().expect("lock").is_none() {
+        engine.step();
+        guard += 1;
+        assert!(guard < 10_000, "the other request never finished");
+    }
+    assert!(
+        !answered.load(Ordering::SeqCst),
+        "the abandoned request was still answered"
+    );
+    assert_eq!(engine.scheduler().counters().abandoned, 1);
+    assert!(
+        engine.scheduler().is_idle(),
+        "the abandoned request is still in flight"
+    );
+    let answer = kept.lock().expect("lock").take().expect("answer");
+    assert_same(
+        distributions(&answer),
+        distributions(&alone()[0]),
+        "the request kept",
+    );
 }

@@ -26,8 +26,37 @@ use prefix_cache::{NodeId, PrefixCache};
 use std::collections::HashSet;
 use std::time::Instant;
 
-/// Where a request's answer goes.
-pub type Reply = Box<dyn FnOnce(Result<ReadOutcome, ReadError>) + Send>;
+/// Where a request's answer goes, and whether anyone still waits for it.
+pub struct Reply {
+    send: Box<dyn FnOnce(Result<ReadOutcome, ReadError>) + Send>,
+    abandoned: Box<dyn Fn() -> bool + Send>,
+}
+
+impl Reply {
+    /// An answer handed to `send`; never abandoned.
+    pub fn new(send: impl FnOnce(Result<ReadOutcome, ReadError>) + Send + 'static) -> Self {
+        Reply {
+            send: Box::new(send),
+            abandoned: Box::new(|| false),
+        }
+    }
+
+    /// `abandoned` says when the client has gone away (its connection closed, its timeout
+    /// passed): the scheduler then drops the request's remaining work instead of spending
+    /// forward passes on an answer nobody reads.
+    pub fn with_abandoned(mut self, abandoned: impl Fn() -> bool + Send + 'static) -> Self {
+        self.abandoned = Box::new(abandoned);
+        self
+    }
+
+    pub fn send(self, outcome: Result<ReadOutcome, ReadError>) {
+        (self.send)(outcome)
+    }
+
+    pub fn is_abandoned(&self) -> bool {
+        (self.abandoned)()
+    }
+}
 
 /// How much the scheduler batches and caches.
 #[derive(Debug, Clone)]
@@ -135,6 +164,8 @@ pub struct SchedulerCounters {
     pub rows: u64,
     pub reused_tokens: u64,
     pub prefilled_tokens: u64,
+    /// Requests dropped because their clients went away.
+    pub abandoned: u64,
 }
 
 /// Many requests in flight over one model.
@@ -240,7 +271,7 @@ impl Scheduler {
         reply: Reply,
     ) {
         match RequestProgress::start(planner, settings, vocab, request) {
-            Err(e) => reply(Err(e)),
+            Err(e) => reply.send(Err(e)),
             Ok(progress) => {
                 let reads = (0..progress.read_count())
                     .map(|_| ReadSlot::Waiting)
@@ -259,6 +290,7 @@ impl Scheduler {
 
     /// Runs one forward pass of batched work.
     pub fn step(&mut self, model: &DiffusionGemma) -> StepOutcome {
+        self.drop_abandoned();
         if self.active.is_empty() {
             return StepOutcome::Idle;
         }
@@ -294,7 +326,7 @@ impl Scheduler {
                 let failed: HashSet<usize> = work.iter().map(Work::request).collect();
                 for &r in &failed {
                     if let Some(reply) = self.active[r].reply.take() {
-                        reply(Err(ReadError::internal(message.clone())));
+                        reply.send(Err(ReadError::internal(message.clone())));
                     }
                 }
                 self.release_failed();
@@ -622,6 +654,22 @@ impl Scheduler {
         self.fail(failed);
     }
 
+    /// Drops the requests whose clients have gone away (their cache pins with them).
+    fn drop_abandoned(&mut self) {
+        let mut dropped = 0u64;
+        for active in &mut self.active {
+            if active.reply.as_ref().is_some_and(Reply::is_abandoned) {
+                active.reply = None;
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            tracing::info!(dropped, "dropping reads whose clients went away");
+            self.counters.abandoned += dropped;
+            self.release_failed();
+        }
+    }
+
     /// Answers the given requests with their errors and drops them.
     fn fail(&mut self, failed: Vec<(usize, ReadError)>) {
         if failed.is_empty() {
@@ -629,13 +677,14 @@ impl Scheduler {
         }
         for (r, e) in failed {
             if let Some(reply) = self.active[r].reply.take() {
-                reply(Err(e));
+                reply.send(Err(e));
             }
         }
         self.release_failed();
     }
 
-    /// Drops requests that were already answered (with an error), unpinning their cache nodes.
+    /// Drops requests that were already answered (with an error) or abandoned, unpinning their
+    /// cache nodes.
     fn release_failed(&mut self) {
         let cache = &mut self.cache;
         self.active.retain_mut(|a| {
@@ -675,7 +724,7 @@ impl Scheduler {
                 ..gauges
             });
             if let Some(reply) = active.reply.take() {
-                reply(active.progress.finish());
+                reply.send(active.progress.finish());
             }
         }
     }

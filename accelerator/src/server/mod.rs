@@ -169,10 +169,12 @@ fn serve_jobs<E: ReadEngine>(engine: &mut E, rx: &mut mpsc::Receiver<Job>) {
     }
 }
 
-/// Logs a request's figures and sends its answer (the client may have gone away; its answer is
-/// then simply dropped).
+/// Logs a request's figures and sends its answer; abandoned once the HTTP handler waiting for it
+/// is gone (the host timed out or the client disconnected).
 fn logged_reply(reply: oneshot::Sender<Result<ReadOutcome, ReadError>>) -> Reply {
-    Box::new(move |outcome| {
+    let sender = Arc::new(Mutex::new(Some(reply)));
+    let watch = sender.clone();
+    Reply::new(move |outcome| {
         if let Ok(o) = &outcome {
             let s = &o.stats;
             tracing::info!(
@@ -190,7 +192,18 @@ fn logged_reply(reply: oneshot::Sender<Result<ReadOutcome, ReadError>>) -> Reply
                 "read"
             );
         }
-        let _ = reply.send(outcome);
+        let taken = match sender.lock() {
+            Ok(mut s) => s.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(sender) = taken {
+            // The client may have gone away meanwhile; its answer is simply dropped.
+            let _ = sender.send(outcome);
+        }
+    })
+    .with_abandoned(move || match watch.lock() {
+        Ok(s) => s.as_ref().is_some_and(|s| s.is_closed()),
+        Err(_) => false,
     })
 }
 
