@@ -6,6 +6,8 @@
 //! of the very same `hunch` command line (`hunch::cli::main`), which cargo keeps fresh for these
 //! tests.
 
+pub mod bench;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

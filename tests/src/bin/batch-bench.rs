@@ -28,9 +28,8 @@
 //! `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0` to give MLX OpenBLAS (the BLAS the
 //! sidecar mapped is printed either way).
 
-use hunch_core::{
-    ChoiceOption, Question, QuestionKind, ReadOptions, ReadOutcome, ReadRequest, ReadStats,
-};
+use hunch_core::{Question, QuestionKind, ReadOptions, ReadOutcome, ReadRequest, ReadStats};
+use hunch_e2e::bench::{mapped_blas, median, option, percentile, read_request};
 use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, Process};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -107,49 +106,8 @@ fn parse_args() -> Result<Args, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Small helpers (the same as read-bench's; the hunch_e2e library has none of them).
+// Small helpers (the shared ones are in `hunch_e2e::bench`).
 // ---------------------------------------------------------------------------------------------
-
-/// The shared libraries a process has mapped whose names say BLAS or LAPACK.
-fn mapped_blas(pid: u32) -> Vec<String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let mut libs: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
-            ["blas", "lapack", "mkl", "accelerate"]
-                .iter()
-                .any(|t| base.contains(t))
-        })
-        .map(str::to_owned)
-        .collect();
-    libs.sort();
-    libs.dedup();
-    libs
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
-}
 
 fn mean(v: &[f64]) -> f64 {
     if v.is_empty() {
@@ -203,51 +161,6 @@ fn fmt_opt(v: Option<f64>, unit: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 // Requests.
 // ---------------------------------------------------------------------------------------------
-
-fn option(name: &str, description: Option<&str>) -> ChoiceOption {
-    ChoiceOption {
-        name: name.into(),
-        description: description.map(str::to_owned),
-    }
-}
-
-/// The everyday request (read-bench's): a noul, a 3-option choice and a 3-level score about a
-/// support ticket. `n` makes the state unique from its first character on.
-fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
-    ReadRequest {
-        state: format!(
-            "{n} is the number of this ticket. I was charged twice for my subscription this month \
-             and the second charge is still pending on my card. Please refund one of them and \
-             confirm by email."
-        ),
-        questions: vec![
-            Question {
-                instructions: "Is this message about billing?".into(),
-                kind: QuestionKind::Noul {
-                    yes: None,
-                    no: None,
-                },
-            },
-            Question {
-                instructions: "Which team should handle it?".into(),
-                kind: QuestionKind::Choice {
-                    options: vec![
-                        option("billing", Some("Payments and refunds")),
-                        option("technical", None),
-                        option("sales team", Some("New purchases")),
-                    ],
-                },
-            },
-            Question {
-                instructions: "How urgent is it?".into(),
-                kind: QuestionKind::Score {
-                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
-                },
-            },
-        ],
-        options: ReadOptions { seed: None, draws },
-    }
-}
 
 /// Sentences the long prompt's instructions and states are cut from.
 const FILLER: &[&str] = &[

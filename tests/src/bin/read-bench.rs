@@ -15,7 +15,8 @@
 //! requests/s and latency through HTTP, validation, the queue and the sidecar with N clients.
 //! It prints the machine's core count and the BLAS libraries the sidecar process has mapped.
 
-use hunch_core::{Question, QuestionKind, ReadOptions, ReadOutcome, ReadRequest};
+use hunch_core::ReadOutcome;
+use hunch_e2e::bench::{mapped_blas, median, percentile, read_request};
 use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, wait_ready, Process};
 use serde_json::json;
 use std::path::PathBuf;
@@ -68,91 +69,6 @@ fn parse_args() -> Result<Args, String> {
         return Err("--reps and --clients must be positive".into());
     }
     Ok(a)
-}
-
-/// The shared libraries a process has mapped whose names say BLAS or LAPACK.
-fn mapped_blas(pid: u32) -> Vec<String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let mut libs: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
-            ["blas", "lapack", "mkl", "accelerate"]
-                .iter()
-                .any(|t| base.contains(t))
-        })
-        .map(str::to_owned)
-        .collect();
-    libs.sort();
-    libs.dedup();
-    libs
-}
-
-/// The everyday request: a noul, a 3-option choice and a 3-level score about a support ticket.
-/// `n` makes the state unique from its first character, so no prefix is reused.
-fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
-    ReadRequest {
-        state: format!(
-            "Ticket #{n}: I was charged twice for my subscription this month and the second charge \
-             is still pending on my card. Please refund one of them and confirm by email."
-        ),
-        questions: vec![
-            Question {
-                instructions: "Is this message about billing?".into(),
-                kind: QuestionKind::Noul {
-                    yes: None,
-                    no: None,
-                },
-            },
-            Question {
-                instructions: "Which team should handle it?".into(),
-                kind: QuestionKind::Choice {
-                    options: vec![
-                        option("billing", Some("Payments and refunds")),
-                        option("technical", None),
-                        option("sales team", Some("New purchases")),
-                    ],
-                },
-            },
-            Question {
-                instructions: "How urgent is it?".into(),
-                kind: QuestionKind::Score {
-                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
-                },
-            },
-        ],
-        options: ReadOptions { seed: None, draws },
-    }
-}
-
-fn option(name: &str, description: Option<&str>) -> hunch_core::ChoiceOption {
-    hunch_core::ChoiceOption {
-        name: name.into(),
-        description: description.map(str::to_owned),
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
 }
 
 async fn sidecar_part(
@@ -266,7 +182,7 @@ async fn sidecar_part(
 async fn stack_part(
     args: &Args,
     dir: &std::path::Path,
-    accelerator: &PathBuf,
+    accelerator: &std::path::Path,
 ) -> Result<(), String> {
     let hunch = ["hunch", "hunch-e2e-server"]
         .iter()

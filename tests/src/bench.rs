@@ -1,0 +1,88 @@
+//! Small pieces the benchmark binaries share (`read-bench`, `batch-bench`).
+
+use hunch_core::{ChoiceOption, Question, QuestionKind, ReadOptions, ReadRequest};
+
+/// The shared libraries a process has mapped whose names say BLAS or LAPACK.
+pub fn mapped_blas(pid: u32) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut libs: Vec<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
+            ["blas", "lapack", "mkl", "accelerate"]
+                .iter()
+                .any(|t| base.contains(t))
+        })
+        .map(str::to_owned)
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
+/// The everyday request: a noul, a 3-option choice and a 3-level score about a support ticket.
+/// `n` makes the state unique from its first character, so no prefix is reused.
+pub fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
+    ReadRequest {
+        state: format!(
+            "Ticket #{n}: I was charged twice for my subscription this month and the second charge \
+             is still pending on my card. Please refund one of them and confirm by email."
+        ),
+        questions: vec![
+            Question {
+                instructions: "Is this message about billing?".into(),
+                kind: QuestionKind::Noul {
+                    yes: None,
+                    no: None,
+                },
+            },
+            Question {
+                instructions: "Which team should handle it?".into(),
+                kind: QuestionKind::Choice {
+                    options: vec![
+                        option("billing", Some("Payments and refunds")),
+                        option("technical", None),
+                        option("sales team", Some("New purchases")),
+                    ],
+                },
+            },
+            Question {
+                instructions: "How urgent is it?".into(),
+                kind: QuestionKind::Score {
+                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
+                },
+            },
+        ],
+        options: ReadOptions { seed: None, draws },
+    }
+}
+
+pub fn option(name: &str, description: Option<&str>) -> ChoiceOption {
+    ChoiceOption {
+        name: name.into(),
+        description: description.map(str::to_owned),
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
