@@ -281,6 +281,12 @@ impl RequestProgress {
         }
     }
 
+    /// Whether read `read` is done (cheaper than asking [`RequestProgress::need`], which builds
+    /// the next canvases).
+    pub fn read_done(&self, read: usize) -> bool {
+        self.reads.get(read).is_none_or(|r| r.stage == Stage::Done)
+    }
+
     /// Whether every read is done.
     pub fn is_done(&self) -> bool {
         self.reads.iter().all(|r| r.stage == Stage::Done)

@@ -643,7 +643,7 @@ impl Scheduler {
                         .and_then(|logits| active.progress.drawn(*read, logits));
                     match result {
                         Err(e) => failed.push((*request, e)),
-                        Ok(()) if active.progress.need(*read).is_none() => {
+                        Ok(()) if active.progress.read_done(*read) => {
                             active.reads[*read] = ReadSlot::Done;
                         }
                         Ok(()) => {}
