@@ -216,6 +216,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .map(|n| n.get())
             .unwrap_or(1)),
     );
+    // The BLAS serving MLX's matmuls in this process (HUNCH_BLAS; default OpenBLAS when
+    // installed), and every BLAS library mapped for the record.
+    let blas = hunch_accelerator::blas::select(hunch_accelerator::blas::choice_from_env()?)?;
+    env.insert("blas".into(), json!(blas.name()));
     env.insert("blas_libs".into(), json!(loaded_blas()));
     env.insert(
         "ld_preload".into(),

@@ -78,12 +78,24 @@ impl Experts {
 
     /// `x` `[N, 1, 1, in]`, `idx` uint32 `[N, k]` → `[N, k, 1, out]` in `x`'s dtype.
     pub fn forward(&self, x: &Array, idx: &Array) -> Result<Array, ModelError> {
+        self.gather(x, idx, false)
+    }
+
+    /// One row per (token, expert) pair, the pairs sorted by expert (as mlx-lm's SwitchGLU
+    /// dispatches): `x` `[M, 1, in]`, `idx` uint32 `[M]` ascending → `[M, 1, out]`. Sorted
+    /// indices let a GPU run one grouped GEMM per expert instead of a matrix-vector product
+    /// per pair, each expert's weights read once.
+    pub fn forward_sorted(&self, x: &Array, idx: &Array) -> Result<Array, ModelError> {
+        self.gather(x, idx, true)
+    }
+
+    fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {
         let dtype = x.dtype();
         match self {
             Experts::Dense { weight } => {
                 let x32 = x.as_dtype(Dtype::Float32)?;
                 let wt = weight.swap_axes(-1, -2)?;
-                let y = ops::gather_mm(&x32, &wt, None, idx, false)?;
+                let y = ops::gather_mm(&x32, &wt, None, idx, sorted)?;
                 Ok(y.as_dtype(dtype)?)
             }
             Experts::Affine {
@@ -102,7 +114,7 @@ impl Experts {
                 true,
                 *group_size,
                 *bits,
-                false,
+                sorted,
             )?),
             Experts::Nvfp4 {
                 weight,
@@ -113,12 +125,15 @@ impl Experts {
                 // refuses one anyway), so: matmul with the block scales only, in float32, then
                 // scale each expert's output rows by global_scale[expert] / 2688.
                 let x32 = x.as_dtype(Dtype::Float32)?;
-                let y = gather_qmm_nvfp4(&x32, weight, scales, idx)?;
+                let y = gather_qmm_nvfp4(&x32, weight, scales, idx, sorted)?;
                 let gs = ops::divide(
                     global_scale.take_axis(idx, 0)?,
                     Array::from_f32(NVFP4_GLOBAL_SCALE_DIVISOR),
                 )?;
-                let gs = gs.reshape(&[idx.dim(0), idx.dim(1), 1, 1])?;
+                // One scale per pair, broadcast over its output row: `idx`'s shape + [1, 1].
+                let mut shape = idx.shape().to_vec();
+                shape.extend([1, 1]);
+                let gs = gs.reshape(&shape)?;
                 Ok(ops::multiply(y, gs)?.as_dtype(dtype)?)
             }
         }
@@ -233,6 +248,7 @@ pub fn gather_qmm_nvfp4(
     w: &Array,
     scales: &Array,
     rhs_indices: &Array,
+    sorted_indices: bool,
 ) -> Result<Array, ModelError> {
     ensure_mlx_error_handler()?;
     let mode = nvfp4_mode();
@@ -255,7 +271,7 @@ pub fn gather_qmm_nvfp4(
             optional_int(16),
             optional_int(4),
             mode.as_ptr(),
-            false,
+            sorted_indices,
             stream.as_ptr(),
         );
         mlx_sys::mlx_array_free(none);
