@@ -180,6 +180,21 @@ impl MappedLayout {
         Ok(held)
     }
 
+    /// The scales and biases of affine module `prefix`, held as [`held_dtype`] says.
+    fn affine_scales(
+        &self,
+        prefix: &str,
+        scales: Array,
+        biases: Array,
+        dtype: Dtype,
+    ) -> Result<(Array, Array), LoadError> {
+        let kind = TensorKind::AffineScale;
+        Ok((
+            self.hold(&format!("{prefix}.scales"), scales, kind, dtype)?,
+            self.hold(&format!("{prefix}.biases"), biases, kind, dtype)?,
+        ))
+    }
+
     fn unexpected(&self, key: &str, what: &str) -> LoadError {
         LoadError::Format {
             path: self.dir.clone(),
@@ -220,23 +235,16 @@ impl WeightLayout for MappedLayout {
                 biases: Some(biases),
                 mode: QuantMode::Affine { group_size, bits },
                 ..
-            } => Ok(Linear::affine(
-                codes,
-                self.hold(
-                    &format!("{prefix}.scales"),
+            } => {
+                let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
+                Ok(Linear::affine(
+                    codes,
                     scales,
-                    TensorKind::AffineScale,
-                    dtype,
-                )?,
-                self.hold(
-                    &format!("{prefix}.biases"),
                     biases,
-                    TensorKind::AffineScale,
-                    dtype,
-                )?,
-                group_size as i32,
-                bits as i32,
-            )),
+                    group_size as i32,
+                    bits as i32,
+                ))
+            }
             LoadedWeight::Quantized { .. } => Err(self.unexpected(
                 prefix,
                 "only affine quantisation is supported for non-expert linears",
@@ -281,23 +289,16 @@ impl WeightLayout for MappedLayout {
                 biases: Some(biases),
                 mode: QuantMode::Affine { group_size, bits },
                 ..
-            } => Ok(Experts::affine(
-                codes,
-                self.hold(
-                    &format!("{prefix}.scales"),
+            } => {
+                let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
+                Ok(Experts::affine(
+                    codes,
                     scales,
-                    TensorKind::AffineScale,
-                    dtype,
-                )?,
-                self.hold(
-                    &format!("{prefix}.biases"),
                     biases,
-                    TensorKind::AffineScale,
-                    dtype,
-                )?,
-                group_size as i32,
-                bits as i32,
-            )),
+                    group_size as i32,
+                    bits as i32,
+                ))
+            }
             LoadedWeight::Quantized { .. } => Err(self.unexpected(
                 prefix,
                 "quantised tensors incomplete (NVFP4 needs a global scale, affine biases)",
