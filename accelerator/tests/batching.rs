@@ -13,13 +13,12 @@
 //! batch with `Batching::On` unless a test checks the default.
 
 use hunch_accelerator::blas::{self, BlasChoice};
-use hunch_accelerator::checkpoint::{
-    write_random_checkpoint, DenseDtype, Layout, Preset, RandomSpec,
-};
+use hunch_accelerator::checkpoint::Layout;
 use hunch_accelerator::engine::{EngineOptions, MlxEngine, ModelDenoiser};
 use hunch_accelerator::read::{execute, ReadSettings};
 use hunch_accelerator::scheduler::{measure_batch_deviation, Batching, Reply, SchedulerConfig};
 use hunch_accelerator::server::ReadEngine;
+use hunch_accelerator::tools::{write_random_checkpoint, DenseDtype, Preset, RandomSpec};
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest};
 use serde_json::{json, Value};
 use std::path::Path;

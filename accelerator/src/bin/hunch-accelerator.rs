@@ -3,10 +3,11 @@
 
 use clap::{Parser, Subcommand};
 use hunch_accelerator::blas::{select as select_blas, BlasChoice};
-use hunch_accelerator::engine::{demo_dir, ensure_demo_checkpoint, EngineOptions, MlxEngine};
+use hunch_accelerator::engine::{EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
+use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -84,6 +85,11 @@ struct ServeArgs {
     /// Skip the start-up probe that measures whether batching changes answers.
     #[arg(long)]
     no_batch_probe: bool,
+    /// Memory the weights converted at load may take (bytes, or e.g. 48G, 512M). Float32
+    /// activations widen bf16 weights; a load whose widened weights exceed this is refused
+    /// before allocating. Default: the memory the machine has available.
+    #[arg(long, env = "HUNCH_MEMORY_LIMIT", value_parser = parse_memory_limit)]
+    memory_limit: Option<u64>,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -99,6 +105,10 @@ fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
         "auto" => Ok(DtypeArg(None)),
         other => other.parse().map(|d| DtypeArg(Some(d))),
     }
+}
+
+fn parse_memory_limit(s: &str) -> Result<u64, String> {
+    hunch_accelerator::checkpoint::memory::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
@@ -191,6 +201,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             },
             probe_batching: !args.no_batch_probe,
             count_operations: args.count_ops,
+            memory_limit: args.memory_limit,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();
