@@ -18,22 +18,10 @@ use mlx_rs::{Array, Dtype};
 
 use super::arrays::{array, element_size, release_pages};
 use super::assemble::WeightLayout;
+pub use super::layout::TensorKind;
 use super::layout::{Checkpoint, ModuleRef, QuantMode};
 use super::LoadError;
 use crate::model::{Experts, Linear};
-
-/// What part of a module a tensor is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorKind {
-    /// A dense float weight.
-    Dense,
-    /// Packed codes, or NVFP4's E4M3 block scales.
-    Packed,
-    /// An affine scale or bias.
-    AffineScale,
-    /// NVFP4's per-expert tensor scale.
-    GlobalScale,
-}
 
 /// The dtype a tensor stored as `stored` is held in for `activation` activations.
 pub fn held_dtype(kind: TensorKind, stored: Dtype, activation: Dtype) -> Dtype {

@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use mlx_rs::Dtype;
 
 use super::arrays::{element_size, mlx_dtype};
-use super::layout::{Checkpoint, ModuleRef};
-use super::mapped::{held_dtype, TensorKind};
+use super::layout::Checkpoint;
+use super::mapped::held_dtype;
 
 /// What loading a checkpoint with given activations takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,33 +45,7 @@ impl MemoryPlan {
             let Some(r) = checkpoint.module_ref(module) else {
                 continue;
             };
-            let kinds: Vec<(&str, TensorKind)> = match r {
-                ModuleRef::Dense { tensor } => vec![(tensor.as_str(), TensorKind::Dense)],
-                ModuleRef::Quantized {
-                    codes,
-                    scales,
-                    biases,
-                    global_scale,
-                    mode,
-                } => {
-                    let scale_kind = match mode {
-                        super::layout::QuantMode::Nvfp4 => TensorKind::Packed,
-                        super::layout::QuantMode::Affine { .. } => TensorKind::AffineScale,
-                    };
-                    let mut v = vec![
-                        (codes.as_str(), TensorKind::Packed),
-                        (scales.as_str(), scale_kind),
-                    ];
-                    v.extend(biases.as_deref().map(|b| (b, TensorKind::AffineScale)));
-                    v.extend(
-                        global_scale
-                            .as_deref()
-                            .map(|g| (g, TensorKind::GlobalScale)),
-                    );
-                    v
-                }
-            };
-            for (name, kind) in kinds {
+            for (name, kind) in r.parts() {
                 let Some(view) = checkpoint.tensors().get(name) else {
                     continue;
                 };
