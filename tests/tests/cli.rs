@@ -123,7 +123,7 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let output = dir.join("mixed.out.jsonl");
     let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
-    let run = hunch(&["batch", "-i", &i, "-o", &o, "--server", &server.url, "--progress", "lines", "--retries", "1"]);
+    let run = hunch(&["batch", "-i", &i, "-o", &o, "--server", &server.url, "--progress", "lines", "--retries", "3", "--concurrency", "2"]);
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("13 lines: 8 answered"), "{stderr}");
