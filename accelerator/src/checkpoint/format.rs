@@ -23,7 +23,7 @@ pub const AFFINE_EXPERT_BITS: u32 = 4;
 /// Bits of the affine layout's other linears (embedding, attention, dense MLPs, router).
 pub const AFFINE_DENSE_BITS: u32 = 8;
 /// Inputs per E4M3 block scale in NVFP4.
-pub const NVFP4_GROUP: usize = 16;
+pub use hunch_codec::quant::NVFP4_GROUP;
 
 /// The three on-disk layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -41,7 +41,7 @@ pub(super) fn encode(
             let per = values.len() / experts.max(1);
             let (mut codes, mut scales, mut gs) = (Vec::new(), Vec::new(), Vec::new());
             for e in values.chunks_exact(per.max(1)) {
-                let amax = e.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let amax = hunch_codec::bytes::absmax(e);
                 // An all-zero expert would divide by zero; any scale gives the same zero codes.
                 let g = if amax > 0.0 { amax } else { 1.0 };
                 let q = quant::quantize_nvfp4(e, cols, src, Some(g)).map_err(qerr)?;

@@ -178,9 +178,7 @@ pub fn write_layout(
         }
         if dense_t == Dtype::BF16 {
             // Quantise what a bf16 checkpoint holds, so random nvfp4/affine = convert(random hf).
-            values
-                .iter_mut()
-                .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+            hunch_codec::bytes::round_through_bf16(&mut values);
         }
         encode(spec, &values, planned[i].0, dense_t)
     };

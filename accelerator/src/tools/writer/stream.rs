@@ -101,21 +101,7 @@ impl SafetensorsWriter {
     }
 }
 
-/// Little-endian bytes of f32 values.
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Little-endian bytes of f32 values rounded to bf16 (nearest, ties to even).
-pub fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes())
-        .collect()
-}
-
-pub fn u32_bytes(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
+pub use hunch_codec::bytes::{bf16_bytes, f32_bytes, u32_bytes};
 
 #[cfg(test)]
 mod tests {
