@@ -33,6 +33,7 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Replay(args) => crate::decision::replay_cli::main(args),
         Command::Serve(args) => {
             init_tracing();
             let keys_env = std::env::var("HUNCH_API_KEYS").ok();
