@@ -36,7 +36,11 @@ pub enum Command {
     /// Replay recorded policy decisions from decision logs through a component (reads answered
     /// from the log) and report what changed; `--reread --server URL` re-asks recorded reads.
     Replay(crate::decision::replay_cli::ReplayArgs),
-    /// Decision policies: `hunch policy new NAME` scaffolds a policy crate.
+    /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
+    Batch(crate::cli::batch::BatchArgs),
+    /// Ask one System One question set from the shell and print the answers.
+    Ask(crate::cli::ask::AskArgs),
+    /// Decision policies: `new` scaffolds a crate, `run` runs one locally, `check` validates one.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
@@ -57,6 +61,11 @@ pub enum PolicyCommand {
         #[arg(long, default_value = "{ workspace = true }")]
         sdk: String,
     },
+    /// Run a policy component in this process on one input, its reads sent to a server or a
+    /// local model; print the decision, its reads, logs and limits.
+    Run(crate::cli::policy_run::RunArgs),
+    /// Validate a policy component as the server would before serving it, without deciding.
+    Check(crate::cli::policy_run::CheckArgs),
 }
 
 #[derive(Debug, Clone, Default, Args)]

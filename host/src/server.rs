@@ -213,6 +213,24 @@ pub async fn serve_with(
     settings: Settings,
     extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
 ) -> anyhow::Result<()> {
+    serve_until(
+        settings,
+        extra,
+        |addr| println!("{LISTENING_PREFIX}http://{addr}"),
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// [`serve_with`], announcing the bound address to `listening` and shutting down gracefully when
+/// `shutdown` resolves: how `hunch batch --model DIR` runs the very same server in-process on an
+/// ephemeral loopback port.
+pub async fn serve_until(
+    settings: Settings,
+    extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
+    listening: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let readers = build_readers(&settings).await?;
     if readers.registry.models().is_empty() {
         tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
@@ -234,12 +252,12 @@ pub async fn serve_with(
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     let addr = listener.local_addr()?;
-    println!("{LISTENING_PREFIX}http://{addr}");
+    listening(addr);
     tracing::info!(%addr, auth = state.keys.enabled(), models = state.registry.models().len(), "listening");
 
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown_signal().await;
+        shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = signalled_tx.send(());
     });
@@ -266,6 +284,21 @@ pub async fn serve_with(
 }
 
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    serve_policies_until(
+        settings,
+        |addr| println!("{LISTENING_PREFIX}http://{addr}"),
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// `hunch serve` (models and policies) announcing its address to `listening` and stopping when
+/// `shutdown` resolves.
+pub async fn serve_policies_until(
+    settings: Settings,
+    listening: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     // Policies load (compile + describe, no reads) before the server listens, so the first
     // request already sees them; their reads go to the app's gated readers once it exists.
     let policies = crate::policy::service::PolicyService::start(
@@ -273,5 +306,11 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         settings.admin_key.clone(),
     )
     .await?;
-    serve_with(settings, move |state| Ok(policies.routes(state))).await
+    serve_until(
+        settings,
+        move |state| Ok(policies.routes(state)),
+        listening,
+        shutdown,
+    )
+    .await
 }
