@@ -43,6 +43,7 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Replay(args) => crate::decision::replay_cli::main(args),
         Command::Batch(args) => client_runtime(|| batch::run(args)),
         Command::Ask(args) => {
             // `ask` numbers its questions in command-line order, which only the matches know.

@@ -33,6 +33,9 @@ pub enum Command {
     Schema,
     /// Print the OpenAPI document.
     Openapi,
+    /// Replay recorded policy decisions from decision logs through a component (reads answered
+    /// from the log) and report what changed; `--reread --server URL` re-asks recorded reads.
+    Replay(crate::decision::replay_cli::ReplayArgs),
     /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
     Batch(crate::cli::batch::BatchArgs),
     /// Ask one System One question set from the shell and print the answers.
@@ -123,6 +126,8 @@ pub struct ServeArgs {
     /// `X-Admin-Key`). None = deployments over HTTP are off.
     #[arg(long, env = "HUNCH_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
+    #[command(flatten)]
+    pub decision_log: crate::decision::settings::DecisionLogArgs,
 }
 
 /// The TOML file.
@@ -152,6 +157,8 @@ pub struct FileConfig {
     pub aliases: std::collections::BTreeMap<String, String>,
     pub policies: Option<PathBuf>,
     pub admin_key: Option<String>,
+    /// `[decision_log]`: see `crate::decision::settings`.
+    pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -225,6 +232,7 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP.
     pub admin_key: Option<String>,
+    pub decision_log: crate::decision::settings::DecisionLogSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -307,6 +315,11 @@ impl Settings {
                 "max_concurrent_reads must be at least 1".into(),
             ));
         }
+        let decision_log = crate::decision::settings::DecisionLogSettings::merge(
+            &args.decision_log,
+            file.decision_log.clone(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let shutdown_grace = match args.shutdown_grace.or(file.shutdown_grace) {
             Some(s) => seconds(s, "shutdown_grace")?,
             None => Duration::from_secs(30),
@@ -424,6 +437,7 @@ impl Settings {
                 .clone()
                 .or(file.admin_key)
                 .filter(|k| !k.trim().is_empty()),
+            decision_log,
         })
     }
 }

@@ -19,6 +19,8 @@ pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
 pub struct Readers {
     pub registry: Registry,
     pub sidecars: Vec<Arc<Sidecar>>,
+    /// What exactly each model is, for decision events.
+    pub fingerprints: Vec<(String, serde_json::Value)>,
 }
 
 /// The name the demo model is served under.
@@ -75,6 +77,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         &settings.models
     };
     let mut sidecars = Vec::new();
+    let mut fingerprints = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
     for ModelSource {
@@ -161,6 +164,10 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
+        fingerprints.push((
+            name.clone(),
+            crate::decision::fingerprint::fingerprint(source, &settings.sidecar_args),
+        ));
         registry.add(ModelEntry {
             name,
             description,
@@ -171,7 +178,11 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     for (alias, target) in &settings.aliases {
         registry.alias(alias, target)?;
     }
-    Ok(Readers { registry, sidecars })
+    Ok(Readers {
+        registry,
+        sidecars,
+        fingerprints,
+    })
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -224,16 +235,19 @@ pub async fn serve_until(
     if readers.registry.models().is_empty() {
         tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
     }
-    let state = AppState::new(
+    let mut state = AppState::new(
         readers.registry,
         settings.limits.clone(),
         ApiKeys::new(settings.api_keys.clone()),
     )
     .map_err(anyhow::Error::msg)?;
+    state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
+    state.decisions.set_fingerprints(readers.fingerprints);
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
     let app = router_with(state.clone(), extra(&state)?);
+    let state_decisions = state.decisions.clone();
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -262,6 +276,9 @@ pub async fn serve_until(
     for sidecar in &readers.sidecars {
         sidecar.stop().await;
     }
+    state_decisions
+        .close(crate::decision::api::SHUTDOWN_GRACE)
+        .await;
     tracing::info!("stopped");
     Ok(())
 }

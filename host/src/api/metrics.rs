@@ -11,6 +11,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        {
+            let mut text = state.metrics.render();
+            state.decisions.render_metrics(&mut text);
+            text
+        },
     )
 }

@@ -97,6 +97,8 @@ pub struct AppState {
     pub validator: Arc<RequestValidator>,
     pub keys: Arc<ApiKeys>,
     pub limits: Limits,
+    /// Decision ids and events (`crate::decision`); off until the server configures it.
+    pub decisions: Arc<crate::decision::DecisionLog>,
 }
 
 impl AppState {
@@ -113,6 +115,7 @@ impl AppState {
             validator: Arc::new(RequestValidator::new()?),
             keys: Arc::new(keys),
             limits,
+            decisions: crate::decision::DecisionLog::disabled(),
         })
     }
 

@@ -3,15 +3,18 @@
 
 use super::body::read_body;
 use super::error::{from_read_error, ApiError, LocPart};
-use super::middleware::ReadSummary;
+use super::middleware::{ReadSummary, RequestId};
 use super::validate::SystemOneRequest;
 use super::AppState;
+use crate::decision::{api as decision_api, Decision};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
 use axum::{Extension, Json};
 use hunch_core::{Answer, ReadRequest, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The most requests whose rows shared one forward pass with this one (1: read alone); sent when
@@ -22,13 +25,46 @@ pub const BATCH_REQUESTS_HEADER: &str = "x-hunch-batch-requests";
 /// bit-exact).
 pub const BATCH_DEVIATION_HEADER: &str = "x-hunch-batch-deviation";
 
+/// Every request is a decision: it gets an id and, with a decision log, an event
+/// (`crate::decision`).
 pub async fn handle(
     State(state): State<AppState>,
+    request_id: Option<Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
+) -> Response {
+    let decision = decision_api::begin(&state.decisions, "/v1/systemone", request_id, &headers);
+    let mut seen = Seen::default();
+    let result = decide(&state, &decision, &headers, body, &mut seen).await;
+    decision_api::finish_systemone(
+        &state.decisions,
+        &decision,
+        seen.model.as_deref(),
+        seen.input,
+        result,
+    )
+    .await
+}
+
+/// What a decision's event needs from the handler when it fails halfway.
+#[derive(Default)]
+struct Seen {
+    model: Option<String>,
+    input: Option<Value>,
+}
+
+async fn decide(
+    state: &AppState,
+    decision: &Decision,
+    headers: &HeaderMap,
+    body: Body,
+    seen: &mut Seen,
 ) -> Result<(Extension<ReadSummary>, HeaderMap, Json<Value>), ApiError> {
-    refuse_multipart(&headers)?;
-    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
+    refuse_multipart(headers)?;
+    let bytes = read_body(headers, body, state.limits.max_body_bytes).await?;
+    if decision.recording() {
+        seen.input = serde_json::from_slice(&bytes).ok();
+    }
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -38,9 +74,10 @@ pub async fn handle(
         .record_body_encoding(&encoding.trim().to_ascii_lowercase());
     let request = state.validator.parse(&bytes)?;
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
-    let reader = state.reader(&request.model)?;
+    let reader = decision.reader(Arc::new(state.reader(&request.model)?));
+    seen.model = Some(reader.model_name().to_string());
     let started = Instant::now();
-    let answered = answer(&reader, &request).await?;
+    let answered = answer(reader.as_ref(), &request).await?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),
