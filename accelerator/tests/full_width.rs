@@ -1,0 +1,148 @@
+//! Full-width checkpoints: every tensor at the released model's real shape (262,144 vocabulary
+//! rows, 128 experts, 256/512 head dims), cut to two layers (one sliding, one full-attention),
+//! in each of the three layouts. Each is generated, loaded with bfloat16 activations, read and
+//! deleted before the next, so at most one (≤ ~5 GB) is on disk at a time.
+
+use std::path::{Path, PathBuf};
+
+use hunch_accelerator::checkpoint::{Checkpoint, Layout};
+use hunch_accelerator::engine::{EngineOptions, MlxEngine};
+use hunch_accelerator::tools::{write_random_checkpoint, Preset, RandomSpec};
+use hunch_accelerator::ActivationDtype;
+use hunch_core::ReadRequest;
+use serde_json::json;
+
+/// A scratch directory under the target directory (the system temp dir may be a small tmpfs),
+/// removed when dropped, also when the test panics.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+        let _ = std::fs::remove_dir_all(&base);
+        Scratch(base)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Resident set size of this process in bytes (Linux only).
+fn rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn bytes_on_disk(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+fn generate(dir: &Path, layout: Layout) {
+    let mut spec = RandomSpec::new(Preset::Full, layout);
+    spec.seed = 26;
+    spec.set("num_hidden_layers=2").expect("override");
+    write_random_checkpoint(dir, &spec).expect("full-width checkpoint");
+}
+
+fn check(layout: Layout) {
+    let scratch = Scratch::new(&format!("full-width-{layout}"));
+    let dir = scratch.0.clone();
+    let started = std::time::Instant::now();
+    generate(&dir, layout);
+    let generated = started.elapsed();
+
+    let checkpoint = Checkpoint::open(&dir).expect("open");
+    assert_eq!(checkpoint.layout, layout, "layout detected from the tensors");
+    let dims = &checkpoint.dims;
+    assert_eq!((dims.vocab, dims.layers.len()), (262_144, 2));
+    assert!(dims.layers[0].sliding && !dims.layers[1].sliding);
+    drop(checkpoint);
+
+    let disk = bytes_on_disk(&dir);
+    let before = rss();
+    let mut engine = MlxEngine::load(
+        &dir,
+        &EngineOptions {
+            dtype: ActivationDtype::Bfloat16,
+            probe_batching: false,
+            ..EngineOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{layout}: {e}"));
+    let after = rss();
+    let loaded = started.elapsed();
+
+    let request: ReadRequest = serde_json::from_value(json!({
+        "state": "My card was charged twice and the app crashes on the invoices page!",
+        "questions": [
+            {"type": "choice", "instructions": "Which team should handle this",
+             "options": [{"name": "billing", "description": "Payments"},
+                         {"name": "technical", "description": null},
+                         {"name": "sales", "description": null}]},
+            {"type": "noul", "instructions": "The message conveys urgency", "yes": null, "no": null}],
+        "options": {}}))
+    .expect("request");
+    let outcome = engine.read(&request).expect("read");
+    assert_eq!(outcome.distributions.len(), request.questions.len());
+    for (d, q) in outcome.distributions.iter().zip(&request.questions) {
+        let p = &d.0;
+        assert_eq!(p.len(), q.label_count(), "{layout}: one probability per label");
+        assert!(p.iter().all(|x| x.is_finite() && *x >= 0.0), "{layout}: {p:?}");
+        let sum: f64 = p.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-6, "{layout}: sums to {sum}");
+    }
+    // Weights stay as stored with bfloat16 activations: the load adds at most 1.15x the
+    // checkpoint's bytes to the process (docs/checkpoint-layouts.md).
+    if let (Some(b), Some(a)) = (before, after) {
+        let grown = a.saturating_sub(b);
+        eprintln!(
+            "{layout}: {:.2} GB on disk, load added {:.2} GB resident ({:.2}x)",
+            disk as f64 / 1e9,
+            grown as f64 / 1e9,
+            grown as f64 / disk as f64
+        );
+        assert!(
+            grown as f64 <= 1.15 * disk as f64,
+            "{layout}: load grew RSS by {grown} bytes for {disk} on disk"
+        );
+    }
+    eprintln!(
+        "{layout}: generated in {:.0?}, loaded by {:.0?}, read by {:.0?}",
+        generated,
+        loaded,
+        started.elapsed()
+    );
+}
+
+/// Tests run on parallel threads; this keeps them one at a time, so each checkpoint is deleted
+/// before the next is written.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time(layout: Layout) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    check(layout);
+}
+
+#[test]
+fn full_width_nvfp4_loads_and_reads() {
+    one_at_a_time(Layout::Nvfp4);
+}
+
+#[test]
+fn full_width_affine_loads_and_reads() {
+    one_at_a_time(Layout::Affine);
+}
+
+#[test]
+fn full_width_hf_loads_and_reads() {
+    one_at_a_time(Layout::Hf);
+}
