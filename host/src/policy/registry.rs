@@ -381,10 +381,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let version = crate::policy::invoke::content_hash(&wasm);
-        let config_hash = toml_text
-            .as_deref()
-            .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
         {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
             match entries.get(name) {
@@ -527,13 +524,14 @@ impl Registry {
             )
             .await?;
         }
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        let e = entries.entry(name.to_string()).or_default();
-        e.previous = current;
-        e.current = Some(candidate.clone());
-        e.config_hash = e.candidate_config_hash.take();
-        e.candidate = None;
-        drop(entries);
+        {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let e = entries.entry(name.to_string()).or_default();
+            e.previous = current;
+            e.current = Some(candidate.clone());
+            e.config_hash = e.candidate_config_hash.take();
+            e.candidate = None;
+        }
         // The directory now holds exactly what serves: let the next reload see no change.
         if let Some(dir) = &self.dir {
             let toml = tokio::fs::read_to_string(dir.join(Stage::Active.file(name, "toml")))
@@ -689,10 +687,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let version = crate::policy::invoke::content_hash(&wasm);
-        let config_hash = toml_text
-            .as_deref()
-            .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
         {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
             if let Some(e) = entries.get(name) {
@@ -854,6 +849,15 @@ fn summary(name: &str, e: &Entry) -> PolicySummary {
         candidate,
         previous_version: e.previous.as_ref().map(|p| p.version.clone()),
     }
+}
+
+/// A version's content hash and its config's: together, what makes a reload a change.
+fn hashes(wasm: &[u8], toml_text: Option<&str>) -> (String, Option<String>) {
+    use crate::policy::invoke::content_hash;
+    (
+        content_hash(wasm),
+        toml_text.map(|t| content_hash(t.as_bytes())),
+    )
 }
 
 /// Write to a temporary sibling, then rename: the watcher never sees a half-written file.
