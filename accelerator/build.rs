@@ -2,6 +2,17 @@
 //! benches, bins): a dependency's own link arguments never reach the final binary.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB_DIR");
+    // What the sidecar's model fingerprint names as its backend (answers differ across them).
+    for (dep, env) in [
+        ("DEP_MLX_BACKEND", "HUNCH_BUILT_MLX_BACKEND"),
+        ("DEP_MLX_VERSION", "HUNCH_BUILT_MLX_VERSION"),
+        ("DEP_MLX_OPENBLAS", "HUNCH_BUILT_OPENBLAS"),
+    ] {
+        println!("cargo:rerun-if-env-changed={dep}");
+        if let Ok(value) = std::env::var(dep) {
+            println!("cargo:rustc-env={env}={value}");
+        }
+    }
     println!("cargo:rerun-if-env-changed=DEP_MLX_OPENBLAS");
     // With HUNCH_OPENBLAS set, mlx-sys exports the library: list it as a direct dependency of
     // every binary (even though the binary references none of its symbols, hence

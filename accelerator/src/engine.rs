@@ -5,8 +5,10 @@ use crate::checkpoint::{LoadOptions, Preset, RandomSpec};
 use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
 use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
 use crate::scheduler::{measure_batch_deviation, Reply, Scheduler, SchedulerConfig, StepOutcome};
+use crate::server::info::{model_info, AnswerSettings};
 use crate::server::ReadEngine;
 use crate::tokenizer::Tokenizer;
+use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -60,6 +62,8 @@ pub struct MlxEngine {
     model: DiffusionGemma,
     settings: ReadSettings,
     scheduler: Scheduler,
+    /// Limits and fingerprint, reported to the host in `/health`.
+    info: ModelInfo,
 }
 
 impl MlxEngine {
@@ -108,7 +112,19 @@ impl MlxEngine {
                 }
             }
         }
+        let info = model_info(
+            dir,
+            planner.tokenizer(),
+            planner.question_limits(),
+            &AnswerSettings {
+                dtype: format!("{:?}", options.dtype).to_lowercase(),
+                canvas_cap,
+                max_prompt_tokens: options.max_prompt_tokens,
+                rereads: options.rereads,
+            },
+        );
         Ok(MlxEngine {
+            info,
             planner,
             model,
             settings: ReadSettings {
@@ -172,6 +188,10 @@ impl ReadEngine for MlxEngine {
 
     fn step(&mut self) -> StepOutcome {
         self.scheduler.step(&self.model)
+    }
+
+    fn info(&self) -> Option<ModelInfo> {
+        Some(self.info.clone())
     }
 }
 

@@ -77,6 +77,10 @@ struct ServeArgs {
     /// Skip the start-up probe that measures whether batching changes answers.
     #[arg(long)]
     no_batch_probe: bool,
+    /// Largest read request body in bytes (the host learns it from /health and refuses larger
+    /// reads with 400 request_too_large before sending them).
+    #[arg(long, default_value_t = hunch_accelerator::server::DEFAULT_MAX_REQUEST_BYTES)]
+    max_request_bytes: usize,
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
@@ -118,6 +122,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         ("--batch-requests", args.batch_requests),
         ("--batch-rows", args.batch_rows),
         ("--queue", args.queue),
+        ("--max-request-bytes", args.max_request_bytes),
     ] {
         if value == 0 {
             return Err(format!("{flag} must be at least 1"));
@@ -187,7 +192,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             tracing::info!(dir = %dir.display(), demo, "loading model");
             MlxEngine::load(&dir, &options).map_err(|e| e.to_string())
         });
-        let app = router(health, jobs);
+        let app = router(health, jobs, args.max_request_bytes);
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

@@ -11,6 +11,15 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(),
+        {
+            let mut text = state.metrics.render();
+            if let Some(cache) = &state.answering.cache {
+                text.push_str(&crate::metrics::render_answer_cache(
+                    &cache.stats(),
+                    cache.max_bytes(),
+                ));
+            }
+            text
+        },
     )
 }

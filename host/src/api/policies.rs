@@ -192,11 +192,12 @@ async fn decide(
 }
 
 /// Optional per-policy configuration of a deployment, as query parameters
-/// (`?reader=…&fuel=…&timeout_ms=…&max_reads=…`); written to `NAME.toml`.
+/// (`?reader=…&questions=joint&fuel=…&timeout_ms=…&max_reads=…`); written to `NAME.toml`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployParams {
     reader: Option<String>,
+    questions: Option<hunch_core::QuestionMode>,
     fuel: Option<u64>,
     timeout_ms: Option<u64>,
     memory_bytes: Option<u64>,
@@ -218,11 +219,12 @@ impl DeployParams {
             || self.max_output_bytes.is_some()
             || self.max_state_bytes.is_some()
             || self.max_log_lines.is_some();
-        if !any_limit && self.reader.is_none() {
+        if !any_limit && self.reader.is_none() && self.questions.is_none() {
             return None;
         }
         Some(PolicyConfig {
             reader: self.reader.clone(),
+            questions: self.questions,
             limits: any_limit.then(|| Limits {
                 fuel: self.fuel.unwrap_or(d.fuel),
                 timeout_ms: self.timeout_ms.unwrap_or(d.timeout_ms),
