@@ -229,6 +229,10 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP.
     pub admin_key: Option<String>,
+    /// The default question mode (`--questions`).
+    pub questions: hunch_core::QuestionMode,
+    /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
+    pub answer_cache_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -585,9 +585,10 @@ mod tests {
             },
             ..Strict::new()
         });
-        let mut big = set(vec![noul("a")]);
-        big.state = "x".repeat(2 << 20);
-        let out = c.read_sets(vec![big]).await.unwrap();
+        // A 2 MiB question (the policy's state limit does not cover questions).
+        let mut huge = noul("a");
+        huge.instructions = "x".repeat(2 << 20);
+        let out = c.read_sets(vec![set(vec![huge])]).await.unwrap();
         assert_eq!(
             out[0].as_ref().unwrap_err().kind,
             wit::ReadErrorKind::TooLarge
