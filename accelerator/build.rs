@@ -1,5 +1,5 @@
-//! Puts the directory of `libmlx` on the rpath of every binary this package links (tests,
-//! benches, bins): a dependency's own link arguments never reach the final binary.
+//! Link arguments for every binary this package links (tests, benches, bins): a dependency's own
+//! link arguments never reach the final binary.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB_DIR");
     // What the sidecar's model fingerprint names as its backend (answers differ across them).
@@ -13,17 +13,24 @@ fn main() {
             println!("cargo:rustc-env={env}={value}");
         }
     }
-    println!("cargo:rerun-if-env-changed=DEP_MLX_OPENBLAS");
-    // With HUNCH_OPENBLAS set, mlx-sys exports the library: list it as a direct dependency of
-    // every binary (even though the binary references none of its symbols, hence
-    // --no-as-needed), so MLX's BLAS calls resolve to it rather than the wheel's reference BLAS.
-    if let Ok(openblas) = std::env::var("DEP_MLX_OPENBLAS") {
-        println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
-        println!("cargo:rustc-link-arg={openblas}");
-        println!("cargo:rustc-link-arg=-Wl,--as-needed");
+    let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if target_os == "linux" {
+        // `hunch_accelerator::blas` defines MLX's BLAS entry points and routes them to the BLAS
+        // chosen at start-up (OpenBLAS by default). They must be in the binary's dynamic symbol
+        // table so that libmlx's calls find them before the wheel's own BLAS.
+        for symbol in ["cblas_sgemm", "cblas_dgemm", "cblas_cgemm"] {
+            println!("cargo:rustc-link-arg=-Wl,--export-dynamic-symbol={symbol}");
+        }
+    }
+    println!("cargo:rerun-if-env-changed=DEP_MLX_BACKEND");
+    if std::env::var("DEP_MLX_BACKEND").is_ok_and(|b| b.starts_with("cuda")) {
+        // The CUDA wheel's libmlx needs the CUDA runtime, cuBLAS, cuDNN, NCCL and the driver,
+        // which the GPU machine provides at run time. Linking needs none of them: leave their
+        // symbols to the run-time loader (docs/mlx-on-linux.md, "Building for CUDA").
+        println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");
     }
     if let Ok(dir) = std::env::var("DEP_MLX_LIB_DIR") {
-        if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
+        if target_os == "macos" {
             println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
         } else {
             // --enable-new-dtags would write RUNPATH, which does not apply to libmlx's own

@@ -4,6 +4,10 @@
 # random checkpoint, same machine, one after the other. Prints a side-by-side table with both
 # times, the ratio, and the resident memory of each process. Not a test.
 #
+# Each side runs with its own defaults: mlx_vlm on the BLAS its MLX wheel bundles (the reference
+# BLAS), Hunch on OpenBLAS when installed (scripts/setup.sh; HUNCH_BLAS=reference for the same
+# BLAS as mlx_vlm). The BLAS each side used is printed under the table.
+#
 #   scripts/bench-model.sh [PRESET=small] [DTYPE=float32]
 # Env: REFBENCH (default ../shared/refbench: ref_bench.py + summarize.py), BENCH_ARGS (passed to
 # both, default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1").
@@ -31,5 +35,11 @@ MLX_VLM_SRC="$(.venv-reference/bin/python -c 'import importlib.util,os; s=import
   --out "$work/reference.jsonl" >/dev/null
 echo "hunch (mlx-rs) ..." >&2
 target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --out "$work/hunch.jsonl" >/dev/null
-echo "machine: $(nproc) cores; BLAS: MLX wheel's bundled reference BLAS for both (see docs/mlx-on-linux.md)"
+hunch_blas="$(python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r.get("event") == "env":
+        print(r.get("blas", "?")); break' "$work/hunch.jsonl" 2>/dev/null || echo "?")"
+echo "machine: $(nproc) cores; BLAS: mlx_vlm = its wheel's bundled reference BLAS (its default);" \
+  "hunch = ${hunch_blas} (its default; HUNCH_BLAS=${HUNCH_BLAS:-unset}); see docs/mlx-on-linux.md"
 python3 "$refbench/summarize.py" "$work/reference.jsonl" "$work/hunch.jsonl" --labels mlx_vlm,hunch

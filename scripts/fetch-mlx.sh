@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetch and unpack the prebuilt MLX that accelerator/mlx-sys links, exactly as its build.rs would:
 # into <repo>/.mlx/<backend>/ (wheel cached in <repo>/.mlx/wheels/). CI can cache `.mlx/`.
-#   HUNCH_MLX_BACKEND=cpu|cuda12|metal (default: metal on macOS, cpu elsewhere)
+#   HUNCH_MLX_BACKEND=cpu|cuda13|cuda12|metal (default: metal on macOS, cpu elsewhere)
+#   MLX_DIR=/path                        unpack there instead of <repo>/.mlx/<backend>/
 #   HUNCH_MLX_WHEEL=/path/to/wheel.whl   use this wheel instead of downloading
 #   HUNCH_PYTHON=python3                 the interpreter whose pip downloads
 set -euo pipefail
@@ -15,10 +16,11 @@ fi
 case "$backend" in
   cpu) dist=mlx-cpu ;;
   cuda12 | cuda-12) backend=cuda12; dist=mlx-cuda-12 ;;
+  cuda13 | cuda-13 | cuda) backend=cuda13; dist=mlx-cuda-13 ;;
   metal) dist=mlx-metal ;;
-  *) echo "HUNCH_MLX_BACKEND=$backend is not known; use cpu, cuda12 or metal" >&2; exit 2 ;;
+  *) echo "HUNCH_MLX_BACKEND=$backend is not known; use cpu, cuda13, cuda12 or metal" >&2; exit 2 ;;
 esac
-dest="$root/.mlx/$backend"
+dest="${MLX_DIR:-$root/.mlx/$backend}"
 if [[ -f "$dest/mlx/include/mlx/mlx.h" ]]; then
   echo "MLX already unpacked in $dest"
   exit 0
@@ -33,7 +35,8 @@ if [[ -z "$wheel" ]]; then
     wheel="$(ls "$root/.mlx/wheels/$prefix"*.whl | head -n1)"
   fi
 fi
-staging="$root/.mlx/.unpack-$backend-$$"
+mkdir -p "$(dirname "$dest")"
+staging="$(dirname "$dest")/.unpack-$backend-$$"
 rm -rf "$staging"
 "$python" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$wheel" "$staging"
 mv "$staging" "$dest"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing Hunch needs on a fresh Debian/Ubuntu machine, idempotently:
 #   - libclang (bindgen generates MLX's C bindings), pip for fetching MLX's wheel
+#   - OpenBLAS: MLX's CPU matmuls run on it by default (10x+ over the wheel's reference BLAS;
+#     HUNCH_BLAS=reference or `--blas reference` chooses the wheel's; docs/mlx-on-linux.md)
 #   - the wasm32-wasip2 Rust target (decision policies)
 #   - MLX's prebuilt CPU library from PyPI into .mlx/ (scripts/fetch-mlx.sh)
 #   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
@@ -12,8 +14,15 @@ need_apt=()
 # bindgen needs libclang *and* clang's builtin headers, which only the -dev package brings.
 if command -v dpkg >/dev/null 2>&1; then
   dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
-elif ! ldconfig -p 2>/dev/null | grep -q 'libclang'; then
-  echo "setup: libclang not found; install your distribution's libclang development package" >&2
+  dpkg -s libopenblas0-pthread >/dev/null 2>&1 || need_apt+=(libopenblas0-pthread)
+else
+  if ! ldconfig -p 2>/dev/null | grep -q 'libclang'; then
+    echo "setup: libclang not found; install your distribution's libclang development package" >&2
+  fi
+  if [ "$(uname -s)" = Linux ] && ! ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0'; then
+    echo "setup: OpenBLAS not found; install your distribution's OpenBLAS (libopenblas.so.0)" \
+      "or MLX runs on the wheel's much slower reference BLAS" >&2
+  fi
 fi
 if ! python3 -m pip --version >/dev/null 2>&1; then need_apt+=(python3-pip); fi
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then need_apt+=(python3-venv); fi

@@ -29,6 +29,7 @@ const MLX_C_CARRIER: &str = "=0.7.0";
 enum Backend {
     Cpu,
     Cuda12,
+    Cuda13,
     Metal,
 }
 
@@ -38,9 +39,10 @@ impl Backend {
         match env::var("HUNCH_MLX_BACKEND").ok().as_deref() {
             Some("cpu") => Backend::Cpu,
             Some("cuda12") | Some("cuda-12") => Backend::Cuda12,
+            Some("cuda13") | Some("cuda-13") | Some("cuda") => Backend::Cuda13,
             Some("metal") => Backend::Metal,
             Some(other) => fail(&format!(
-                "HUNCH_MLX_BACKEND={other} is not known; use cpu, cuda12 or metal"
+                "HUNCH_MLX_BACKEND={other} is not known; use cpu, cuda13, cuda12 or metal"
             )),
             None if target_os == "macos" => Backend::Metal,
             None => Backend::Cpu,
@@ -52,6 +54,7 @@ impl Backend {
         match self {
             Backend::Cpu => "cpu",
             Backend::Cuda12 => "cuda12",
+            Backend::Cuda13 => "cuda13",
             Backend::Metal => "metal",
         }
     }
@@ -61,6 +64,7 @@ impl Backend {
         match self {
             Backend::Cpu => "mlx-cpu",
             Backend::Cuda12 => "mlx-cuda-12",
+            Backend::Cuda13 => "mlx-cuda-13",
             Backend::Metal => "mlx-metal",
         }
     }
@@ -79,7 +83,6 @@ fn main() {
         "HUNCH_MLX_WHEEL",
         "HUNCH_PYTHON",
         "LIBCLANG_PATH",
-        "HUNCH_OPENBLAS",
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
@@ -108,51 +111,6 @@ fn main() {
     println!("cargo:root={}", mlx_root.display());
     println!("cargo:version={MLX_VERSION}");
     println!("cargo:backend={}", backend.dir_name());
-    if let Some(openblas) = locate_openblas(backend) {
-        println!("cargo:openblas={}", openblas.display());
-    }
-}
-
-/// `HUNCH_OPENBLAS`: `off` (default), `auto` (use the system OpenBLAS if there is one) or the
-/// path of a `libopenblas.so.0`. The CPU wheel bundles the reference BLAS (~5 GFLOP/s); a binary
-/// that lists OpenBLAS among its own dependencies makes MLX's BLAS calls resolve to OpenBLAS
-/// (the dynamic linker searches the executable's direct dependencies before libmlx's), which
-/// makes float32 matmuls ~50x faster. Exported as DEP_MLX_OPENBLAS for binaries' build scripts.
-fn locate_openblas(backend: Backend) -> Option<PathBuf> {
-    let setting = env::var("HUNCH_OPENBLAS").unwrap_or_else(|_| "off".to_owned());
-    match setting.as_str() {
-        "" | "0" | "off" | "no" => None,
-        "1" | "auto" | "on" | "yes" => {
-            if !matches!(backend, Backend::Cpu) {
-                return None;
-            }
-            let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-            let candidates = [
-                format!("/usr/lib/{arch}-linux-gnu/libopenblas.so.0"),
-                format!("/usr/lib/{arch}-linux-gnu/openblas-pthread/libopenblas.so.0"),
-                "/usr/lib64/libopenblas.so.0".to_owned(),
-                "/usr/lib/libopenblas.so.0".to_owned(),
-            ];
-            let found = candidates.iter().map(PathBuf::from).find(|p| p.exists());
-            if found.is_none() {
-                println!(
-                    "cargo:warning=HUNCH_OPENBLAS={setting}: no libopenblas.so.0 found \
-                     (Debian: apt-get install libopenblas0-pthread); using the wheel's reference BLAS"
-                );
-            }
-            found
-        }
-        path => {
-            let path = PathBuf::from(path);
-            if !path.exists() {
-                fail(&format!(
-                    "HUNCH_OPENBLAS={} does not exist; give the path of libopenblas.so.0, or auto/off",
-                    path.display()
-                ));
-            }
-            Some(path)
-        }
-    }
 }
 
 /// The Cargo workspace root: the nearest ancestor whose Cargo.toml has a `[workspace]` table.
@@ -395,7 +353,9 @@ fn compile_mlx_c(mlx_c_root: &Path, include_dir: &Path) {
         .flag("-include")
         .flag(shim.join("hunch_mlx_shim.h").to_string_lossy().as_ref())
         .warnings(false)
-        .files(&sources);
+        .files(&sources)
+        // Our own helper over the same private API (graph size, for the benchmarks).
+        .file(shim.join("hunch_graph.cpp"));
     // Optimise even in dev builds: these are thin wrappers, and it is a one-off cost.
     build.opt_level(2);
     build.compile("mlxc");

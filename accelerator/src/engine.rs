@@ -4,7 +4,9 @@
 use crate::checkpoint::LoadOptions;
 use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
 use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
-use crate::scheduler::{measure_batch_deviation, Reply, Scheduler, SchedulerConfig, StepOutcome};
+use crate::scheduler::{
+    measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
+};
 use crate::server::info::{model_info, AnswerSettings};
 use crate::server::ReadEngine;
 use crate::tokenizer::Tokenizer;
@@ -27,6 +29,8 @@ pub struct EngineOptions {
     /// Measure the batch deviation at load (a few small forwards) so batched answers can report
     /// it.
     pub probe_batching: bool,
+    /// Count the MLX operations each step builds into `ReadStats.operations` (benchmarks).
+    pub count_operations: bool,
     /// Bytes the weights converted at load may take (`None`: the machine's available memory);
     /// a load that needs more is refused before allocating.
     pub memory_limit: Option<u64>,
@@ -42,6 +46,7 @@ impl Default for EngineOptions {
             progress: false,
             scheduler: SchedulerConfig::default(),
             probe_batching: true,
+            count_operations: false,
             memory_limit: None,
         }
     }
@@ -71,6 +76,9 @@ pub struct MlxEngine {
 impl MlxEngine {
     /// Loads `dir` (any supported layout) and its `tokenizer.json`.
     pub fn load(dir: &Path, options: &EngineOptions) -> Result<Self, EngineError> {
+        // Chosen before the first matmul (HUNCH_BLAS unless the program chose already).
+        let blas = crate::blas::active();
+        tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let tokenizer = Tokenizer::from_dir(dir)?;
         let model = DiffusionGemma::load(
             dir,
@@ -99,6 +107,7 @@ impl MlxEngine {
             message: e.to_string(),
         })?;
         let mut scheduler = Scheduler::new(&model, options.scheduler.clone());
+        scheduler.count_operations(options.count_operations);
         if options.probe_batching {
             match measure_batch_deviation(&model, scheduler.config().prefill_chunk) {
                 Ok(deviation) => {
@@ -126,6 +135,14 @@ impl MlxEngine {
                 rereads: options.rereads,
             },
         );
+        let config = scheduler.config();
+        if config.batching == Batching::Auto && scheduler.request_limit() < config.max_requests {
+            tracing::info!(
+                deviation = ?scheduler.batch_deviation(),
+                "batching across requests is not measured exact here: reading one request at a \
+                 time so every answer equals the read alone (--batching on for throughput)"
+            );
+        }
         Ok(MlxEngine {
             info,
             planner,
@@ -163,6 +180,11 @@ impl MlxEngine {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    /// The scheduler, to change what it reports or allows (tests, tools).
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
     }
 
     pub fn model(&self) -> &DiffusionGemma {

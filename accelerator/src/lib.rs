@@ -31,6 +31,7 @@
 //!
 //! Building needs MLX: see `docs/mlx-on-linux.md` (the `mlx-sys` build fetches MLX's PyPI wheel).
 
+pub mod blas;
 pub mod checkpoint;
 pub mod engine;
 pub mod model;

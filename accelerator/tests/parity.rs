@@ -114,7 +114,15 @@ fn max_abs_diff(got: &Array, want: &Npy) -> Result<f32, Box<dyn std::error::Erro
         .fold(0.0, f32::max))
 }
 
+/// The goldens were computed on the reference BLAS, and `batched_equals_serial` checks a
+/// property of its kernels: pin it (docs/mlx-on-linux.md).
+fn pin_reference_blas() {
+    hunch_accelerator::blas::select(hunch_accelerator::blas::BlasChoice::Reference)
+        .expect("pin the reference BLAS");
+}
+
 fn load() -> Result<DiffusionGemma, LoadError> {
+    pin_reference_blas();
     DiffusionGemma::load(
         &data_dir(),
         &LoadOptions {
@@ -259,6 +267,7 @@ fn load_without_a_tensor_names_it() -> TestResult {
         out.write(&t.name, source.tensor(&t.name)?.bytes)?;
     }
     out.finish()?;
+    pin_reference_blas();
     let result = DiffusionGemma::load(&dir, &LoadOptions::default());
     let _ = std::fs::remove_dir_all(&dir);
     match result {
@@ -282,6 +291,7 @@ fn load_without_a_tensor_names_it() -> TestResult {
 /// float32 softcapped logits of the right shape, finite, and batched == serial.
 #[test]
 fn bfloat16_activations_run() -> TestResult {
+    pin_reference_blas();
     let model = DiffusionGemma::load(
         &data_dir(),
         &LoadOptions {

@@ -111,6 +111,9 @@ fn reads_match_the_python_reference_on_unseen_checkpoints() {
         }
         panic!("no reference venv: run `tests/reference/setup.sh .venv-reference` (or set HUNCH_REFERENCE_PYTHON)");
     };
+    // The reference runs on the MLX wheel's own BLAS; so do we (docs/mlx-on-linux.md).
+    hunch_accelerator::blas::select(hunch_accelerator::blas::BlasChoice::Reference)
+        .expect("pin the reference BLAS");
     let scratch = tempfile::tempdir().expect("tempdir");
     // Two shapes the tests have not seen elsewhere: a 2048-vocab model with a 64 canvas, and a
     // small-vocab one with the reference tiny model's canvas of 16 (forces several reads).

@@ -126,6 +126,14 @@ pub struct ReadStats {
     /// Forward passes this request's rows took part in.
     #[serde(default)]
     pub forwards: u32,
+    /// Blocking evaluations (waits for the device) of the engine steps this request took part
+    /// in; a step may chain several forward passes lazily into one.
+    #[serde(default)]
+    pub evaluations: u32,
+    /// MLX operations built for those steps (0 unless the engine counts them: the sidecar's
+    /// `--count-ops`, for benchmarks).
+    #[serde(default)]
+    pub operations: u64,
     /// The most requests whose rows shared one forward pass with this one (1: always alone).
     #[serde(default)]
     pub max_batch_requests: u32,

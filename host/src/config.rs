@@ -33,7 +33,14 @@ pub enum Command {
     Schema,
     /// Print the OpenAPI document.
     Openapi,
-    /// Decision policies: `hunch policy new NAME` scaffolds a policy crate.
+    /// Replay recorded policy decisions from decision logs through a component (reads answered
+    /// from the log) and report what changed; `--reread --server URL` re-asks recorded reads.
+    Replay(crate::decision::replay_cli::ReplayArgs),
+    /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
+    Batch(crate::cli::batch::BatchArgs),
+    /// Ask one System One question set from the shell and print the answers.
+    Ask(crate::cli::ask::AskArgs),
+    /// Decision policies: `new` scaffolds a crate, `run` runs one locally, `check` validates one.
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
@@ -54,6 +61,11 @@ pub enum PolicyCommand {
         #[arg(long, default_value = "{ workspace = true }")]
         sdk: String,
     },
+    /// Run a policy component in this process on one input, its reads sent to a server or a
+    /// local model; print the decision, its reads, logs and limits.
+    Run(crate::cli::policy_run::RunArgs),
+    /// Validate a policy component as the server would before serving it, without deciding.
+    Check(crate::cli::policy_run::CheckArgs),
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -124,6 +136,8 @@ pub struct ServeArgs {
     /// settings, served without a read. 0 (default) = off.
     #[arg(long, env = "HUNCH_ANSWER_CACHE_MB", value_name = "MIB")]
     pub answer_cache_mb: Option<u64>,
+    #[command(flatten)]
+    pub decision_log: crate::decision::settings::DecisionLogArgs,
 }
 
 /// The TOML file.
@@ -156,6 +170,8 @@ pub struct FileConfig {
     /// `isolated` or `joint`.
     pub questions: Option<hunch_core::QuestionMode>,
     pub answer_cache_mb: Option<u64>,
+    /// `[decision_log]`: see `crate::decision::settings`.
+    pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -233,6 +249,7 @@ pub struct Settings {
     pub questions: hunch_core::QuestionMode,
     /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
     pub answer_cache_bytes: u64,
+    pub decision_log: crate::decision::settings::DecisionLogSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -315,6 +332,11 @@ impl Settings {
                 "max_concurrent_reads must be at least 1".into(),
             ));
         }
+        let decision_log = crate::decision::settings::DecisionLogSettings::merge(
+            &args.decision_log,
+            file.decision_log.clone(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let shutdown_grace = match args.shutdown_grace.or(file.shutdown_grace) {
             Some(s) => seconds(s, "shutdown_grace")?,
             None => Duration::from_secs(30),
@@ -441,6 +463,7 @@ impl Settings {
                 .or(file.answer_cache_mb)
                 .unwrap_or(0)
                 .saturating_mul(1 << 20),
+            decision_log,
         })
     }
 }

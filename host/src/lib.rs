@@ -4,11 +4,13 @@
 //! - [`reader`]: which reader serves which model, and the bounded queue in front of them.
 //! - [`config`]: `hunch` flags, environment and TOML file.
 //! - [`server`]: `hunch serve`: listening and graceful shutdown.
+//! - [`decision`]: decision ids, the decision log, replay, shadow and canary candidates.
 //! - [`policy`]: WebAssembly decision policies: runtime, limits, registry, hot reload.
 
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod decision;
 pub mod metrics;
 pub mod policy;
 pub mod reader;

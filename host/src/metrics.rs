@@ -496,6 +496,7 @@ mod tests {
                 cache_entries: 12,
                 inflight_kv_bytes: 4096,
             }),
+            ..Default::default()
         };
         m.record_read_stats("dg", &stats);
         // A later read alone: its snapshot replaces the gauges; the deviation is kept (none was

@@ -19,6 +19,8 @@ pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
 pub struct Readers {
     pub registry: Registry,
     pub sidecars: Vec<Arc<Sidecar>>,
+    /// What exactly each model is, for decision events.
+    pub fingerprints: Vec<(String, serde_json::Value)>,
 }
 
 /// The name the demo model is served under.
@@ -75,6 +77,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         &settings.models
     };
     let mut sidecars = Vec::new();
+    let mut fingerprints = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
     for ModelSource {
@@ -161,6 +164,10 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
+        fingerprints.push((
+            name.clone(),
+            crate::decision::fingerprint::fingerprint(source, &settings.sidecar_args),
+        ));
         registry.add(ModelEntry {
             name,
             description,
@@ -171,7 +178,11 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     for (alias, target) in &settings.aliases {
         registry.alias(alias, target)?;
     }
-    Ok(Readers { registry, sidecars })
+    Ok(Readers {
+        registry,
+        sidecars,
+        fingerprints,
+    })
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -202,11 +213,29 @@ pub async fn serve_with(
     settings: Settings,
     extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
 ) -> anyhow::Result<()> {
+    serve_until(
+        settings,
+        extra,
+        |addr| println!("{LISTENING_PREFIX}http://{addr}"),
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// [`serve_with`], announcing the bound address to `listening` and shutting down gracefully when
+/// `shutdown` resolves: how `hunch batch --model DIR` runs the very same server in-process on an
+/// ephemeral loopback port.
+pub async fn serve_until(
+    settings: Settings,
+    extra: impl FnOnce(&AppState) -> anyhow::Result<Router<AppState>>,
+    listening: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let readers = build_readers(&settings).await?;
     if readers.registry.models().is_empty() {
         tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
     }
-    let state = AppState::new(
+    let mut state = AppState::new(
         readers.registry,
         settings.limits.clone(),
         ApiKeys::new(settings.api_keys.clone()),
@@ -225,20 +254,23 @@ pub async fn serve_with(
         answer_cache_bytes = settings.answer_cache_bytes,
         "answering"
     );
+    state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
+    state.decisions.set_fingerprints(readers.fingerprints);
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
     let app = router_with(state.clone(), extra(&state)?);
+    let state_decisions = state.decisions.clone();
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     let addr = listener.local_addr()?;
-    println!("{LISTENING_PREFIX}http://{addr}");
+    listening(addr);
     tracing::info!(%addr, auth = state.keys.enabled(), models = state.registry.models().len(), "listening");
 
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown_signal().await;
+        shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = signalled_tx.send(());
     });
@@ -257,11 +289,29 @@ pub async fn serve_with(
     for sidecar in &readers.sidecars {
         sidecar.stop().await;
     }
+    state_decisions
+        .close(crate::decision::api::SHUTDOWN_GRACE)
+        .await;
     tracing::info!("stopped");
     Ok(())
 }
 
 pub async fn serve(settings: Settings) -> anyhow::Result<()> {
+    serve_policies_until(
+        settings,
+        |addr| println!("{LISTENING_PREFIX}http://{addr}"),
+        shutdown_signal(),
+    )
+    .await
+}
+
+/// `hunch serve` (models and policies) announcing its address to `listening` and stopping when
+/// `shutdown` resolves.
+pub async fn serve_policies_until(
+    settings: Settings,
+    listening: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     // Policies load (compile + describe, no reads) before the server listens, so the first
     // request already sees them; their reads go to the app's gated readers once it exists.
     let policies = crate::policy::service::PolicyService::start(
@@ -269,5 +319,11 @@ pub async fn serve(settings: Settings) -> anyhow::Result<()> {
         settings.admin_key.clone(),
     )
     .await?;
-    serve_with(settings, move |state| Ok(policies.routes(state))).await
+    serve_until(
+        settings,
+        move |state| Ok(policies.routes(state)),
+        listening,
+        shutdown,
+    )
+    .await
 }

@@ -320,9 +320,12 @@ async fn concurrent_requests_are_batched_and_answer_exactly_as_alone() {
     const CLIENTS: usize = 8;
     // Alone: a fresh server per request would be slow; one server, one request at a time, and
     // the prefix cache off, is the same thing for the accelerator.
+    // Batching is bit-exact on the reference BLAS: pin it (the default, OpenBLAS, is not, and
+    // there the sidecar reads one request at a time unless told `--batching on`).
     let alone_server = start_hunch_real(&[
         SLOW_CPU[0],
         SLOW_CPU[1],
+        "--sidecar-arg=--blas=reference",
         "--sidecar-arg=--batching=off",
         "--sidecar-arg=--prefix-cache-mb=0",
     ])
@@ -333,7 +336,8 @@ async fn concurrent_requests_are_batched_and_answer_exactly_as_alone() {
     }
     drop(alone_server);
 
-    let hunch = start_hunch_real(&SLOW_CPU).await;
+    let hunch = start_hunch_real(&[SLOW_CPU[0], SLOW_CPU[1], "--sidecar-arg=--blas=reference"])
+        .await;
     let client = reqwest::Client::new();
     // Spawned all at once (collected), then awaited.
     let sends: Vec<_> = (0..CLIENTS)

@@ -10,6 +10,12 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+extern "C" {
+    /// The distinct operations (primitives) reachable from `outputs[..count]` that are not
+    /// evaluated yet: how much graph evaluating them runs (`shim/hunch_graph.cpp`). 0 on error.
+    pub fn hunch_mlx_graph_operations(outputs: *const mlx_array, count: usize) -> usize;
+}
+
 /// mlx-rs 0.33 seeds its default random state with the macOS-only `mach_approximate_time`
 /// (through `mach-sys`). Off macOS nothing provides that symbol, so we do: the value is only a
 /// seed, so any monotonically increasing nanosecond count will do.

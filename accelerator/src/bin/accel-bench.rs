@@ -111,6 +111,21 @@ fn rss_mb() -> (f64, f64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// MiB of `*.safetensors` files in `dir`.
+fn safetensors_mb(dir: &std::path::Path) -> f64 {
+    let bytes: u64 = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    bytes as f64 / 1048576.0
+}
+
 fn loaded_blas() -> Vec<String> {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut libs: Vec<String> = maps
@@ -216,6 +231,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .map(|n| n.get())
             .unwrap_or(1)),
     );
+    // The BLAS serving MLX's matmuls in this process (HUNCH_BLAS; default OpenBLAS when
+    // installed), and every BLAS library mapped for the record.
+    let blas = hunch_accelerator::blas::select(hunch_accelerator::blas::choice_from_env()?)?;
+    env.insert("blas".into(), json!(blas.name()));
     env.insert("blas_libs".into(), json!(loaded_blas()));
     env.insert(
         "ld_preload".into(),
@@ -247,6 +266,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     env.insert("seed".into(), json!(args.seed));
     em.emit("env", env);
 
+    // The peak resident size while loading, not since the process started.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let (_, rss_before) = rss_mb();
     let t0 = Instant::now();
     let model = DiffusionGemma::load(
         &args.ckpt,
@@ -267,6 +289,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         "mlx_active_mb".into(),
         json!((active * 10.0).round() / 10.0),
     );
+    // What loading added against the weights' bytes on disk (1.0 = the weights as stored).
+    let disk = safetensors_mb(&args.ckpt);
+    let ratio = |mb: f64| json!(((mb - rss_before) / disk * 1000.0).round() / 1000.0);
+    load.insert("disk_mb".into(), json!((disk * 10.0).round() / 10.0));
+    load.insert("rss_added_vs_disk".into(), ratio(cur));
+    load.insert("rss_peak_added_vs_disk".into(), ratio(peak));
     em.emit("load", load);
 
     let vocab = model.config().vocab_size as u64;

@@ -103,11 +103,10 @@ pub fn array(tensors: &TensorSet, name: &str, expected: &[i32]) -> Result<Array,
     Ok(array)
 }
 
-/// Tells the OS that the mapped pages of `name` are no longer needed: after a tensor has been
-/// converted to a dtype of another width its stored bytes are never read again, and without this
-/// they would stay resident next to the converted copy until the whole file is unmapped. Only
-/// for a conversion that changes the element width: MLX may convert between equal widths in
-/// place (donating the mapped buffer), and then these pages are the converted weight.
+/// Tells the OS that the mapped pages of `name` are no longer needed (`MADV_DONTNEED` on the
+/// whole pages inside it). On a private mapping whose pages were never written this only drops
+/// them from memory: a later read maps the file's bytes again. The loader never writes into the
+/// mapping (weights are held by the model, so MLX never donates their buffers).
 pub fn release_pages(tensors: &TensorSet, name: &str) {
     #[cfg(unix)]
     if let Some(file) = tensors.file_of(name) {
@@ -119,9 +118,8 @@ pub fn release_pages(tensors: &TensorSet, name: &str) {
             let end = info.end / page * page;
             if end > start {
                 // SAFETY: MADV_DONTNEED on a private file mapping drops the pages; a later read
-                // maps the file's bytes again. No array refers to these bytes: the only array
-                // over them was the one just converted and released, and MLX never writes into
-                // a weight that the model still holds.
+                // maps the file's bytes again. Nothing wrote into them (see above), so no data is
+                // lost, whether an array still refers to them or not.
                 let _ = unsafe {
                     file.mapping().unchecked_advise_range(
                         memmap2::UncheckedAdvice::DontNeed,

@@ -140,27 +140,47 @@ pub enum ModuleRef {
     },
 }
 
+/// What part of a module a stored tensor is (it decides the dtype the tensor is held in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    /// A dense float weight.
+    Dense,
+    /// Packed codes, or NVFP4's E4M3 block scales.
+    Packed,
+    /// An affine scale or bias.
+    AffineScale,
+    /// NVFP4's per-expert tensor scale.
+    GlobalScale,
+}
+
 impl ModuleRef {
-    /// Every tensor of the module.
-    pub fn tensor_names(&self) -> Vec<&str> {
+    /// Every tensor of the module with what part of it the tensor is.
+    pub fn parts(&self) -> Vec<(&str, TensorKind)> {
         match self {
-            ModuleRef::Dense { tensor } => vec![tensor],
+            ModuleRef::Dense { tensor } => vec![(tensor.as_str(), TensorKind::Dense)],
             ModuleRef::Quantized {
                 codes,
                 scales,
                 biases,
                 global_scale,
-                ..
-            } => [
-                Some(codes),
-                Some(scales),
-                biases.as_ref(),
-                global_scale.as_ref(),
-            ]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect(),
+                mode,
+            } => {
+                let scale_kind = match mode {
+                    QuantMode::Nvfp4 => TensorKind::Packed,
+                    QuantMode::Affine { .. } => TensorKind::AffineScale,
+                };
+                let mut v = vec![
+                    (codes.as_str(), TensorKind::Packed),
+                    (scales.as_str(), scale_kind),
+                ];
+                v.extend(biases.as_deref().map(|b| (b, TensorKind::AffineScale)));
+                v.extend(
+                    global_scale
+                        .as_deref()
+                        .map(|g| (g, TensorKind::GlobalScale)),
+                );
+                v
+            }
         }
     }
 }

@@ -1,25 +1,25 @@
 //! How much memory a loaded model takes, worked out before anything is allocated, and the
-//! refusal when it would not fit (docs/checkpoint-layouts.md, "Memory").
+//! refusal when it would not fit (docs/checkpoint-layouts.md, "The dtype each weight is held in,
+//! and memory").
 //!
-//! Weights kept in their stored dtype are arrays over the mapped files: their pages are
-//! file-backed, so the OS can drop and re-read them under pressure. Weights converted at load
-//! (bf16 widened to float32 for float32 activations) are new allocations that cannot be dropped;
-//! those are what must fit.
+//! MLX's CPU and CUDA backends copy every weight into their own memory when the array is made
+//! (only Metal can wrap the mapped file), so the whole model counts: the weights kept as stored
+//! and the copies converted at load (bf16 widened to float32 for float32 activations).
 
 use std::path::PathBuf;
 
 use mlx_rs::Dtype;
 
 use super::arrays::{element_size, mlx_dtype};
-use super::layout::{Checkpoint, ModuleRef};
-use super::mapped::{held_dtype, TensorKind};
+use super::layout::Checkpoint;
+use super::mapped::held_dtype;
 
 /// What loading a checkpoint with given activations takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryPlan {
     /// Bytes of tensor data the model uses, as stored.
     pub stored: u64,
-    /// Of those, the bytes kept as stored (mapped from the files).
+    /// Of those, the bytes kept in their stored dtype.
     pub mapped: u64,
     /// Bytes of the converted copies made at load.
     pub allocated: u64,
@@ -28,7 +28,7 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// What the loaded model holds: mapped plus allocated.
+    /// What the loaded model holds: kept as stored plus converted.
     pub fn resident(&self) -> u64 {
         self.mapped + self.allocated
     }
@@ -45,33 +45,7 @@ impl MemoryPlan {
             let Some(r) = checkpoint.module_ref(module) else {
                 continue;
             };
-            let kinds: Vec<(&str, TensorKind)> = match r {
-                ModuleRef::Dense { tensor } => vec![(tensor.as_str(), TensorKind::Dense)],
-                ModuleRef::Quantized {
-                    codes,
-                    scales,
-                    biases,
-                    global_scale,
-                    mode,
-                } => {
-                    let scale_kind = match mode {
-                        super::layout::QuantMode::Nvfp4 => TensorKind::Packed,
-                        super::layout::QuantMode::Affine { .. } => TensorKind::AffineScale,
-                    };
-                    let mut v = vec![
-                        (codes.as_str(), TensorKind::Packed),
-                        (scales.as_str(), scale_kind),
-                    ];
-                    v.extend(biases.as_deref().map(|b| (b, TensorKind::AffineScale)));
-                    v.extend(
-                        global_scale
-                            .as_deref()
-                            .map(|g| (g, TensorKind::GlobalScale)),
-                    );
-                    v
-                }
-            };
-            for (name, kind) in kinds {
+            for (name, kind) in r.parts() {
                 let Some(view) = checkpoint.tensors().get(name) else {
                     continue;
                 };
@@ -134,16 +108,17 @@ impl std::fmt::Display for TooLarge {
         let p = &self.plan;
         write!(
             f,
-            "{}: with {} activations loading would allocate {} for weights converted from {} as \
-             stored (the model would hold {} in all, {} of it mapped from disk as stored), more \
-             than {} of {}; refused before allocating. Use --dtype bfloat16 to keep the weights \
-             as stored ({} on disk), a quantised checkpoint, or a larger --memory-limit",
+            "{}: with {} activations the loaded model would take {} ({} as stored, {} converted \
+             from {} on disk, plus {} while converting), more than {} of {}; refused before \
+             allocating. Use --dtype bfloat16 to keep the weights as stored ({} on disk), a \
+             quantised checkpoint, or a larger --memory-limit",
             self.dir.display(),
             self.activation,
-            gb(p.allocated + p.largest_converted),
-            gb(p.stored - p.mapped),
-            gb(p.resident()),
+            gb(p.resident() + p.largest_converted),
             gb(p.mapped),
+            gb(p.allocated),
+            gb(p.stored - p.mapped),
+            gb(p.largest_converted),
             gb(self.limit),
             self.limit_source,
             gb(p.stored),
@@ -155,18 +130,14 @@ fn gb(bytes: u64) -> String {
     format!("{:.2} GB", bytes as f64 / 1e9)
 }
 
-/// Refuses the plan when what it allocates, plus the largest tensor read during a conversion,
-/// exceeds `limit` (or, unset, what the machine has available). A plan that allocates nothing
-/// is never refused: mapped weights are paged in and out by the OS.
+/// Refuses the plan when the model it loads, plus the largest tensor read during a conversion,
+/// exceeds `limit` (or, unset, what the machine has available).
 pub fn check(
     plan: &MemoryPlan,
     limit: Option<u64>,
     dir: &std::path::Path,
     activation: Dtype,
 ) -> Result<(), TooLarge> {
-    if plan.allocated == 0 {
-        return Ok(());
-    }
     let (limit, limit_source) = match limit {
         Some(l) => (l, LimitSource::Setting),
         None => match available_memory() {
@@ -174,7 +145,7 @@ pub fn check(
             None => return Ok(()),
         },
     };
-    if plan.allocated + plan.largest_converted <= limit {
+    if plan.resident() + plan.largest_converted <= limit {
         return Ok(());
     }
     Err(TooLarge {
@@ -282,14 +253,27 @@ mod tests {
     }
 
     #[test]
-    fn a_plan_that_allocates_nothing_is_never_refused() {
+    fn a_plan_over_the_limit_is_refused() {
         let plan = MemoryPlan {
             stored: 100 << 30,
             mapped: 100 << 30,
             allocated: 0,
             largest_converted: 0,
         };
-        assert!(check(&plan, Some(1), std::path::Path::new("x"), Dtype::Bfloat16).is_ok());
+        assert!(check(
+            &plan,
+            Some(100 << 30),
+            std::path::Path::new("x"),
+            Dtype::Bfloat16
+        )
+        .is_ok());
+        assert!(check(
+            &plan,
+            Some(99 << 30),
+            std::path::Path::new("x"),
+            Dtype::Bfloat16
+        )
+        .is_err());
         let widened = MemoryPlan {
             mapped: 0,
             allocated: 200 << 30,

@@ -167,10 +167,10 @@ impl Attention {
         masks: &ChunkMasks,
     ) -> Result<Array, ModelError> {
         let (used, mask) = match self.kind {
-            AttentionKind::Full => (past, &masks.full),
+            AttentionKind::Full => (past, None),
             AttentionKind::Sliding => (
                 past.get(masks.sliding_first..).unwrap_or_default(),
-                &masks.sliding,
+                masks.sliding.as_ref(),
             ),
         };
         let (keys, values) = if used.is_empty() {
@@ -182,9 +182,13 @@ impl Attention {
             values.push(v);
             (ops::concatenate(&keys, 2)?, ops::concatenate(&values, 2)?)
         };
-        if keys.dim(2) != mask.dim(3) {
-            return Err(ModelError::Shape("chunk mask and keys disagree"));
-        }
+        let mask = match mask {
+            Some(mask) if keys.dim(2) != mask.dim(3) => {
+                return Err(ModelError::Shape("chunk mask and keys disagree"));
+            }
+            Some(mask) => fast::ScaledDotProductAttentionMask::Array(mask),
+            None => fast::ScaledDotProductAttentionMask::Causal,
+        };
         Ok(fast::scaled_dot_product_attention(
             q, &keys, &values, 1.0, mask, None,
         )?)
@@ -253,18 +257,19 @@ impl Attend<'_> {
 
 /// The attention masks of one prompt chunk, made once per chunk and shared by its layers.
 ///
-/// Full layers attend to every earlier chunk, causally. Sliding layers take only the trailing
-/// earlier chunks that cover the window (`sliding_first..`), so the shapes of a chunk's
-/// computation depend on the chunk's index alone and its K/V are the same bits whether the
-/// earlier chunks were computed now or restored from the prefix cache.
+/// Full layers attend to every earlier chunk, causally: exactly MLX's `causal` attention mode
+/// (query `i` sees keys up to `i + keys − queries`), so no mask array is built for them.
+/// Sliding layers take only the trailing earlier chunks that cover the window
+/// (`sliding_first..`), so the shapes of a chunk's computation depend on the chunk's index alone
+/// and its K/V are the same bits whether the earlier chunks were computed now or restored from
+/// the prefix cache; their mask is materialised only where the window cuts a query's keys.
 #[derive(Debug)]
 pub struct ChunkMasks {
-    /// `[1, 1, c, past + c]`: key at or before the query.
-    full: Array,
     /// Index of the first earlier chunk a sliding layer uses.
     sliding_first: usize,
-    /// `[1, 1, c, used past + c]`: key at or before the query, and within `window` of it.
-    sliding: Array,
+    /// `[1, 1, c, used past + c]`: key at or before the query, and within `window` of it;
+    /// `None` where that is plain causal (no query has a key outside its window).
+    sliding: Option<Array>,
 }
 
 impl ChunkMasks {
@@ -277,24 +282,24 @@ impl ChunkMasks {
             sliding_first -= 1;
             covered += past_lens[sliding_first];
         }
-        let mask = |key_start: i32, windowed: bool| {
+        let mask = |key_start: i32| {
             let total = start + len - key_start;
             let bits: Vec<bool> = (0..len)
                 .flat_map(|i| {
                     let query = start + i;
                     (0..total).map(move |j| {
                         let key = key_start + j;
-                        key <= query && (!windowed || query - key < window)
+                        key <= query && query - key < window
                     })
                 })
                 .collect();
             Array::from_slice(&bits, &[1, 1, len, total])
         };
-        let past: i32 = past_lens.iter().sum();
+        // The last query's earliest key is `covered + len − 1` positions back.
+        let windowed = covered + len > window;
         ChunkMasks {
-            full: mask(start - past, false),
             sliding_first,
-            sliding: mask(start - covered, true),
+            sliding: windowed.then(|| mask(start - covered)),
         }
     }
 }
@@ -341,31 +346,34 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_first_chunk_is_plain_causal_and_windowed() {
-        let m = ChunkMasks::new(0, &[], 4, 3);
-        assert_eq!(rows(&m.full), ["1...", "11..", "111.", "1111"]);
-        // Window 3: a query sees itself and the two before it.
-        assert_eq!(rows(&m.sliding), ["1...", "11..", "111.", ".111"]);
-        assert_eq!(m.sliding_first, 0);
+    fn sliding(m: &ChunkMasks) -> Vec<String> {
+        rows(m.sliding.as_ref().expect("a windowed mask"))
     }
 
     #[test]
-    fn a_later_chunk_sees_all_earlier_chunks_on_full_layers_and_only_the_window_on_sliding() {
+    fn the_first_chunk_is_plain_causal_and_windowed() {
+        let m = ChunkMasks::new(0, &[], 4, 3);
+        // Window 3: a query sees itself and the two before it.
+        assert_eq!(sliding(&m), ["1...", "11..", "111.", ".111"]);
+        assert_eq!(m.sliding_first, 0);
+        // A window the chunk fits in is plain causal: no mask array at all.
+        assert!(ChunkMasks::new(0, &[], 4, 4).sliding.is_none());
+    }
+
+    #[test]
+    fn a_later_chunk_sees_only_the_window_on_sliding_layers() {
         // Chunks of 4; this is chunk 2 (positions 8..12) with window 6: sliding layers need the
         // 5 keys before position 8, more than chunk 1 holds, so both earlier chunks.
         let m = ChunkMasks::new(8, &[4, 4], 4, 6);
         assert_eq!(m.sliding_first, 0);
-        assert_eq!(m.full.shape(), &[1, 1, 4, 12]);
-        assert_eq!(rows(&m.full)[0], "111111111...");
         // Query 8 sees keys 3..=8; query 11 sees keys 6..=11.
-        assert_eq!(rows(&m.sliding)[0], "...111111...");
-        assert_eq!(rows(&m.sliding)[3], "......111111");
+        assert_eq!(sliding(&m)[0], "...111111...");
+        assert_eq!(sliding(&m)[3], "......111111");
         // Window 4: 3 keys before position 8 are needed; chunk 1 covers them alone.
         let m = ChunkMasks::new(8, &[4, 4], 4, 4);
         assert_eq!(m.sliding_first, 1);
-        assert_eq!(m.sliding.shape(), &[1, 1, 4, 8]);
-        assert_eq!(rows(&m.sliding)[0], ".1111...");
-        assert_eq!(rows(&m.sliding)[3], "....1111");
+        assert_eq!(m.sliding.as_ref().map(|a| a.shape().to_vec()), Some(vec![1, 1, 4, 8]));
+        assert_eq!(sliding(&m)[0], ".1111...");
+        assert_eq!(sliding(&m)[3], "....1111");
     }
 }

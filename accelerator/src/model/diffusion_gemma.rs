@@ -4,12 +4,15 @@ use std::str::FromStr;
 
 use mlx_rs::{ops, Array, Dtype};
 
+use crate::read::draws::SlotSummary;
+
 use super::{
     attention::{Attend, ChunkMasks, LayerKv, Segment},
     config::Config,
     layer::Layer,
     linear::Linear,
     norm::RmsNorm,
+    reduce::SlotReduction,
     self_conditioning::SelfConditioning,
     ModelError,
 };
@@ -31,6 +34,23 @@ impl ActivationDtype {
         match self {
             ActivationDtype::Float32 => Dtype::Float32,
             ActivationDtype::Bfloat16 => Dtype::Bfloat16,
+        }
+    }
+}
+
+impl ActivationDtype {
+    /// The default where none is asked for: bfloat16 when MLX's default device is a GPU (CUDA,
+    /// Metal: tensor-core kernels, half the memory traffic, and batching there measured
+    /// bit-exact, docs/batching.md), float32 on the CPU (bfloat16 matmuls use no BLAS there,
+    /// and float32 is what the parity goldens check).
+    pub fn for_default_device() -> ActivationDtype {
+        let gpu = mlx_rs::Device::try_default()
+            .and_then(|d| d.get_type())
+            .is_ok_and(|t| matches!(t, mlx_rs::DeviceType::Gpu));
+        if gpu {
+            ActivationDtype::Bfloat16
+        } else {
+            ActivationDtype::Float32
         }
     }
 }
@@ -104,20 +124,46 @@ pub struct CanvasBatch<'a> {
     pub positions: Option<&'a [usize]>,
     /// The previous step's logits `[B or 1, W, vocab]`; `None` on the first step (every read).
     pub self_conditioning: Option<&'a Array>,
+    /// The label ids of each unembedded position: with them the batch's logits are reduced on
+    /// the device ([`ForwardOutput::slot_summaries`]) and never copied whole; `None` returns
+    /// full logits rows ([`ForwardOutput::logits`]).
+    pub labels: Option<&'a [Vec<u32>]>,
 }
 
 /// What a batched forward returns: each prompt chunk's K/V, and the logits of every canvas
-/// batch's unembedded positions as one evaluated float32 `[rows, vocab]` array.
+/// batch's unembedded positions as one float32 `[rows, vocab]` array — evaluated when a batch
+/// asked for full rows, else only its device reductions are.
 #[derive(Debug)]
 pub struct ForwardOutput {
     pub chunks: Vec<ChunkKv>,
     logits: Option<Array>,
+    /// Per canvas batch: its device reduction when it gave labels.
+    reductions: Vec<Option<SlotReduction>>,
+    /// Some canvas batch asked for full logits rows: `logits` is evaluated with the rest.
+    full_rows: bool,
     /// Per canvas batch: first row in `logits` and row count (canvases × positions).
     rows: Vec<(usize, usize)>,
     vocab: usize,
 }
 
 impl ForwardOutput {
+    /// What evaluating this forward computes: every chunk's K/V, the device reductions, and the
+    /// full logits only where a canvas batch asked for them.
+    pub fn outputs(&self) -> Vec<&Array> {
+        let mut out: Vec<&Array> = self
+            .chunks
+            .iter()
+            .flat_map(|c| c.layers.iter().flat_map(|kv| [&kv.keys, &kv.values]))
+            .collect();
+        for reduction in self.reductions.iter().flatten() {
+            out.extend(reduction.outputs());
+        }
+        if let (true, Some(logits)) = (self.full_rows, &self.logits) {
+            out.push(logits);
+        }
+        out
+    }
+
     /// The logits of canvas batch `i`, `[canvas][position][vocab]` flattened.
     pub fn logits(&self, i: usize) -> Result<&[f32], ModelError> {
         let (Some(&(start, count)), Some(all)) = (self.rows.get(i), self.logits.as_ref()) else {
@@ -134,6 +180,25 @@ impl ForwardOutput {
     /// The whole logits array `[rows, vocab]` (rows of every canvas batch, in order).
     pub fn logits_array(&self) -> Option<&Array> {
         self.logits.as_ref()
+    }
+
+    /// The device-reduced slot rows of canvas batch `i` (one per canvas and position), for a
+    /// batch that gave `labels`.
+    pub fn slot_summaries(&self, i: usize) -> Result<Vec<SlotSummary>, ModelError> {
+        self.reduction(i)?.summaries()
+    }
+
+    /// Row `row` of canvas batch `i` whole, copied from the device (the rare tie a summary
+    /// cannot settle).
+    pub fn full_row(&self, i: usize, row: usize) -> Result<Vec<f32>, ModelError> {
+        self.reduction(i)?.full_row(row)
+    }
+
+    fn reduction(&self, i: usize) -> Result<&SlotReduction, ModelError> {
+        self.reductions
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or(ModelError::Shape("canvas batch has no label reduction"))
     }
 }
 
@@ -272,6 +337,12 @@ impl DiffusionGemma {
         {
             return Err(ModelError::PositionOutOfRange { position: p, width });
         }
+        let unembedded = batch.positions.map_or(width, <[usize]>::len);
+        if batch.labels.is_some_and(|l| l.len() != unembedded) {
+            return Err(ModelError::Shape(
+                "a canvas batch needs one label list per unembedded position",
+            ));
+        }
         let (b, w) = (batch.canvases.len() as i32, width as i32);
         let vocab = self.config.vocab_size;
         if let Some(sc) = batch.self_conditioning {
@@ -389,8 +460,21 @@ impl DiffusionGemma {
     /// of any number of reads. Token-wise work runs over all rows at once; attention runs per
     /// chunk or canvas batch with the shapes it has alone, so on a backend with row-independent
     /// matmuls each read's results are bit-identical to running it alone (docs/batching.md).
-    /// Everything returned is evaluated.
+    /// Everything returned is evaluated (one blocking evaluation).
     pub fn forward(
+        &self,
+        chunks: &[PromptChunk<'_>],
+        canvases: &[CanvasBatch<'_>],
+    ) -> Result<ForwardOutput, ModelError> {
+        let output = self.forward_lazy(chunks, canvases)?;
+        mlx_rs::transforms::eval(output.outputs())?;
+        Ok(output)
+    }
+
+    /// [`DiffusionGemma::forward`] without evaluating: the caller evaluates
+    /// [`ForwardOutput::outputs`] — of this forward and of others that take its chunks' K/V as
+    /// their past — in one blocking evaluation.
+    pub fn forward_lazy(
         &self,
         chunks: &[PromptChunk<'_>],
         canvases: &[CanvasBatch<'_>],
@@ -406,10 +490,6 @@ impl DiffusionGemma {
             .map(|c| self.check_canvases(c))
             .collect::<Result<Vec<_>, _>>()?;
         let (x, chunk_kvs) = self.run_layers(chunks, canvases, &shapes)?;
-        let mut to_eval: Vec<&Array> = chunk_kvs
-            .iter()
-            .flat_map(|c| c.layers.iter().flat_map(|kv| [&kv.keys, &kv.values]))
-            .collect();
         let vocab = self.config.vocab_size as usize;
         let mut rows = Vec::with_capacity(canvases.len());
         let logits = if canvases.is_empty() {
@@ -437,21 +517,59 @@ impl DiffusionGemma {
                     .reshape(&[index.len() as i32, vocab as i32])?,
             )
         };
-        if let Some(l) = &logits {
-            to_eval.push(l);
-        }
-        mlx_rs::transforms::eval(to_eval)?;
+        let reductions = match &logits {
+            Some(all) => Self::reduce_batches(all, canvases, &rows)?,
+            None => Vec::new(),
+        };
         Ok(ForwardOutput {
             chunks: chunk_kvs,
+            full_rows: canvases.iter().any(|c| c.labels.is_none()),
             logits,
+            reductions,
             rows,
             vocab,
         })
     }
 
+    /// The device reduction of each canvas batch that gave labels, over its own rows only (the
+    /// shapes it has alone, so batching does not change its bits).
+    fn reduce_batches(
+        all: &Array,
+        canvases: &[CanvasBatch<'_>],
+        rows: &[(usize, usize)],
+    ) -> Result<Vec<Option<SlotReduction>>, ModelError> {
+        if canvases.iter().all(|c| c.labels.is_none()) {
+            return Ok(Vec::new());
+        }
+        let parts = if rows.len() == 1 {
+            vec![all.clone()]
+        } else {
+            let bounds: Vec<i32> = rows[1..].iter().map(|&(first, _)| first as i32).collect();
+            all.split_at_indices(&bounds, 0)?
+        };
+        canvases
+            .iter()
+            .zip(parts)
+            .zip(rows)
+            .map(|((batch, part), &(_, count))| {
+                let Some(labels) = batch.labels else {
+                    return Ok(None);
+                };
+                let per_row: Vec<&[u32]> = labels
+                    .iter()
+                    .map(Vec::as_slice)
+                    .cycle()
+                    .take(count)
+                    .collect();
+                SlotReduction::new(part, &per_row).map(Some)
+            })
+            .collect()
+    }
+
     /// The decoder's view of a prompt from its chunks' K/V: full layers keep every position,
     /// sliding layers the last `sliding_window - 1` (what transformers' sliding cache holds, and
-    /// all the decoder may look at). Evaluated.
+    /// all the decoder may look at). Lazy: the joins run inside the first decoder pass that
+    /// uses it, with no blocking evaluation of their own.
     pub fn prompt_cache(&self, chunks: &[ChunkKv]) -> Result<PromptCache, ModelError> {
         if chunks.is_empty() {
             return Err(ModelError::EmptyPrompt);
@@ -498,15 +616,11 @@ impl DiffusionGemma {
                 values: join(|kv| &kv.values)?,
             });
         }
-        let arrays: Vec<&Array> = layers
-            .iter()
-            .flat_map(|kv| [&kv.keys, &kv.values])
-            .collect();
-        mlx_rs::transforms::eval(arrays)?;
         Ok(PromptCache { layers, len })
     }
 
-    /// The chunks' K/V of a whole prompt, prefilled chunk by chunk from position 0.
+    /// The chunks' K/V of a whole prompt, prefilled chunk by chunk from position 0: each chunk's
+    /// forward is built on the previous one's lazy K/V, and all are evaluated at once.
     pub fn prefill_chunks(
         &self,
         prompt_ids: &[u32],
@@ -518,9 +632,14 @@ impl DiffusionGemma {
         self.check_length(prompt_ids.len())?;
         let mut chunks: Vec<ChunkKv> = Vec::new();
         for ids in prompt_ids.chunks(chunk.max(1)) {
-            let out = self.forward(&[PromptChunk { past: &chunks, ids }], &[])?;
+            let out = self.forward_lazy(&[PromptChunk { past: &chunks, ids }], &[])?;
             chunks.extend(out.chunks);
         }
+        mlx_rs::transforms::eval(
+            chunks
+                .iter()
+                .flat_map(|c| c.layers.iter().flat_map(|kv| [&kv.keys, &kv.values])),
+        )?;
         Ok(chunks)
     }
 
@@ -572,6 +691,7 @@ impl DiffusionGemma {
                 canvases,
                 positions: None,
                 self_conditioning,
+                labels: None,
             }],
         )?;
         let width = canvases.first().map(Vec::len).unwrap_or(0) as i32;
@@ -602,6 +722,7 @@ impl DiffusionGemma {
                 canvases,
                 positions: Some(positions),
                 self_conditioning: None,
+                labels: None,
             }],
         )?;
         let logits = out.logits.ok_or(ModelError::EmptyBatch)?.reshape(&[

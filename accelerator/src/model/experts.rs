@@ -78,6 +78,18 @@ impl Experts {
 
     /// `x` `[N, 1, 1, in]`, `idx` uint32 `[N, k]` → `[N, k, 1, out]` in `x`'s dtype.
     pub fn forward(&self, x: &Array, idx: &Array) -> Result<Array, ModelError> {
+        self.gather(x, idx, false)
+    }
+
+    /// One row per (token, expert) pair, the pairs sorted by expert (as mlx-lm's SwitchGLU
+    /// dispatches): `x` `[M, 1, in]`, `idx` uint32 `[M]` ascending → `[M, 1, out]`. Sorted
+    /// indices let a GPU run one grouped GEMM per expert instead of a matrix-vector product
+    /// per pair, each expert's weights read once.
+    pub fn forward_sorted(&self, x: &Array, idx: &Array) -> Result<Array, ModelError> {
+        self.gather(x, idx, true)
+    }
+
+    fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {
         let dtype = x.dtype();
         match self {
             Experts::Dense { weight } => {
@@ -92,7 +104,7 @@ impl Experts {
                     &w.swap_axes(-1, -2)?,
                     None,
                     idx,
-                    false,
+                    sorted,
                 )?;
                 Ok(y.as_dtype(dtype)?)
             }
@@ -112,7 +124,7 @@ impl Experts {
                 true,
                 *group_size,
                 *bits,
-                false,
+                sorted,
             )?),
             Experts::Nvfp4 {
                 weight,
@@ -123,12 +135,15 @@ impl Experts {
                 // refuses one anyway), so: matmul with the block scales only, in float32, then
                 // scale each expert's output rows by global_scale[expert] / 2688.
                 let x32 = x.as_dtype(Dtype::Float32)?;
-                let y = gather_qmm_nvfp4(&x32, weight, scales, idx)?;
+                let y = gather_qmm_nvfp4(&x32, weight, scales, idx, sorted)?;
                 let gs = ops::divide(
                     global_scale.take_axis(idx, 0)?,
                     Array::from_f32(NVFP4_GLOBAL_SCALE_DIVISOR),
                 )?;
-                let gs = gs.reshape(&[idx.dim(0), idx.dim(1), 1, 1])?;
+                // One scale per pair, broadcast over its output row: `idx`'s shape + [1, 1].
+                let mut shape = idx.shape().to_vec();
+                shape.extend([1, 1]);
+                let gs = gs.reshape(&shape)?;
                 Ok(ops::multiply(y, gs)?.as_dtype(dtype)?)
             }
         }
@@ -251,6 +266,7 @@ pub fn gather_qmm_nvfp4(
     w: &Array,
     scales: &Array,
     rhs_indices: &Array,
+    sorted_indices: bool,
 ) -> Result<Array, ModelError> {
     ensure_mlx_error_handler()?;
     let mode = nvfp4_mode();
@@ -273,7 +289,7 @@ pub fn gather_qmm_nvfp4(
             optional_int(16),
             optional_int(4),
             mode.as_ptr(),
-            false,
+            sorted_indices,
             stream.as_ptr(),
         );
         mlx_sys::mlx_array_free(none);

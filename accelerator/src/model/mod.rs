@@ -10,6 +10,7 @@ pub mod linear;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod reduce;
 pub mod rope;
 pub mod self_conditioning;
 
@@ -19,6 +20,14 @@ pub use diffusion_gemma::{
     DEFAULT_PREFILL_CHUNK,
 };
 pub use experts::Experts;
+
+/// The MLX operations evaluating `outputs` would run (the distinct primitives of their
+/// unevaluated graph). For benchmarks and diagnostics: it walks the whole graph.
+pub fn graph_operations(outputs: &[&mlx_rs::Array]) -> usize {
+    let handles: Vec<mlx_sys::mlx_array> = outputs.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: the handles are live arrays borrowed for the call; the helper only reads them.
+    unsafe { mlx_sys::hunch_mlx_graph_operations(handles.as_ptr(), handles.len()) }
+}
 pub use linear::Linear;
 
 /// Why a forward pass failed.

@@ -4,6 +4,10 @@ use mlx_rs::{ops, Array, Dtype};
 
 use super::{experts::Experts, linear::Linear, mlp::gelu_tanh, norm::RmsNorm, ModelError};
 
+/// (token, expert) pairs from which the expert dispatch is sorted by expert (mlx-lm's SwitchGLU
+/// uses the same figure).
+pub const SORT_THRESHOLD: i32 = 64;
+
 /// Picks `top_k` experts per token and their weights.
 #[derive(Clone, Debug)]
 pub struct Router {
@@ -94,20 +98,42 @@ impl Moe {
 
     /// `h` is the raw residual `[N, hidden]` (routes), `e_in` the pre-normed expert input
     /// `[N, hidden]`; returns `Σ_k weight_k · expert_k(e_in)` `[N, hidden]`.
+    ///
+    /// From [`SORT_THRESHOLD`] (token, expert) pairs on, the pairs are sorted by expert before
+    /// the expert matmuls and put back in token order after them, as mlx-lm's SwitchGLU does:
+    /// each pair's product is the same computation either way, but a GPU then runs grouped
+    /// GEMMs instead of one matrix-vector product per pair.
     pub fn forward(&self, h: &Array, e_in: &Array) -> Result<Array, ModelError> {
         let dtype = e_in.dtype();
         let (idx, weights) = self.router.route(h)?;
         let n = e_in.dim(0);
+        let k = idx.dim(1);
         let hidden = e_in.dim(1);
-        let x = e_in.reshape(&[n, 1, 1, hidden])?;
-        let gu = self.gate_up.forward(&x, &idx)?; // [N, k, 1, 2I]
-        let mut parts = gu.split_at_indices(&[self.moe_intermediate_size], -1)?;
-        let up = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
-        let gate = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
-        let act = ops::multiply(gelu_tanh(&gate)?, up)?;
-        let y = self.down.forward(&act, &idx)?; // [N, k, 1, hidden]
-        let y = y.reshape(&[n, idx.dim(1), hidden])?;
+        let y = if n * k >= SORT_THRESHOLD {
+            let flat = idx.flatten(None, None)?;
+            let order = ops::argsort_axis(&flat, 0)?;
+            let back = ops::argsort_axis(&order, 0)?;
+            let token = ops::floor_divide(&order, Array::from_int(k).as_dtype(order.dtype())?)?;
+            let x = e_in.take_axis(&token, 0)?.reshape(&[n * k, 1, hidden])?;
+            let sorted = flat.take_axis(&order, 0)?;
+            let act = self.activation(&self.gate_up.forward_sorted(&x, &sorted)?)?;
+            let y = self.down.forward_sorted(&act, &sorted)?; // [N·k, 1, hidden]
+            y.take_axis(&back, 0)?
+        } else {
+            let x = e_in.reshape(&[n, 1, 1, hidden])?;
+            let act = self.activation(&self.gate_up.forward(&x, &idx)?)?; // [N, k, 1, I]
+            self.down.forward(&act, &idx)? // [N, k, 1, hidden]
+        };
+        let y = y.reshape(&[n, k, hidden])?;
         let w = weights.as_dtype(dtype)?.expand_dims(-1)?;
         Ok(ops::multiply(y, w)?.sum_axis(1, false)?)
+    }
+
+    /// GeGLU of the fused gate+up output (`[…, 2I]` → `[…, I]`).
+    fn activation(&self, gate_up: &Array) -> Result<Array, ModelError> {
+        let mut parts = gate_up.split_at_indices(&[self.moe_intermediate_size], -1)?;
+        let up = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
+        let gate = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
+        Ok(ops::multiply(gelu_tanh(&gate)?, up)?)
     }
 }

@@ -14,6 +14,10 @@ pub const DRAW_SEED_STRIDE: u64 = 7_919;
 pub const ENTROPY_TOP_K: usize = 20;
 /// Entropy (nats) above which a read takes more draws.
 pub const REREAD_THRESHOLD: f64 = 0.1;
+/// How close to [`REREAD_THRESHOLD`] an entropy from a device summary may fall before the
+/// full row is read instead: the summary's float32 `Σ exp` moves the entropy by up to ~1e-5
+/// (measured ≤ 2e-6), so beyond this margin the re-read decision is the host reduction's.
+pub const ENTROPY_MARGIN: f64 = 1e-4;
 /// Draws in all when the re-read rule fires.
 pub const REREAD_DRAWS: usize = 4;
 /// Most draws a caller may ask for with `x_draws`.
@@ -56,7 +60,25 @@ pub struct SlotReading {
     pub entropy: f64,
 }
 
-/// Reads one slot from its full-vocabulary logits row.
+/// Softmax over a slot's label logits (temperature 1), in label order, in f64. Computed from the
+/// label logits alone — the full-vocabulary normaliser cancels — so the host and the device
+/// reduction ([`SlotSummary`]) give the same bits.
+fn label_softmax(label_logits: impl Iterator<Item = f32> + Clone) -> Vec<f64> {
+    let top = label_logits
+        .clone()
+        .map(f64::from)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = label_logits.map(|l| (f64::from(l) - top).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    weights.iter().map(|w| w / total).collect()
+}
+
+/// `−p ln p` of a token whose log-probability is `lp`.
+fn neg_p_log_p(lp: f64) -> f64 {
+    -(lp.exp() * lp)
+}
+
+/// Reads one slot from its full-vocabulary logits row (the host-side f64 reduction).
 pub fn read_slot(logits: &[f32], label_ids: &[u32]) -> SlotReading {
     // log-softmax normaliser over the whole vocabulary, accumulated in f64.
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -64,11 +86,7 @@ pub fn read_slot(logits: &[f32], label_ids: &[u32]) -> SlotReading {
     let log_z = max + sum.ln();
     let logprob = |id: u32| logits[id as usize] as f64 - log_z;
 
-    let label_lp: Vec<f64> = label_ids.iter().map(|&id| logprob(id)).collect();
-    let top = label_lp.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = label_lp.iter().map(|lp| (lp - top).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    let labels = weights.iter().map(|w| w / total).collect();
+    let labels = label_softmax(label_ids.iter().map(|&id| logits[id as usize]));
 
     let mut returned: Vec<u32> = top_k_ids(logits, ENTROPY_TOP_K);
     for &id in label_ids {
@@ -76,18 +94,114 @@ pub fn read_slot(logits: &[f32], label_ids: &[u32]) -> SlotReading {
             returned.push(id);
         }
     }
-    let entropy = -returned
-        .iter()
-        .map(|&id| {
-            let lp = logprob(id);
-            lp.exp() * lp
-        })
-        .sum::<f64>();
+    let entropy = returned.iter().map(|&id| neg_p_log_p(logprob(id))).sum();
     SlotReading { labels, entropy }
 }
 
+/// One slot row as the device reduced it (`crate::model::reduce`): what the read needs of a
+/// vocabulary-wide logits row, and nothing more.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotSummary {
+    /// The logits of the slot's label ids, in label order.
+    pub label_logits: Vec<f32>,
+    /// The row's largest logit.
+    pub max: f32,
+    /// `Σ exp(logit − max)` over the row (float32 on the device; in `[1, vocab]`, so its
+    /// relative error, not `log_z`'s absolute one, is what float32 limits).
+    pub sum_exp: f32,
+    /// The `min(ENTROPY_TOP_K, vocab)` largest logits, any order.
+    pub top: Vec<f32>,
+}
+
+/// Reads one slot from its device summary: the same label softmax as [`read_slot`] (bit for
+/// bit), and the entropy within ~1e-5 of it (float32 `sum_exp`; see [`ENTROPY_MARGIN`]). `None` when a label's logit
+/// equals the smallest of the top values: whether that label is among the top ids then depends
+/// on the lower-id-first tie break over the whole row, so the caller reads the full row instead.
+pub fn read_summary(summary: &SlotSummary, label_ids: &[u32]) -> Option<SlotReading> {
+    let log_z = f64::from(summary.max) + f64::from(summary.sum_exp).ln();
+    let labels = label_softmax(summary.label_logits.iter().copied());
+    let mut top = summary.top.clone();
+    top.sort_by(|a, b| b.total_cmp(a));
+    let threshold = top.last().copied().unwrap_or(f32::NEG_INFINITY);
+    // Every token of a vocabulary smaller than the top count is a top token.
+    let whole_vocab = top.len() < ENTROPY_TOP_K;
+    let mut entropy: f64 = top
+        .iter()
+        .map(|&l| neg_p_log_p(f64::from(l) - log_z))
+        .sum();
+    let mut counted: Vec<u32> = Vec::new();
+    for (&id, &l) in label_ids.iter().zip(&summary.label_logits) {
+        if whole_vocab || l > threshold || counted.contains(&id) {
+            continue;
+        }
+        if l == threshold {
+            return None;
+        }
+        counted.push(id);
+        entropy += neg_p_log_p(f64::from(l) - log_z);
+    }
+    Some(SlotReading { labels, entropy })
+}
+
+/// A decoder pass's slot rows, `[draw][slot]` in order, as the read receives them.
+pub enum SlotRows<'a> {
+    /// Full-vocabulary logits rows, flattened (`[draw][slot][vocab]`).
+    Full(&'a [f32]),
+    /// Rows reduced on the device; `full_row(i)` fetches row `i` whole for the rare tie
+    /// [`read_summary`] cannot settle.
+    Reduced {
+        summaries: &'a [SlotSummary],
+        full_row: &'a dyn Fn(usize) -> Result<Vec<f32>, String>,
+    },
+}
+
+impl SlotRows<'_> {
+    /// How many rows there are, given the vocabulary.
+    pub fn len(&self, vocab: usize) -> usize {
+        match self {
+            SlotRows::Full(values) => values.len() / vocab.max(1),
+            SlotRows::Reduced { summaries, .. } => summaries.len(),
+        }
+    }
+
+    /// Reads row `index` as a slot with these labels.
+    pub fn read(&self, index: usize, label_ids: &[u32], vocab: usize) -> Result<SlotReading, String> {
+        match self {
+            SlotRows::Full(values) => values
+                .get(index * vocab..(index + 1) * vocab)
+                .map(|row| read_slot(row, label_ids))
+                .ok_or_else(|| format!("no logits row {index}")),
+            SlotRows::Reduced {
+                summaries,
+                full_row,
+            } => {
+                let summary = summaries
+                    .get(index)
+                    .ok_or_else(|| format!("no slot summary {index}"))?;
+                if summary.label_logits.len() != label_ids.len() {
+                    return Err(format!(
+                        "slot summary {index} has {} label logits, the slot {} labels",
+                        summary.label_logits.len(),
+                        label_ids.len()
+                    ));
+                }
+                match read_summary(summary, label_ids) {
+                    Some(reading)
+                        if (reading.entropy - REREAD_THRESHOLD).abs() > ENTROPY_MARGIN =>
+                    {
+                        Ok(reading)
+                    }
+                    // A tie at the top values, or an entropy too close to the threshold for
+                    // float32's sum to decide: the host reduction of the full row settles it.
+                    _ => Ok(read_slot(&full_row(index)?, label_ids)),
+                }
+            }
+        }
+    }
+}
+
 /// Ids of the `k` largest logits (lower id first among equals).
-fn top_k_ids(logits: &[f32], k: usize) -> Vec<u32> {
+pub(crate) fn top_k_ids(logits: &[f32], k: usize) -> Vec<u32> {
     let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
     for (id, &l) in logits.iter().enumerate() {
         if best.len() < k || l > best[best.len() - 1].0 {

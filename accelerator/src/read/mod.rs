@@ -16,8 +16,8 @@ pub mod prompt;
 pub mod rng;
 
 use draws::{
-    draw_seeds, group_seed, mean_distribution, needs_reread, noised_canvas, read_slot,
-    reread_seeds, SlotReading, DEFAULT_SEED, MAX_DRAWS,
+    draw_seeds, group_seed, mean_distribution, needs_reread, noised_canvas, reread_seeds,
+    SlotReading, SlotRows, DEFAULT_SEED, MAX_DRAWS,
 };
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest, ReadStats};
 pub use plan::{
@@ -219,8 +219,18 @@ impl RequestProgress {
         Ok(())
     }
 
-    /// The logits of the draws read `read` asked for, `[draw][slot][vocab]` flattened.
-    pub fn drawn(&mut self, read: usize, logits: &[f32]) -> Result<(), ReadError> {
+    /// The label ids of read `read`'s slots, in slot order (what a device-side reduction of
+    /// its logits gathers).
+    pub fn slot_labels(&self, read: usize) -> Vec<Vec<u32>> {
+        self.plan.reads[read]
+            .slots
+            .iter()
+            .map(|s| s.label_ids.clone())
+            .collect()
+    }
+
+    /// The slot rows of the draws read `read` asked for, `[draw][slot]` in order.
+    pub fn drawn(&mut self, read: usize, rows: SlotRows<'_>) -> Result<(), ReadError> {
         let rereads = self.rereads;
         let planned = &self.plan.reads[read];
         let slots = planned.slots.len();
@@ -238,24 +248,24 @@ impl RequestProgress {
             }
         };
         let vocab = self.vocab as usize;
-        if slots == 0 || logits.len() != draws * slots * vocab {
+        if slots == 0 || rows.len(vocab) != draws * slots {
             return Err(ReadError::internal(format!(
-                "decoder returned {} logits, expected {}",
-                logits.len(),
-                draws * slots * vocab
+                "decoder returned {} slot rows, expected {}",
+                rows.len(vocab),
+                draws * slots
             )));
         }
-        let batch: Vec<Vec<SlotReading>> = logits
-            .chunks(slots * vocab)
+        let batch: Vec<Vec<SlotReading>> = (0..draws)
             .map(|draw| {
                 planned
                     .slots
                     .iter()
-                    .zip(draw.chunks(vocab))
-                    .map(|(slot, row)| read_slot(row, &slot.label_ids))
-                    .collect()
+                    .enumerate()
+                    .map(|(k, slot)| rows.read(draw * slots + k, &slot.label_ids, vocab))
+                    .collect::<Result<Vec<_>, _>>()
             })
-            .collect();
+            .collect::<Result<_, _>>()
+            .map_err(ReadError::internal)?;
         let reread = matches!(state.stage, Stage::FirstDraw)
             && rereads
             && batch.first().is_some_and(|first| needs_reread(first));
@@ -346,7 +356,7 @@ pub fn execute<T: ReadTokenizer, D: Denoiser>(
             let logits = model
                 .slot_logits(&prefill, &canvases, &positions)
                 .map_err(ReadError::internal)?;
-            progress.drawn(read, &logits.values)?;
+            progress.drawn(read, SlotRows::Full(&logits.values))?;
         }
         progress.stats.denoise_seconds += t.elapsed().as_secs_f64();
     }

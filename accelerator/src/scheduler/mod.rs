@@ -14,78 +14,33 @@
 //! already in flight (one read always may), so a burst of long prompts queues instead of running
 //! the machine out of memory.
 
+//!
+//! Where batching is not exact on the backend (the start-up probe measured a deviation), the
+//! default [`Batching::Auto`] reads one request at a time, so every answer is bit-identical to
+//! the same read alone unless the operator chose throughput (`--batching on`).
+//!
+//! Files: [`config`] (settings), [`reply`] (where answers go), `plan` (what the next forward
+//! runs), `apply` (handing its results back), [`prefix_cache`], `probe`.
+
+mod apply;
+mod config;
+mod plan;
 pub mod prefix_cache;
 mod probe;
+mod reply;
 
+pub use config::{Batching, SchedulerConfig, UnknownBatching};
 pub use probe::measure_batch_deviation;
+pub use reply::Reply;
 
-use crate::model::{CanvasBatch, ChunkKv, DiffusionGemma, ModelError, PromptCache, PromptChunk};
-use crate::read::{Need, Planner, ReadSettings, ReadTokenizer, RequestProgress};
-use hunch_core::{EngineGauges, ReadError, ReadOutcome, ReadRequest};
+use crate::model::{ChunkKv, DiffusionGemma, ForwardOutput, PromptCache};
+use crate::read::{Planner, ReadSettings, ReadTokenizer, RequestProgress};
+use hunch_core::{EngineGauges, ReadError, ReadRequest};
+use apply::Timed;
+use plan::Work;
 use prefix_cache::{NodeId, PrefixCache};
 use std::collections::HashSet;
 use std::time::Instant;
-
-/// Where a request's answer goes, and whether anyone still waits for it.
-pub struct Reply {
-    send: Box<dyn FnOnce(Result<ReadOutcome, ReadError>) + Send>,
-    abandoned: Box<dyn Fn() -> bool + Send>,
-}
-
-impl Reply {
-    /// An answer handed to `send`; never abandoned.
-    pub fn new(send: impl FnOnce(Result<ReadOutcome, ReadError>) + Send + 'static) -> Self {
-        Reply {
-            send: Box::new(send),
-            abandoned: Box::new(|| false),
-        }
-    }
-
-    /// `abandoned` says when the client has gone away (its connection closed, its timeout
-    /// passed): the scheduler then drops the request's remaining work instead of spending
-    /// forward passes on an answer nobody reads.
-    pub fn with_abandoned(mut self, abandoned: impl Fn() -> bool + Send + 'static) -> Self {
-        self.abandoned = Box::new(abandoned);
-        self
-    }
-
-    pub fn send(self, outcome: Result<ReadOutcome, ReadError>) {
-        (self.send)(outcome)
-    }
-
-    pub fn is_abandoned(&self) -> bool {
-        (self.abandoned)()
-    }
-}
-
-/// How much the scheduler batches and caches.
-#[derive(Debug, Clone)]
-pub struct SchedulerConfig {
-    /// Requests read at once; their work shares forward passes. 1 = one request at a time (the
-    /// reads of that request still share passes).
-    pub max_requests: usize,
-    /// Most rows (prompt-chunk tokens plus canvas tokens) in one forward pass.
-    pub max_rows: usize,
-    /// Bytes of prompt K/V that reads in flight may hold; a read waits to start its prefill
-    /// until its K/V fits (one read always may).
-    pub kv_budget_bytes: u64,
-    /// Prefill chunk length. Chunk boundaries are the prefix cache's reuse points.
-    pub prefill_chunk: usize,
-    /// Prefix cache capacity in bytes; 0 turns the cache off.
-    pub cache_bytes: u64,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        SchedulerConfig {
-            max_requests: 16,
-            max_rows: 2048,
-            kv_budget_bytes: 2 << 30,
-            prefill_chunk: crate::model::DEFAULT_PREFILL_CHUNK,
-            cache_bytes: 1 << 30,
-        }
-    }
-}
 
 /// Where one read of a request is.
 enum ReadSlot {
@@ -125,29 +80,6 @@ struct Active {
     shared: bool,
 }
 
-/// One unit of work in a planned forward.
-enum Work {
-    Chunk {
-        request: usize,
-        read: usize,
-        range: std::ops::Range<usize>,
-    },
-    Draws {
-        request: usize,
-        read: usize,
-        canvases: Vec<Vec<u32>>,
-        positions: Vec<usize>,
-    },
-}
-
-impl Work {
-    fn request(&self) -> usize {
-        match self {
-            Work::Chunk { request, .. } | Work::Draws { request, .. } => *request,
-        }
-    }
-}
-
 /// What one [`Scheduler::step`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -161,6 +93,10 @@ pub enum StepOutcome {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SchedulerCounters {
     pub forwards: u64,
+    /// Blocking evaluations: one per step with work, whatever its number of passes.
+    pub evaluations: u64,
+    /// MLX operations built for them, when counted ([`Scheduler::count_operations`]).
+    pub operations: u64,
     pub rows: u64,
     pub reused_tokens: u64,
     pub prefilled_tokens: u64,
@@ -180,6 +116,8 @@ pub struct Scheduler {
     batch_deviation: Option<f64>,
     queued: u32,
     counters: SchedulerCounters,
+    /// Count the MLX operations of every step (walks each step's graph; for benchmarks).
+    count_operations: bool,
 }
 
 impl Scheduler {
@@ -208,6 +146,7 @@ impl Scheduler {
             batch_deviation: None,
             queued: 0,
             counters: SchedulerCounters::default(),
+            count_operations: false,
         }
     }
 
@@ -221,12 +160,26 @@ impl Scheduler {
 
     /// Whether another request can be admitted now.
     pub fn has_room(&self) -> bool {
-        self.active.len() < self.config.max_requests
+        self.active.len() < self.request_limit()
+    }
+
+    /// Requests in flight at once: the configured most where batching is allowed (see
+    /// [`Batching`]), else 1.
+    pub fn request_limit(&self) -> usize {
+        self.config
+            .batching
+            .request_limit(self.config.max_requests, self.batch_deviation)
     }
 
     /// Whether nothing is in flight.
     pub fn is_idle(&self) -> bool {
         self.active.is_empty()
+    }
+
+    /// Whether to count the MLX operations each step builds (`ReadStats.operations`): a walk
+    /// of the step's graph, so off unless a benchmark asks.
+    pub fn count_operations(&mut self, on: bool) {
+        self.count_operations = on;
     }
 
     /// Requests waiting in front of the scheduler (reported in the gauges).
@@ -300,8 +253,43 @@ impl Scheduler {
         if self.active.is_empty() {
             return StepOutcome::Worked;
         }
-        let work = self.plan_forward();
-        if work.is_empty() {
+        // The step: passes planned one after another within `max_rows` rows in all (decoder
+        // passes in the first, then further prompt chunks of the prefilling reads on top of the
+        // previous pass's lazy K/V), built lazily and evaluated once. A read alone prefills a
+        // prompt of up to `max_rows` tokens in one evaluation.
+        let mut scheduled = HashSet::new();
+        let mut passes: Vec<(Vec<Work>, ForwardOutput)> = Vec::new();
+        let mut failed: Vec<(usize, ReadError)> = Vec::new();
+        let mut budget = self.config.max_rows;
+        let started = Instant::now();
+        loop {
+            let work = self.plan_forward(budget, passes.is_empty(), &mut scheduled);
+            if work.is_empty() {
+                break;
+            }
+            budget = budget.saturating_sub(work.iter().map(Work::rows).sum());
+            match self.run_forward(model, &work) {
+                Ok(output) => {
+                    self.record_chunks(&work, &output);
+                    passes.push((work, output));
+                }
+                Err(e) => {
+                    let message = format!("forward pass failed: {e}");
+                    tracing::error!(%message, "failing the requests of this pass");
+                    let requests: HashSet<usize> = work.iter().map(Work::request).collect();
+                    failed.extend(
+                        requests
+                            .into_iter()
+                            .map(|r| (r, ReadError::internal(message.clone()))),
+                    );
+                    break;
+                }
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+        if passes.is_empty() && failed.is_empty() {
             // Every read in flight always has a next piece of work (one waiting read may always
             // start); an empty plan is a bug. Answer rather than spin.
             let failed = (0..self.active.len())
@@ -315,23 +303,46 @@ impl Scheduler {
             self.fail(failed);
             return StepOutcome::Worked;
         }
-        let started = Instant::now();
-        let result = self.run_forward(model, &work);
+        let outputs: Vec<&mlx_rs::Array> = passes
+            .iter()
+            .flat_map(|(_, output)| output.outputs())
+            .collect();
+        let operations = if self.count_operations {
+            crate::model::graph_operations(&outputs) as u64
+        } else {
+            0
+        };
+        let evaluated = mlx_rs::transforms::eval(outputs);
         let elapsed = started.elapsed().as_secs_f64();
-        match result {
-            Ok(output) => self.apply(model, &work, output, elapsed),
+        let in_step: HashSet<usize> = passes
+            .iter()
+            .flat_map(|(work, _)| work.iter().map(Work::request))
+            .collect();
+        self.counters.evaluations += 1;
+        self.counters.operations += operations;
+        for &r in &in_step {
+            let stats = &mut self.active[r].progress.stats;
+            stats.evaluations += 1;
+            stats.operations += operations;
+        }
+        match evaluated {
+            Ok(()) => {
+                let mut timed = Timed::new();
+                for (work, output) in &passes {
+                    failed.extend(self.apply(model, work, output, elapsed, &mut timed));
+                }
+            }
             Err(e) => {
                 let message = format!("forward pass failed: {e}");
-                tracing::error!(%message, "failing the requests of this batch");
-                let failed: HashSet<usize> = work.iter().map(Work::request).collect();
-                for &r in &failed {
-                    if let Some(reply) = self.active[r].reply.take() {
-                        reply.send(Err(ReadError::internal(message.clone())));
-                    }
-                }
-                self.release_failed();
+                tracing::error!(%message, "failing the requests of this step");
+                failed.extend(
+                    in_step
+                        .into_iter()
+                        .map(|r| (r, ReadError::internal(message.clone()))),
+                );
             }
         }
+        self.fail(failed);
         self.finish_done();
         StepOutcome::Worked
     }
@@ -439,219 +450,6 @@ impl Scheduler {
             budget,
         };
         active.progress.prefilled(read)
-    }
-
-    /// What the next forward runs: decoder passes first, then one chunk per prefilling read,
-    /// within `max_rows` (the first item always fits).
-    fn plan_forward(&self) -> Vec<Work> {
-        let mut work = Vec::new();
-        let mut rows = 0usize;
-        let max_rows = self.config.max_rows;
-        let fits =
-            |rows: usize, more: usize, work: &Vec<Work>| work.is_empty() || rows + more <= max_rows;
-        for (request, active) in self.active.iter().enumerate() {
-            for (read, slot) in active.reads.iter().enumerate() {
-                if !matches!(slot, ReadSlot::Ready { .. }) {
-                    continue;
-                }
-                if let Some(Need::Draws {
-                    canvases,
-                    positions,
-                }) = active.progress.need(read)
-                {
-                    let more = canvases.iter().map(Vec::len).sum::<usize>();
-                    if fits(rows, more, &work) {
-                        rows += more;
-                        work.push(Work::Draws {
-                            request,
-                            read,
-                            canvases,
-                            positions,
-                        });
-                    }
-                }
-            }
-        }
-        let chunk = self.config.prefill_chunk;
-        let mut scheduled: HashSet<(Option<NodeId>, &[u32])> = HashSet::new();
-        for (request, active) in self.active.iter().enumerate() {
-            for (read, slot) in active.reads.iter().enumerate() {
-                let ReadSlot::Prefilling { done, node, .. } = slot else {
-                    continue;
-                };
-                let ids = active.progress.prompt_ids(read);
-                let range = *done..(*done + chunk).min(ids.len());
-                // The same chunk after the same cached path is computed once per step; the
-                // other reads take it from the cache next step.
-                let shareable =
-                    range.len() == chunk && self.cache.enabled() && (node.is_some() || *done == 0);
-                let key = (*node, &ids[range.clone()]);
-                if shareable && scheduled.contains(&key) {
-                    continue;
-                }
-                if fits(rows, range.len(), &work) {
-                    rows += range.len();
-                    if shareable {
-                        scheduled.insert(key);
-                    }
-                    work.push(Work::Chunk {
-                        request,
-                        read,
-                        range,
-                    });
-                }
-            }
-        }
-        work
-    }
-
-    fn run_forward(
-        &self,
-        model: &DiffusionGemma,
-        work: &[Work],
-    ) -> Result<crate::model::ForwardOutput, ModelError> {
-        let mut chunks = Vec::new();
-        let mut canvases = Vec::new();
-        for item in work {
-            match item {
-                Work::Chunk {
-                    request,
-                    read,
-                    range,
-                } => {
-                    let active = &self.active[*request];
-                    if let ReadSlot::Prefilling { chunks: past, .. } = &active.reads[*read] {
-                        chunks.push(PromptChunk {
-                            past,
-                            ids: &active.progress.prompt_ids(*read)[range.clone()],
-                        });
-                    }
-                }
-                Work::Draws {
-                    request,
-                    read,
-                    canvases: rows,
-                    positions,
-                } => {
-                    if let ReadSlot::Ready { cache, .. } = &self.active[*request].reads[*read] {
-                        canvases.push(CanvasBatch {
-                            cache,
-                            canvases: rows,
-                            positions: Some(positions),
-                            self_conditioning: None,
-                        });
-                    }
-                }
-            }
-        }
-        model.forward(&chunks, &canvases)
-    }
-
-    /// Hands a forward's results to the reads that asked for them.
-    fn apply(
-        &mut self,
-        model: &DiffusionGemma,
-        work: &[Work],
-        output: crate::model::ForwardOutput,
-        seconds: f64,
-    ) {
-        let requests: HashSet<usize> = work.iter().map(Work::request).collect();
-        let rows: usize = work
-            .iter()
-            .map(|w| match w {
-                Work::Chunk { range, .. } => range.len(),
-                Work::Draws { canvases, .. } => canvases.iter().map(Vec::len).sum(),
-            })
-            .sum();
-        self.counters.forwards += 1;
-        self.counters.rows += rows as u64;
-        for &r in &requests {
-            let active = &mut self.active[r];
-            let stats = &mut active.progress.stats;
-            stats.forwards += 1;
-            stats.max_batch_requests = stats.max_batch_requests.max(requests.len() as u32);
-            stats.max_batch_rows = stats.max_batch_rows.max(rows as u32);
-            active.shared |= requests.len() > 1;
-        }
-        let chunk_len = self.config.prefill_chunk;
-        let mut chunk_outputs = output.chunks.iter();
-        let mut canvas_index = 0;
-        let mut failed = Vec::new();
-        let mut timed: HashSet<(usize, bool)> = HashSet::new();
-        for item in work {
-            match item {
-                Work::Chunk {
-                    request,
-                    read,
-                    range,
-                } => {
-                    let Some(kv) = chunk_outputs.next() else {
-                        failed.push((*request, ReadError::internal("a chunk's K/V is missing")));
-                        continue;
-                    };
-                    let active = &mut self.active[*request];
-                    if timed.insert((*request, true)) {
-                        active.progress.stats.prefill_seconds += seconds;
-                    }
-                    self.counters.prefilled_tokens += range.len() as u64;
-                    let ids = active.progress.prompt_ids(*read);
-                    let complete = range.end == ids.len();
-                    if let ReadSlot::Prefilling {
-                        chunks, done, node, ..
-                    } = &mut active.reads[*read]
-                    {
-                        // Only full chunks on a cached path (or at the root) are cacheable.
-                        if range.len() == chunk_len
-                            && self.cache.enabled()
-                            && (node.is_some() || range.start == 0)
-                        {
-                            let parent = *node;
-                            let inserted = self.cache.insert(
-                                parent,
-                                &ids[range.clone()],
-                                kv.clone(),
-                                kv.bytes(),
-                            );
-                            if let Some(id) = inserted {
-                                self.cache.pin(id);
-                            }
-                            *node = inserted;
-                            if let Some(old) = parent {
-                                self.cache.unpin(old);
-                            }
-                        }
-                        chunks.push(kv.clone());
-                        *done = range.end;
-                    }
-                    if complete {
-                        if let Err(e) = Self::finish_prefill(&mut self.cache, model, active, *read)
-                        {
-                            failed.push((*request, e));
-                        }
-                    }
-                }
-                Work::Draws { request, read, .. } => {
-                    let i = canvas_index;
-                    canvas_index += 1;
-                    let active = &mut self.active[*request];
-                    if timed.insert((*request, false)) {
-                        active.progress.stats.denoise_seconds += seconds;
-                    }
-                    let result = output
-                        .logits(i)
-                        .map_err(|e| ReadError::internal(format!("reading logits: {e}")))
-                        .and_then(|logits| active.progress.drawn(*read, logits));
-                    match result {
-                        Err(e) => failed.push((*request, e)),
-                        Ok(()) if active.progress.read_done(*read) => {
-                            active.reads[*read] = ReadSlot::Done;
-                        }
-                        Ok(()) => {}
-                    }
-                }
-            }
-        }
-        self.fail(failed);
     }
 
     /// Drops the requests whose clients have gone away (their cache pins with them).

@@ -75,6 +75,7 @@ pub fn measure_batch_deviation(model: &DiffusionGemma, chunk: usize) -> Result<f
             canvases: &canvases_a,
             positions: Some(&positions_a),
             self_conditioning: None,
+            labels: None,
         }],
     )?;
     let alone = alone.logits(0)?.to_vec();
@@ -114,12 +115,14 @@ pub fn measure_batch_deviation(model: &DiffusionGemma, chunk: usize) -> Result<f
                 canvases: &canvases_b,
                 positions: Some(&positions_b),
                 self_conditioning: None,
+                labels: None,
             },
             CanvasBatch {
                 cache: &cache_a,
                 canvases: &canvases_a,
                 positions: Some(&positions_a),
                 self_conditioning: None,
+                labels: None,
             },
         ],
     )?;

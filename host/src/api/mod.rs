@@ -99,6 +99,8 @@ pub struct AppState {
     pub limits: Limits,
     /// The default question mode and the answer cache (API and policies).
     pub answering: AnswerSettings,
+    /// Decision ids and events (`crate::decision`); off until the server configures it.
+    pub decisions: Arc<crate::decision::DecisionLog>,
 }
 
 impl AppState {
@@ -116,6 +118,7 @@ impl AppState {
             keys: Arc::new(keys),
             limits,
             answering: AnswerSettings::default(),
+            decisions: crate::decision::DecisionLog::disabled(),
         })
     }
 

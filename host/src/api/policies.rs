@@ -4,14 +4,19 @@
 //! codes and JSON bodies, in the server's error shape: `{"detail": {"error_type", "message", …}}`
 //! (policy errors add fields such as `limit`).
 
+use crate::api::middleware::RequestId;
+use crate::decision::policy_run::{self, ShadowGate, ShadowJob};
+use crate::decision::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
+use crate::decision::{api as decision_api, DecisionLog};
 use crate::policy::invoke::PolicyFailure;
+use crate::policy::registry::Stage;
 use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -23,6 +28,9 @@ pub struct PolicyApi {
     pub registry: Arc<Registry>,
     /// `None`: deployments over HTTP are disabled.
     pub admin_key: Option<String>,
+    /// Decision ids, events, shadow agreement.
+    pub decisions: Arc<DecisionLog>,
+    pub shadows: Arc<ShadowGate>,
 }
 
 /// The policy routes, with their own state, ready to `merge` into the server's router whatever
@@ -34,6 +42,8 @@ pub fn router<S: Clone + Send + Sync + 'static>(api: Arc<PolicyApi>) -> Router<S
             "/v1/policies/{name}",
             get(describe).post(decide).put(deploy).delete(remove),
         )
+        .route("/v1/policies/{name}/promote", post(promote))
+        .route("/v1/policies/{name}/rollback", post(rollback))
         .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES))
         .with_state(api)
 }
@@ -53,6 +63,22 @@ impl PolicyApiError {
             body: json!({"detail": {"error_type": kind, "message": message.into()}}),
             retry_after: None,
         }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The `error_type` clients see.
+    pub fn error_type(&self) -> &str {
+        self.body["detail"]["error_type"]
+            .as_str()
+            .unwrap_or("internal")
+    }
+
+    /// Errors of a decision carry its id too.
+    pub fn with_decision(self, id: &str) -> Self {
+        self.with("decision_id", json!(id))
     }
 
     fn with(mut self, key: &str, value: Value) -> Self {
@@ -152,6 +178,9 @@ impl From<RegistryError> for PolicyApiError {
             RegistryError::Load(_) => {
                 PolicyApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
             }
+            RegistryError::Conflict(_) => {
+                PolicyApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
         }
     }
 }
@@ -171,24 +200,104 @@ async fn describe(
             format!("no policy named `{name}`"),
         )
     })?;
-    Ok(Json(json!(summary)))
+    let mut body = json!(summary);
+    body["stage"] = json!(Stage::Active.as_str());
+    body["agreement"] = json!(api.decisions.rollouts.summary(&name));
+    Ok(Json(body))
 }
 
+/// Runs a policy: a decision with an id (header and body), an event when the decision log is
+/// on, and the candidate in shadow or canary when the policy has one.
 async fn decide(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
+    request_id: Option<Extension<RequestId>>,
+    headers: HeaderMap,
     body: Bytes,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Response {
+    let mut decision =
+        decision_api::begin(&api.decisions, "/v1/policies/{name}", request_id, &headers);
     // Parsed by hand so a bad body gets the same error shape as every other error.
-    let input: Value = serde_json::from_slice(&body).map_err(|e| {
-        PolicyApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            format!("the body is not JSON: {e}"),
-        )
-    })?;
-    let invocation = api.registry.invoke(&name, &input).await?;
-    Ok(Json(json!(invocation)))
+    let input: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            let error = PolicyApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_json",
+                format!("the body is not JSON: {e}"),
+            );
+            return decision_api::with_id(
+                error.with_decision(&decision.id).into_response(),
+                &decision,
+            );
+        }
+    };
+    let route_key = headers.get(ROUTE_KEY_HEADER).and_then(|v| v.to_str().ok());
+    let Some(route) = api.registry.route(&name, &input, route_key) else {
+        let error = PolicyApiError::from(InvokeError::NotFound(name.clone()));
+        return decision_api::with_id(error.with_decision(&decision.id).into_response(), &decision);
+    };
+    if route.shadow.is_some() {
+        decision.record_reads();
+    }
+    let recorder = decision.clone();
+    let (outcome, model) = api
+        .registry
+        .invoke_version(&route.decider, &input, true, move |r| recorder.reader(r))
+        .await;
+    if route.canary {
+        api.decisions.rollouts.routed(&name, route.stage.as_str());
+    }
+    if decision.recording() {
+        let event = policy_run::policy_event(
+            &api.decisions,
+            &decision,
+            &route.decider,
+            route.stage,
+            model.as_deref(),
+            &input,
+            &outcome,
+        );
+        if api
+            .decisions
+            .write(event, Some(&route.decider.log))
+            .await
+            .is_err()
+        {
+            let error = PolicyApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unrecorded",
+                "the decision could not be recorded in the required decision log",
+            );
+            return decision_api::with_id(
+                error.with_decision(&decision.id).into_response(),
+                &decision,
+            );
+        }
+    }
+    let response = match &outcome {
+        Ok(invocation) => {
+            let mut body = json!(invocation);
+            body["decision_id"] = json!(decision.id);
+            body["stage"] = json!(route.stage.as_str());
+            Json(body).into_response()
+        }
+        Err(e) => PolicyApiError::from(e.clone())
+            .with_decision(&decision.id)
+            .into_response(),
+    };
+    if let Some(candidate) = route.shadow {
+        policy_run::spawn_shadow(ShadowJob {
+            registry: api.registry.clone(),
+            log: api.decisions.clone(),
+            gate: api.shadows.clone(),
+            candidate,
+            active: decision.clone(),
+            active_outcome: outcome,
+            input,
+        });
+    }
+    decision_api::with_id(response, &decision)
 }
 
 /// Optional per-policy configuration of a deployment, as query parameters
@@ -196,6 +305,14 @@ async fn decide(
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployParams {
+    /// `candidate`: deploy beside the active version instead of replacing it.
+    stage: Option<String>,
+    /// The candidate's `[rollout]`: `mode` (`off`, `shadow`, `canary`), `sample` (shadow),
+    /// `percent` and `route_key` (canary).
+    mode: Option<RolloutMode>,
+    sample: Option<f64>,
+    percent: Option<f64>,
+    route_key: Option<String>,
     reader: Option<String>,
     questions: Option<hunch_core::QuestionMode>,
     fuel: Option<u64>,
@@ -219,7 +336,11 @@ impl DeployParams {
             || self.max_output_bytes.is_some()
             || self.max_state_bytes.is_some()
             || self.max_log_lines.is_some();
-        if !any_limit && self.reader.is_none() && self.questions.is_none() {
+        let any_rollout = self.mode.is_some()
+            || self.sample.is_some()
+            || self.percent.is_some()
+            || self.route_key.is_some();
+        if !any_limit && !any_rollout && self.reader.is_none() && self.questions.is_none() {
             return None;
         }
         Some(PolicyConfig {
@@ -235,6 +356,13 @@ impl DeployParams {
                 max_state_bytes: self.max_state_bytes.unwrap_or(d.max_state_bytes),
                 max_log_lines: self.max_log_lines.unwrap_or(d.max_log_lines),
             }),
+            rollout: any_rollout.then(|| RolloutConfig {
+                mode: self.mode.unwrap_or_default(),
+                sample: self.sample,
+                percent: self.percent,
+                route_key: self.route_key.clone(),
+            }),
+            ..PolicyConfig::default()
         })
     }
 }
@@ -264,7 +392,7 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), PolicyApiError>
         Err(PolicyApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "PUT and DELETE need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)",
+            "PUT, DELETE, promote and rollback need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)",
         ))
     }
 }
@@ -291,6 +419,23 @@ async fn deploy(
         })?),
         None => None,
     };
+    match params.stage.as_deref() {
+        None | Some("active") => {}
+        Some("candidate") => {
+            api.registry
+                .deploy_candidate(&name, body.to_vec(), toml_text)
+                .await?;
+            api.decisions.rollouts.reset(&name);
+            return Ok((StatusCode::OK, Json(json!(api.registry.summary(&name)))));
+        }
+        Some(other) => {
+            return Err(PolicyApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_stage",
+                format!("stage must be `active` or `candidate`, got `{other}`"),
+            ))
+        }
+    }
     let existed = api.registry.get(&name).is_some();
     let policy = api.registry.deploy(&name, body.to_vec(), toml_text).await?;
     let status = if existed {
@@ -302,14 +447,57 @@ async fn deploy(
     Ok((status, Json(json!(summary))))
 }
 
+/// `?stage=candidate` removes only the candidate.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveParams {
+    stage: Option<String>,
+}
+
 async fn remove(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
+    Query(params): Query<RemoveParams>,
     headers: HeaderMap,
 ) -> Result<StatusCode, PolicyApiError> {
     authorize(&api, &headers)?;
-    api.registry.remove(&name).await?;
+    match params.stage.as_deref() {
+        Some("candidate") => api.registry.remove_candidate(&name).await?,
+        None | Some("active") => api.registry.remove(&name).await?,
+        Some(other) => {
+            return Err(PolicyApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_stage",
+                format!("stage must be `active` or `candidate`, got `{other}`"),
+            ))
+        }
+    }
+    api.decisions.rollouts.reset(&name);
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The candidate becomes the active version (the old one is kept for a rollback).
+async fn promote(
+    State(api): State<Arc<PolicyApi>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, PolicyApiError> {
+    authorize(&api, &headers)?;
+    api.registry.promote(&name).await?;
+    api.decisions.rollouts.reset(&name);
+    Ok(Json(json!(api.registry.summary(&name))))
+}
+
+/// The version before the last promotion becomes the active one again.
+async fn rollback(
+    State(api): State<Arc<PolicyApi>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, PolicyApiError> {
+    authorize(&api, &headers)?;
+    api.registry.rollback(&name).await?;
+    api.decisions.rollouts.reset(&name);
+    Ok(Json(json!(api.registry.summary(&name))))
 }
 
 #[cfg(test)]

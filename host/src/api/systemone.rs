@@ -4,16 +4,19 @@
 
 use super::body::read_body;
 use super::error::{from_read_error, ApiError, LocPart};
-use super::middleware::ReadSummary;
+use super::middleware::{ReadSummary, RequestId};
 use super::validate::SystemOneRequest;
 use super::AppState;
+use crate::decision::{api as decision_api, Decision};
 use crate::reader::AnswerSettings;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::Response;
 use axum::{Extension, Json};
 use hunch_core::{answer_set, Answering, AskedQuestion, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Top-level fields of the request this server ignored (comma-separated; a name with characters a
@@ -32,13 +35,46 @@ pub const BATCH_REQUESTS_HEADER: &str = "x-hunch-batch-requests";
 /// bit-exact).
 pub const BATCH_DEVIATION_HEADER: &str = "x-hunch-batch-deviation";
 
+/// Every request is a decision: it gets an id and, with a decision log, an event
+/// (`crate::decision`).
 pub async fn handle(
     State(state): State<AppState>,
+    request_id: Option<Extension<RequestId>>,
     headers: HeaderMap,
     body: Body,
+) -> Response {
+    let decision = decision_api::begin(&state.decisions, "/v1/systemone", request_id, &headers);
+    let mut seen = Seen::default();
+    let result = decide(&state, &decision, &headers, body, &mut seen).await;
+    decision_api::finish_systemone(
+        &state.decisions,
+        &decision,
+        seen.model.as_deref(),
+        seen.input,
+        result,
+    )
+    .await
+}
+
+/// What a decision's event needs from the handler when it fails halfway.
+#[derive(Default)]
+struct Seen {
+    model: Option<String>,
+    input: Option<Value>,
+}
+
+async fn decide(
+    state: &AppState,
+    decision: &Decision,
+    headers: &HeaderMap,
+    body: Body,
+    seen: &mut Seen,
 ) -> Result<(Extension<ReadSummary>, HeaderMap, Json<Value>), ApiError> {
-    refuse_multipart(&headers)?;
-    let bytes = read_body(&headers, body, state.limits.max_body_bytes).await?;
+    refuse_multipart(headers)?;
+    let bytes = read_body(headers, body, state.limits.max_body_bytes).await?;
+    if decision.recording() {
+        seen.input = serde_json::from_slice(&bytes).ok();
+    }
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -48,9 +84,10 @@ pub async fn handle(
         .record_body_encoding(&encoding.trim().to_ascii_lowercase());
     let request = state.validator.parse(&bytes)?;
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
-    let reader = state.reader(&request.model)?;
+    let reader = decision.reader(Arc::new(state.reader(&request.model)?));
+    seen.model = Some(reader.model_name().to_string());
     let started = Instant::now();
-    let answered = answer(&reader, &request, &state.answering).await?;
+    let answered = answer(reader.as_ref(), &request, &state.answering).await?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),

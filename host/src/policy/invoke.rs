@@ -172,6 +172,12 @@ pub struct LoadedPolicy {
     pub questions: Option<QuestionMode>,
     pub loaded_at: SystemTime,
     pub wasm_bytes: usize,
+    /// sha256 of the component, hex (decision events name it).
+    pub sha256: String,
+    /// Masking of this version's decision events.
+    pub log: crate::decision::mask::PolicyLogConfig,
+    /// How this version runs when it is a candidate.
+    pub rollout: crate::decision::rollout::RolloutConfig,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
     pre: PolicyPre<InvocationState>,
@@ -197,13 +203,30 @@ pub struct PolicyConfig {
     #[serde(default)]
     pub limits: Option<Limits>,
     /// `isolated` or `joint`; `None` reads in the server's `--questions` mode.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub questions: Option<QuestionMode>,
+    /// `[decision_log]`: masking and dropping of this policy's decision events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_log: Option<crate::decision::mask::PolicyLogConfig>,
+    /// `[rollout]`: how a candidate version runs beside the active one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::decision::rollout::RolloutConfig>,
 }
 
 impl PolicyConfig {
     pub fn parse(toml_text: &str) -> Result<Self, LoadError> {
-        toml::from_str(toml_text).map_err(|e| LoadError::Config(e.to_string()))
+        let config: PolicyConfig =
+            toml::from_str(toml_text).map_err(|e| LoadError::Config(e.to_string()))?;
+        if let Some(log) = &config.decision_log {
+            log.validate()
+                .map_err(|e| LoadError::Config(e.to_string()))?;
+        }
+        if let Some(rollout) = &config.rollout {
+            rollout
+                .validate()
+                .map_err(|e| LoadError::Config(e.to_string()))?;
+        }
+        Ok(config)
     }
 }
 
@@ -343,10 +366,13 @@ impl LoadedPolicy {
                 output_schema,
             },
             limits,
-            reader: config.reader,
+            reader: config.reader.clone(),
             questions: config.questions,
             loaded_at: SystemTime::now(),
             wasm_bytes: wasm.len(),
+            sha256: crate::decision::event::sha256_hex(wasm),
+            log: config.decision_log.unwrap_or_default(),
+            rollout: config.rollout.unwrap_or_default(),
             input_validator,
             output_validator,
             pre,

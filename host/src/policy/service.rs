@@ -86,6 +86,8 @@ impl PolicyService {
         let api = Arc::new(PolicyApi {
             registry: self.registry.clone(),
             admin_key: self.admin_key.clone(),
+            decisions: state.decisions.clone(),
+            shadows: Arc::default(),
         });
         // The watcher lives as long as the routes (the server's lifetime).
         let service = Arc::new(self);

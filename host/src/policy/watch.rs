@@ -1,7 +1,7 @@
 //! Hot reload: `notify` watches the policy directory; a debounced burst of events for
 //! `NAME.wasm` or `NAME.toml` reloads `NAME` (off the request path, see `Registry`).
 
-use crate::policy::registry::{valid_name, Registry};
+use crate::policy::registry::{Registry, Stage};
 use notify::RecursiveMode;
 use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
 use std::collections::BTreeSet;
@@ -31,7 +31,8 @@ fn policy_name(path: &Path) -> Option<String> {
         return None;
     }
     let stem = path.file_stem()?.to_str()?;
-    valid_name(stem).then(|| stem.to_string())
+    // `x.candidate.wasm` and `x.previous.wasm` belong to policy `x`.
+    Stage::of_stem(stem).map(|(name, _)| name.to_string())
 }
 
 /// Starts watching the registry's directory. Must be called inside a tokio runtime.
@@ -88,6 +89,15 @@ mod tests {
         assert_eq!(policy_name(Path::new("/p/a.wasm")), Some("a".into()));
         assert_eq!(policy_name(Path::new("/p/a.toml")), Some("a".into()));
         assert_eq!(policy_name(Path::new("/p/a.wasm.tmp")), None);
+        assert_eq!(
+            policy_name(Path::new("/p/a.candidate.wasm")),
+            Some("a".into())
+        );
+        assert_eq!(
+            policy_name(Path::new("/p/a.previous.toml")),
+            Some("a".into())
+        );
+        assert_eq!(policy_name(Path::new("/p/a.other.wasm")), None);
         assert_eq!(policy_name(Path::new("/p/README.md")), None);
     }
 }

@@ -85,6 +85,8 @@ async fn sidecar_part(
             dir.display().to_string(),
             "--dtype".into(),
             args.dtype.clone(),
+            // Reads report the MLX operations their passes built (a graph walk per step).
+            "--count-ops".into(),
         ],
         &[],
         "HUNCH_ACCELERATOR_LISTENING ",
@@ -112,8 +114,19 @@ async fn sidecar_part(
         mapped_blas(sidecar.pid())
     );
     println!(
-        "\n{:<7} {:>5} {:>7} {:>8} {:>11} {:>10} {:>11} {:>9} {:>7}",
-        "draws", "reads", "prompt", "reused", "tokenize", "prefill", "denoise", "wall", "draws"
+        "\n{:<7} {:>5} {:>7} {:>8} {:>11} {:>10} {:>11} {:>9} {:>7} {:>6} {:>6} {:>8}",
+        "draws",
+        "reads",
+        "prompt",
+        "reused",
+        "tokenize",
+        "prefill",
+        "denoise",
+        "wall",
+        "draws",
+        "evals",
+        "passes",
+        "ops/pass"
     );
     let mut n = 0usize;
     for draws in [1u32, 4] {
@@ -141,7 +154,7 @@ async fn sidecar_part(
             let s = &outcome.stats;
             eprintln!(
                 "  read {n}: draws {} prompt {} reused {} tokenize {:.1} ms prefill {:.1} ms \
-                 denoise {:.1} ms wall {:.1} ms{}",
+                 denoise {:.1} ms wall {:.1} ms evals {} passes {} ops {}{}",
                 s.draws,
                 s.prompt_tokens,
                 s.reused_tokens,
@@ -149,6 +162,9 @@ async fn sidecar_part(
                 1e3 * s.prefill_seconds,
                 1e3 * s.denoise_seconds,
                 1e3 * wall,
+                s.evaluations,
+                s.forwards,
+                s.operations,
                 if rep == 0 { " (warm-up)" } else { "" }
             );
             if rep > 0 {
@@ -159,7 +175,7 @@ async fn sidecar_part(
             median(samples.iter().map(|(s, _)| f(s)).collect())
         };
         println!(
-            "{:<7} {:>5} {:>7} {:>8} {:>8.1} ms {:>7.1} ms {:>8.1} ms {:>6.1} ms {:>7}",
+            "{:<7} {:>5} {:>7} {:>8} {:>8.1} ms {:>7.1} ms {:>8.1} ms {:>6.1} ms {:>7} {:>6} {:>6} {:>8.0}",
             draws,
             samples.len(),
             med(&|s| s.prompt_tokens as f64),
@@ -169,10 +185,15 @@ async fn sidecar_part(
             1e3 * med(&|s| s.denoise_seconds),
             1e3 * median(samples.iter().map(|(_, w)| *w).collect()),
             med(&|s| s.draws as f64),
+            med(&|s| s.evaluations as f64),
+            med(&|s| s.forwards as f64),
+            med(&|s| s.operations as f64 / s.forwards.max(1) as f64),
         );
     }
     println!(
-        "(medians over {} reads after one warm-up; wall = HTTP round trip to the sidecar)",
+        "(medians over {} reads after one warm-up; wall = HTTP round trip to the sidecar; evals = \
+         blocking evaluations per read (device waits), passes = forward passes per read, ops/pass \
+         = MLX operations built per forward pass)",
         args.reps
     );
     drop(sidecar);

@@ -1,0 +1,198 @@
+//! The decision log's server settings: flags (`--decision-log…`), `HUNCH_DECISION_LOG…`
+//! variables and the `[decision_log]` table of the TOML file, merged flags first.
+
+use clap::Args;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct DecisionLogArgs {
+    /// Write one JSON line per decision to this file (`-`: stdout). Rotated by size and age.
+    #[arg(long = "decision-log", env = "HUNCH_DECISION_LOG", value_name = "PATH")]
+    pub decision_log: Option<PathBuf>,
+    /// Rotate the decision log file when it would grow past this many bytes. Default 100 MiB.
+    #[arg(long, env = "HUNCH_DECISION_LOG_MAX_BYTES", value_name = "BYTES")]
+    pub decision_log_max_bytes: Option<u64>,
+    /// Rotate the decision log file when it is this many seconds old (0: never). Default 0.
+    #[arg(
+        long,
+        env = "HUNCH_DECISION_LOG_ROTATE_SECONDS",
+        value_name = "SECONDS"
+    )]
+    pub decision_log_rotate_seconds: Option<u64>,
+    /// Rotated decision log files kept; older ones are deleted. Default 10.
+    #[arg(long, env = "HUNCH_DECISION_LOG_KEEP", value_name = "N")]
+    pub decision_log_keep: Option<usize>,
+    /// Answer 503 for a decision whose event cannot be written and flushed to the file before the
+    /// response.
+    #[arg(long, env = "HUNCH_DECISION_LOG_REQUIRED")]
+    pub decision_log_required: bool,
+    /// Leave state text out of decision events (its sha256 stays, enough to replay).
+    #[arg(long, env = "HUNCH_DECISION_LOG_OMIT_STATE")]
+    pub decision_log_omit_state: bool,
+    /// POST decision events as gzip JSON arrays to this URL (http or https).
+    #[arg(long, env = "HUNCH_DECISION_LOG_URL", value_name = "URL")]
+    pub decision_log_url: Option<String>,
+    /// Bearer key sent to `--decision-log-url`.
+    #[arg(long, env = "HUNCH_DECISION_LOG_URL_KEY", hide_env_values = true)]
+    pub decision_log_url_key: Option<String>,
+    /// Largest batch POSTed to the URL, in bytes of JSON before gzip. Default 1 MiB.
+    #[arg(long, env = "HUNCH_DECISION_LOG_BATCH_BYTES", value_name = "BYTES")]
+    pub decision_log_batch_bytes: Option<usize>,
+    /// Events held for the URL (or the file) while it is slow or down; more are dropped and
+    /// counted. Default 10000.
+    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER", value_name = "EVENTS")]
+    pub decision_log_buffer: Option<usize>,
+}
+
+/// `[decision_log]` in the TOML file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLogFile {
+    pub path: Option<PathBuf>,
+    pub max_bytes: Option<u64>,
+    pub rotate_seconds: Option<u64>,
+    pub keep: Option<usize>,
+    pub required: Option<bool>,
+    pub omit_state: Option<bool>,
+    pub url: Option<String>,
+    pub url_key: Option<String>,
+    pub batch_bytes: Option<usize>,
+    pub buffer: Option<usize>,
+}
+
+/// The resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionLogSettings {
+    pub path: Option<PathBuf>,
+    pub max_bytes: u64,
+    /// `None`: no age-based rotation.
+    pub rotate_after: Option<Duration>,
+    pub keep: usize,
+    pub required: bool,
+    pub omit_state: bool,
+    pub url: Option<String>,
+    pub url_key: Option<String>,
+    pub batch_bytes: usize,
+    pub buffer: usize,
+}
+
+impl Default for DecisionLogSettings {
+    fn default() -> Self {
+        DecisionLogSettings {
+            path: None,
+            max_bytes: 100 << 20,
+            rotate_after: None,
+            keep: 10,
+            required: false,
+            omit_state: false,
+            url: None,
+            url_key: None,
+            batch_bytes: 1 << 20,
+            buffer: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("decision log: {0}")]
+pub struct DecisionLogSettingsError(pub String);
+
+impl DecisionLogSettings {
+    /// Flags (and their variables) over the file over the defaults.
+    pub fn merge(
+        args: &DecisionLogArgs,
+        file: Option<DecisionLogFile>,
+    ) -> Result<Self, DecisionLogSettingsError> {
+        let file = file.unwrap_or_default();
+        let d = DecisionLogSettings::default();
+        let s = DecisionLogSettings {
+            path: args.decision_log.clone().or(file.path),
+            max_bytes: args
+                .decision_log_max_bytes
+                .or(file.max_bytes)
+                .unwrap_or(d.max_bytes),
+            rotate_after: args
+                .decision_log_rotate_seconds
+                .or(file.rotate_seconds)
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
+            keep: args.decision_log_keep.or(file.keep).unwrap_or(d.keep),
+            required: args.decision_log_required || file.required.unwrap_or(false),
+            omit_state: args.decision_log_omit_state || file.omit_state.unwrap_or(false),
+            url: args.decision_log_url.clone().or(file.url),
+            url_key: args
+                .decision_log_url_key
+                .clone()
+                .or(file.url_key)
+                .filter(|k| !k.trim().is_empty()),
+            batch_bytes: args
+                .decision_log_batch_bytes
+                .or(file.batch_bytes)
+                .unwrap_or(d.batch_bytes),
+            buffer: args.decision_log_buffer.or(file.buffer).unwrap_or(d.buffer),
+        };
+        if s.max_bytes == 0 || s.batch_bytes == 0 || s.buffer == 0 {
+            return Err(DecisionLogSettingsError(
+                "max_bytes, batch_bytes and buffer must be positive".into(),
+            ));
+        }
+        if s.required && s.path.is_none() {
+            return Err(DecisionLogSettingsError(
+                "--decision-log-required needs --decision-log PATH (the file sink)".into(),
+            ));
+        }
+        if let Some(url) = &s.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(DecisionLogSettingsError(format!(
+                    "--decision-log-url must be an http:// or https:// URL, got {url:?}"
+                )));
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.path.is_some() || self.url.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: DecisionLogFile =
+            toml::from_str("path = \"/f\"\nkeep = 3\nrequired = true\nurl = \"https://l\"")
+                .unwrap();
+        let args = DecisionLogArgs {
+            decision_log: Some("/flag".into()),
+            decision_log_rotate_seconds: Some(60),
+            ..Default::default()
+        };
+        let s = DecisionLogSettings::merge(&args, Some(file)).unwrap();
+        assert_eq!(s.path, Some(PathBuf::from("/flag")));
+        assert_eq!(s.keep, 3);
+        assert!(s.required);
+        assert_eq!(s.rotate_after, Some(Duration::from_secs(60)));
+        assert_eq!(s.url.as_deref(), Some("https://l"));
+        assert!(s.enabled());
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let required_without_file = DecisionLogArgs {
+            decision_log_required: true,
+            ..Default::default()
+        };
+        assert!(DecisionLogSettings::merge(&required_without_file, None).is_err());
+        let ftp = DecisionLogArgs {
+            decision_log_url: Some("ftp://x".into()),
+            ..Default::default()
+        };
+        assert!(DecisionLogSettings::merge(&ftp, None).is_err());
+        assert!(toml::from_str::<DecisionLogFile>("nonsense = 1").is_err());
+    }
+}
