@@ -26,6 +26,11 @@ use wasmtime::Engine;
 pub trait ReaderSource: Send + Sync {
     /// `None` asks for the default reader.
     fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>>;
+
+    /// The server's question mode and answer cache for policy reads.
+    fn answering(&self) -> crate::reader::AnswerSettings {
+        crate::reader::AnswerSettings::default()
+    }
 }
 
 /// A fixed set of readers: a default and named ones.
@@ -259,7 +264,9 @@ impl Registry {
             .ok_or_else(|| InvokeError::NotFound(name.to_string()))?;
         let _slot = self.slots.acquire().await.map_err(|_| InvokeError::Busy)?;
         let reader = self.readers.reader(policy.reader.as_deref());
-        policy.invoke(reader, input).await
+        policy
+            .invoke_with(reader, self.readers.answering(), input)
+            .await
     }
 
     /// Compiles and describes a version off the async workers.
