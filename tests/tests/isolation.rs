@@ -4,8 +4,8 @@
 //! joint mode stays available per request; the answer cache serves identical answers without a
 //! read. Unknown top-level fields are ignored and named.
 //!
-//! Bits are compared on the reference BLAS the MLX wheel ships: the server is started with an
-//! empty `LD_PRELOAD`, so no optimised BLAS is preloaded into the sidecar.
+//! Bits are compared on the reference BLAS the MLX wheel ships, pinned with the sidecar's
+//! `--blas=reference` (the default BLAS is OpenBLAS where it is installed).
 
 use hunch_e2e::{
     accelerator_bin, start_hunch_with, tiny_checkpoint, wait_ready_or_logs, Hunch,
@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 async fn start(extra: &[&str]) -> Hunch {
     let model = format!("{TINY_MODEL}={}", tiny_checkpoint().display());
-    let mut args = vec!["--model", model.as_str()];
+    let mut args = vec!["--model", model.as_str(), "--sidecar-arg=--blas=reference"];
     args.extend_from_slice(extra);
     let hunch = start_hunch_with(
         &args,
@@ -24,7 +24,6 @@ async fn start(extra: &[&str]) -> Hunch {
                 "HUNCH_ACCELERATOR_BIN",
                 accelerator_bin().to_string_lossy().into_owned(),
             ),
-            ("LD_PRELOAD", String::new()),
         ],
     );
     wait_ready_or_logs(&hunch, REAL_READY_TIMEOUT).await;
