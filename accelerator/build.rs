@@ -2,6 +2,17 @@
 //! link arguments never reach the final binary.
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_MLX_LIB_DIR");
+    // What the sidecar's model fingerprint names as its backend (answers differ across them).
+    for (dep, env) in [
+        ("DEP_MLX_BACKEND", "HUNCH_BUILT_MLX_BACKEND"),
+        ("DEP_MLX_VERSION", "HUNCH_BUILT_MLX_VERSION"),
+        ("DEP_MLX_OPENBLAS", "HUNCH_BUILT_OPENBLAS"),
+    ] {
+        println!("cargo:rerun-if-env-changed={dep}");
+        if let Ok(value) = std::env::var(dep) {
+            println!("cargo:rustc-env={env}={value}");
+        }
+    }
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     if target_os == "linux" {
         // `hunch_accelerator::blas` defines MLX's BLAS entry points and routes them to the BLAS

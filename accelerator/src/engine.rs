@@ -7,8 +7,10 @@ use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX
 use crate::scheduler::{
     measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
 };
+use crate::server::info::{model_info, AnswerSettings};
 use crate::server::ReadEngine;
 use crate::tokenizer::Tokenizer;
+use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -67,6 +69,8 @@ pub struct MlxEngine {
     model: DiffusionGemma,
     settings: ReadSettings,
     scheduler: Scheduler,
+    /// Limits and fingerprint, reported to the host in `/health`.
+    info: ModelInfo,
 }
 
 impl MlxEngine {
@@ -120,6 +124,17 @@ impl MlxEngine {
                 }
             }
         }
+        let info = model_info(
+            dir,
+            planner.tokenizer(),
+            planner.question_limits(),
+            &AnswerSettings {
+                dtype: format!("{:?}", options.dtype).to_lowercase(),
+                canvas_cap,
+                max_prompt_tokens: options.max_prompt_tokens,
+                rereads: options.rereads,
+            },
+        );
         let config = scheduler.config();
         if config.batching == Batching::Auto && scheduler.request_limit() < config.max_requests {
             tracing::info!(
@@ -129,6 +144,7 @@ impl MlxEngine {
             );
         }
         Ok(MlxEngine {
+            info,
             planner,
             model,
             settings: ReadSettings {
@@ -197,6 +213,10 @@ impl ReadEngine for MlxEngine {
 
     fn step(&mut self) -> StepOutcome {
         self.scheduler.step(&self.model)
+    }
+
+    fn info(&self) -> Option<ModelInfo> {
+        Some(self.info.clone())
     }
 }
 

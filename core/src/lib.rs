@@ -7,13 +7,21 @@
 //! of the system never sees untyped JSON.
 
 pub mod answer;
+pub mod answering;
+pub mod cache;
+pub mod protocol;
 pub mod question;
 pub mod reader;
 pub mod text;
 
 pub use answer::{Answer, AnswerError};
-pub use question::{ChoiceOption, Question, QuestionId, QuestionKind};
+pub use answering::{answer_set, AnsweredSet, Answering, AskedQuestion, SetError};
+pub use cache::{AnswerCache, CacheKey, CacheStats};
+pub use question::{
+    ChoiceOption, Question, QuestionError, QuestionId, QuestionKind, QuestionLimits,
+    MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS,
+};
 pub use reader::{
-    EngineGauges, LabelDistribution, ReadError, ReadOptions, ReadOutcome, ReadRequest, ReadStats,
-    Reader, Usage,
+    EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadOutcome,
+    ReadRequest, ReadStats, Reader, ReaderLimits, Usage,
 };

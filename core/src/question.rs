@@ -67,8 +67,190 @@ impl Question {
         }
     }
 
+    /// Bytes of text this question puts into a prompt (instructions, option names and
+    /// descriptions, levels): a lower bound on its share of a prompt, before any template.
+    pub fn text_bytes(&self) -> usize {
+        let kind = match &self.kind {
+            QuestionKind::Noul { yes, no } => {
+                yes.as_ref().map_or(0, String::len) + no.as_ref().map_or(0, String::len)
+            }
+            QuestionKind::Choice { options } => options
+                .iter()
+                .map(|o| o.name.len() + o.description.as_ref().map_or(0, String::len))
+                .sum(),
+            QuestionKind::Score { levels } => levels.iter().map(String::len).sum(),
+        };
+        self.instructions.len() + kind
+    }
+
     /// A 1-option choice or a 1-level score is answered without a model read.
     pub fn needs_read(&self) -> bool {
         self.label_count() > 1
+    }
+}
+
+/// Most options a choice may have (TypeSafe's contract). A model may read fewer: its
+/// [`QuestionLimits`] say how many.
+pub const MAX_CHOICE_OPTIONS: usize = 255;
+/// Most levels a score may have (TypeSafe's contract).
+pub const MAX_SCORE_LEVELS: usize = 10;
+
+/// What a model can answer: the contract's limits, or a model's own when they are smaller (a
+/// tokenizer with fewer single-token choice labels reads fewer options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionLimits {
+    pub max_choice_options: usize,
+    pub max_score_levels: usize,
+}
+
+impl Default for QuestionLimits {
+    fn default() -> Self {
+        QuestionLimits {
+            max_choice_options: MAX_CHOICE_OPTIONS,
+            max_score_levels: MAX_SCORE_LEVELS,
+        }
+    }
+}
+
+impl QuestionLimits {
+    /// The smaller of each limit (a model's limits never exceed the contract's).
+    pub fn min(self, other: QuestionLimits) -> QuestionLimits {
+        QuestionLimits {
+            max_choice_options: self.max_choice_options.min(other.max_choice_options),
+            max_score_levels: self.max_score_levels.min(other.max_score_levels),
+        }
+    }
+}
+
+/// Why a question cannot be asked of a model. Every variant concerns the question's `criteria`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuestionError {
+    #[error("a choice question needs 1 to {limit} options")]
+    NoOptions { limit: usize },
+    #[error("too many choices: {given} options, this model reads at most {limit}")]
+    TooManyOptions { given: usize, limit: usize },
+    #[error("option `{0}` appears twice")]
+    DuplicateOption(String),
+    #[error("a score question needs 1 to {limit} levels")]
+    NoLevels { limit: usize },
+    #[error("too many score levels: {given} levels, at most {limit}")]
+    TooManyLevels { given: usize, limit: usize },
+}
+
+impl QuestionError {
+    /// The `type` of the field error (FastAPI's vocabulary) a client sees.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            QuestionError::NoOptions { .. } | QuestionError::NoLevels { .. } => "too_short",
+            QuestionError::TooManyOptions { .. } | QuestionError::TooManyLevels { .. } => {
+                "too_long"
+            }
+            QuestionError::DuplicateOption(_) => "value_error",
+        }
+    }
+}
+
+impl Question {
+    /// Checks the question against a model's limits: the one check the HTTP API, the policy
+    /// `read` capability and the accelerator's read planner all use.
+    pub fn validate(&self, limits: &QuestionLimits) -> Result<(), QuestionError> {
+        match &self.kind {
+            QuestionKind::Noul { .. } => Ok(()),
+            QuestionKind::Choice { options } => {
+                let limit = limits.max_choice_options;
+                if options.is_empty() {
+                    return Err(QuestionError::NoOptions { limit });
+                }
+                if options.len() > limit {
+                    return Err(QuestionError::TooManyOptions {
+                        given: options.len(),
+                        limit,
+                    });
+                }
+                let mut seen = std::collections::HashSet::with_capacity(options.len());
+                match options.iter().find(|o| !seen.insert(o.name.as_str())) {
+                    Some(dup) => Err(QuestionError::DuplicateOption(dup.name.clone())),
+                    None => Ok(()),
+                }
+            }
+            QuestionKind::Score { levels } => {
+                let limit = limits.max_score_levels;
+                if levels.is_empty() {
+                    return Err(QuestionError::NoLevels { limit });
+                }
+                if levels.len() > limit {
+                    return Err(QuestionError::TooManyLevels {
+                        given: levels.len(),
+                        limit,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(names: &[&str]) -> Question {
+        Question {
+            instructions: String::new(),
+            kind: QuestionKind::Choice {
+                options: names
+                    .iter()
+                    .map(|n| ChoiceOption {
+                        name: n.to_string(),
+                        description: None,
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    fn score(n: usize) -> Question {
+        Question {
+            instructions: String::new(),
+            kind: QuestionKind::Score {
+                levels: (0..n).map(|i| i.to_string()).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn limits_are_checked_against_the_given_model_limits() {
+        let contract = QuestionLimits::default();
+        assert_eq!(choice(&["a", "b"]).validate(&contract), Ok(()));
+        assert!(matches!(
+            choice(&[]).validate(&contract),
+            Err(QuestionError::NoOptions { limit: 255 })
+        ));
+        let names: Vec<String> = (0..256).map(|i| format!("o{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert!(matches!(
+            choice(&refs).validate(&contract),
+            Err(QuestionError::TooManyOptions { given: 256, limit: 255 })
+        ));
+        let small = QuestionLimits {
+            max_choice_options: 3,
+            ..contract
+        };
+        assert!(choice(&refs[..3]).validate(&small).is_ok());
+        assert!(choice(&refs[..4]).validate(&small).is_err());
+        assert_eq!(
+            choice(&["a", "a"]).validate(&contract),
+            Err(QuestionError::DuplicateOption("a".into()))
+        );
+        assert!(score(10).validate(&contract).is_ok());
+        assert!(matches!(
+            score(11).validate(&contract),
+            Err(QuestionError::TooManyLevels { given: 11, limit: 10 })
+        ));
+        assert!(matches!(
+            score(0).validate(&contract),
+            Err(QuestionError::NoLevels { .. })
+        ));
+        assert_eq!(contract.min(small), small);
     }
 }

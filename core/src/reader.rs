@@ -2,7 +2,7 @@
 //! distributions". The raw System One API and the policy runtime both call it; the accelerator
 //! sidecar and an upstream System One server implement it.
 
-use crate::question::Question;
+use crate::question::{Question, QuestionLimits};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -26,6 +26,65 @@ pub struct ReadOptions {
     /// Exact number of noise draws per read; `None` = the automatic re-read rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draws: Option<u32>,
+    /// Whether each question is read alone or all in one prompt. Absent means `joint`: what a
+    /// host that does not know the field always got. Hunch's host always sends it.
+    #[serde(default)]
+    pub questions: QuestionMode,
+}
+
+/// How the questions of one request are read (docs/read.md, "Isolated and joint reads").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionMode {
+    /// Each question that needs a read is read alone, exactly as a one-question request: its
+    /// answer depends only on the model, the state, that question and the seed settings.
+    Isolated,
+    /// One prompt lists every question (the reference read; answers depend on each other).
+    #[default]
+    Joint,
+}
+
+impl QuestionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuestionMode::Isolated => "isolated",
+            QuestionMode::Joint => "joint",
+        }
+    }
+}
+
+impl std::str::FromStr for QuestionMode {
+    type Err = UnknownQuestionMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "isolated" => Ok(QuestionMode::Isolated),
+            "joint" => Ok(QuestionMode::Joint),
+            other => Err(UnknownQuestionMode(other.to_string())),
+        }
+    }
+}
+
+/// A question mode that is neither `isolated` nor `joint`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown question mode `{0}` (expected `isolated` or `joint`)")]
+pub struct UnknownQuestionMode(pub String);
+
+/// What a reader can take, learnt from it (an accelerator reports its own in `/health`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReaderLimits {
+    #[serde(default)]
+    pub questions: QuestionLimits,
+    /// Longest prompt, in tokens, one read may prefill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_prompt_tokens: Option<u64>,
+    /// Most bytes one token's text can cover (so a text of `n` bytes is at least
+    /// `n / max_token_bytes` tokens, which lets a host refuse a prompt that can never fit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_token_bytes: Option<u64>,
+    /// Largest read request body, in bytes, the reader accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_request_bytes: Option<u64>,
 }
 
 /// Probabilities over a question's labels, in the question's label order
@@ -174,5 +233,17 @@ pub trait Reader: Send + Sync {
     /// Whether the reader can take reads now (for `/readyz`).
     async fn ready(&self) -> bool {
         true
+    }
+
+    /// What the reader can take, as far as it is known (the contract's limits otherwise).
+    fn limits(&self) -> ReaderLimits {
+        ReaderLimits::default()
+    }
+
+    /// Identifies everything an isolated answer of this reader depends on besides the request
+    /// (weights, backend, activation dtype, read-algorithm version). `None`: unknown, so its
+    /// answers are never cached.
+    fn fingerprint(&self) -> Option<String> {
+        None
     }
 }

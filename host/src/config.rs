@@ -126,6 +126,16 @@ pub struct ServeArgs {
     /// `X-Admin-Key`). None = deployments over HTTP are off.
     #[arg(long, env = "HUNCH_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
+    /// How a request's questions are read: `isolated` (default; each question alone, so an answer
+    /// does not depend on the other questions; costs a prefill of the state per question) or
+    /// `joint` (one prompt for all, the reference read). Requests may override it with
+    /// `x_questions`, policies in `NAME.toml` (docs/read.md).
+    #[arg(long, env = "HUNCH_QUESTIONS", value_name = "isolated|joint")]
+    pub questions: Option<hunch_core::QuestionMode>,
+    /// Answer cache size in MiB: isolated answers kept by model, state, question and seed
+    /// settings, served without a read. 0 (default) = off.
+    #[arg(long, env = "HUNCH_ANSWER_CACHE_MB", value_name = "MIB")]
+    pub answer_cache_mb: Option<u64>,
     #[command(flatten)]
     pub decision_log: crate::decision::settings::DecisionLogArgs,
 }
@@ -157,6 +167,9 @@ pub struct FileConfig {
     pub aliases: std::collections::BTreeMap<String, String>,
     pub policies: Option<PathBuf>,
     pub admin_key: Option<String>,
+    /// `isolated` or `joint`.
+    pub questions: Option<hunch_core::QuestionMode>,
+    pub answer_cache_mb: Option<u64>,
     /// `[decision_log]`: see `crate::decision::settings`.
     pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
 }
@@ -232,6 +245,10 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP.
     pub admin_key: Option<String>,
+    /// The default question mode (`--questions`).
+    pub questions: hunch_core::QuestionMode,
+    /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
+    pub answer_cache_bytes: u64,
     pub decision_log: crate::decision::settings::DecisionLogSettings,
 }
 
@@ -437,6 +454,15 @@ impl Settings {
                 .clone()
                 .or(file.admin_key)
                 .filter(|k| !k.trim().is_empty()),
+            questions: args
+                .questions
+                .or(file.questions)
+                .unwrap_or(hunch_core::QuestionMode::Isolated),
+            answer_cache_bytes: args
+                .answer_cache_mb
+                .or(file.answer_cache_mb)
+                .unwrap_or(0)
+                .saturating_mul(1 << 20),
             decision_log,
         })
     }
@@ -448,16 +474,7 @@ pub fn today() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() / 86_400)
         .unwrap_or(0) as i64;
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::decision::event::civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
 

@@ -240,7 +240,20 @@ pub async fn serve_until(
         settings.limits.clone(),
         ApiKeys::new(settings.api_keys.clone()),
     )
-    .map_err(anyhow::Error::msg)?;
+    .map_err(anyhow::Error::msg)?
+    .with_answering(crate::reader::AnswerSettings {
+        questions: settings.questions,
+        cache: (settings.answer_cache_bytes > 0).then(|| {
+            std::sync::Arc::new(hunch_core::AnswerCache::new(
+                usize::try_from(settings.answer_cache_bytes).unwrap_or(usize::MAX),
+            ))
+        }),
+    });
+    tracing::info!(
+        questions = settings.questions.as_str(),
+        answer_cache_bytes = settings.answer_cache_bytes,
+        "answering"
+    );
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
     state.decisions.set_fingerprints(readers.fingerprints);
     for (alias, target) in state.registry.aliases() {

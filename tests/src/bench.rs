@@ -54,7 +54,11 @@ pub fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
                 },
             },
         ],
-        options: ReadOptions { seed: None, draws },
+        options: ReadOptions {
+            seed: None,
+            draws,
+            ..ReadOptions::default()
+        },
     }
 }
 

@@ -85,6 +85,10 @@ struct ServeArgs {
     /// Skip the start-up probe that measures whether batching changes answers.
     #[arg(long)]
     no_batch_probe: bool,
+    /// Largest read request body in bytes (the host learns it from /health and refuses larger
+    /// reads with 400 request_too_large before sending them).
+    #[arg(long, default_value_t = hunch_accelerator::server::DEFAULT_MAX_REQUEST_BYTES)]
+    max_request_bytes: usize,
     /// Memory the weights converted at load may take (bytes, or e.g. 48G, 512M). Float32
     /// activations widen bf16 weights; a load whose widened weights exceed this is refused
     /// before allocating. Default: the memory the machine has available.
@@ -150,6 +154,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         ("--batch-requests", args.batch_requests),
         ("--batch-rows", args.batch_rows),
         ("--queue", args.queue),
+        ("--max-request-bytes", args.max_request_bytes),
     ] {
         if value == 0 {
             return Err(format!("{flag} must be at least 1"));
@@ -224,7 +229,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             tracing::info!(dir = %dir.display(), demo, "loading model");
             MlxEngine::load(&dir, &options).map_err(|e| e.to_string())
         });
-        let app = router(health, jobs);
+        let app = router(health, jobs, args.max_request_bytes);
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = tokio::signal::ctrl_c().await;

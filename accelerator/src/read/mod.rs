@@ -1,6 +1,10 @@
-//! The System One decision read (diffusiongemma.md §3, following oMLX's port of djev): typed
+//! The System One decision read (docs/read.md, following oMLX's port of djev): typed
 //! questions → prompt and answer template → noise in the label slots → one batched decoder pass
 //! per draw batch over one prefill → label probabilities, re-read when uncertain, averaged.
+//!
+//! A request's questions are read jointly (one prompt listing them all, the reference read) or
+//! isolated (each question read alone, exactly as a one-question request); the request's
+//! `options.questions` says which, and the plan is the only place that differs.
 //!
 //! The read is written against two small traits — [`ReadTokenizer`] and [`Denoiser`] — so the
 //! algorithm can be tested exactly without a model, and the model can be swapped (dtype, layout,
@@ -139,7 +143,11 @@ impl RequestProgress {
             }
         }
         let started = Instant::now();
-        let plan = planner.plan(&request.state, &request.questions)?;
+        let plan = planner.plan_mode(
+            &request.state,
+            &request.questions,
+            request.options.questions,
+        )?;
         let stats = ReadStats {
             tokenize_seconds: started.elapsed().as_secs_f64(),
             ..ReadStats::default()
@@ -149,9 +157,11 @@ impl RequestProgress {
             distributions[i] = Some(LabelDistribution(vec![1.0]));
         }
         let base_seed = request.options.seed.unwrap_or(DEFAULT_SEED);
-        let reads = (0..plan.reads.len())
-            .map(|k| ReadState {
-                seed: group_seed(base_seed, k),
+        let reads = plan
+            .reads
+            .iter()
+            .map(|planned| ReadState {
+                seed: group_seed(base_seed, planned.seed_group),
                 stage: Stage::Prefill,
                 readings: Vec::new(),
             })

@@ -6,12 +6,7 @@ use super::prompt::{
     answer_text, choice_label_candidates, python_strip, score_labels, system_text, AnswerFormat,
     LineStyle, PromptQuestion, EMPTY_THOUGHT, TURN_CLOSE,
 };
-use hunch_core::{Question, QuestionKind};
-
-/// Most options a choice may have (the contract's limit).
-pub const MAX_CHOICES: usize = 255;
-/// Most levels a score may have.
-pub const MAX_SCORE_LEVELS: usize = 10;
+use hunch_core::{Question, QuestionKind, QuestionLimits, QuestionMode, MAX_CHOICE_OPTIONS};
 /// Canvas widths are multiples of this.
 pub const CANVAS_STEP: usize = 16;
 /// The widest canvas a read may use, whatever the configuration says.
@@ -73,6 +68,9 @@ pub struct PlannedRead {
     pub rows: usize,
     /// The rendered system prompt, kept for logs and tests.
     pub system: String,
+    /// Which group of its plan this read is: its noise seeds derive from the base seed and this.
+    /// An isolated read is group 0 of its own one-question plan, as a one-question request.
+    pub seed_group: usize,
 }
 
 /// Every read of a request, or certainty for questions that need none.
@@ -81,19 +79,22 @@ pub struct ReadPlan {
     pub reads: Vec<PlannedRead>,
     /// Indices of questions answered without a read (one option or level).
     pub forced: Vec<usize>,
+    /// The answer format of the joint plan; an isolated plan's reads are each `Lines`.
     pub format: AnswerFormat,
+    pub mode: QuestionMode,
 }
 
 impl ReadPlan {
-    /// The reference's usage: the longest read prompt as input, the answer rows as output.
+    /// Joint: the reference's usage, the longest read prompt as input and the answer rows as
+    /// output. Isolated: every read's prompt and answer rows, summed (each is a read performed).
     pub fn usage(&self) -> hunch_core::Usage {
+        let prompts = self.reads.iter().map(|r| r.prompt_ids.len());
+        let input = match self.mode {
+            QuestionMode::Joint => prompts.max().unwrap_or(0),
+            QuestionMode::Isolated => prompts.sum(),
+        };
         hunch_core::Usage {
-            input_tokens: self
-                .reads
-                .iter()
-                .map(|r| r.prompt_ids.len())
-                .max()
-                .unwrap_or(0) as u64,
+            input_tokens: input as u64,
             output_tokens: self.reads.iter().map(|r| r.rows).sum::<usize>() as u64,
         }
     }
@@ -147,7 +148,58 @@ impl<T: ReadTokenizer> Planner<T> {
         self.tokenizer.encode(text).map_err(PlanError::Tokenizer)
     }
 
-    /// Plans every read for `state` (already rendered text) and `questions`.
+    /// What this model can answer: the contract's limits, fewer options when the tokenizer has
+    /// fewer single-token choice labels.
+    pub fn question_limits(&self) -> QuestionLimits {
+        QuestionLimits {
+            max_choice_options: self.choice_labels.len(),
+            ..QuestionLimits::default()
+        }
+        .min(QuestionLimits::default())
+    }
+
+    /// Plans the reads of `questions` about `state` in `mode`. Isolated: each question that
+    /// needs a read gets exactly the plan of a one-question request (prompt, canvas, slots, seed
+    /// group 0); joint: [`Planner::plan`].
+    pub fn plan_mode(
+        &self,
+        state: &str,
+        questions: &[Question],
+        mode: QuestionMode,
+    ) -> Result<ReadPlan, PlanError> {
+        if mode == QuestionMode::Joint {
+            return self.plan(state, questions);
+        }
+        let mut reads = Vec::new();
+        let mut forced = Vec::new();
+        for (index, question) in questions.iter().enumerate() {
+            let alone = self
+                .plan(state, std::slice::from_ref(question))
+                .map_err(|e| match e {
+                    PlanError::Question { message, .. } => PlanError::Question {
+                        question: index,
+                        message,
+                    },
+                    other => other,
+                })?;
+            if alone.reads.is_empty() {
+                forced.push(index);
+            }
+            for mut read in alone.reads {
+                read.questions = vec![index];
+                reads.push(read);
+            }
+        }
+        Ok(ReadPlan {
+            reads,
+            forced,
+            format: AnswerFormat::for_question_count(1),
+            mode,
+        })
+    }
+
+    /// Plans every read for `state` (already rendered text) and `questions`, all in one prompt
+    /// (split into groups only when the canvas cannot hold every answer): the joint read.
     pub fn plan(&self, state: &str, questions: &[Question]) -> Result<ReadPlan, PlanError> {
         let mut prompt_questions: Vec<(usize, PromptQuestion)> = Vec::new();
         let mut forced = Vec::new();
@@ -164,7 +216,7 @@ impl<T: ReadTokenizer> Planner<T> {
         let groups = self.groups(&prompt_questions, format)?;
         let state = python_strip(state);
         let mut reads = Vec::with_capacity(groups.len());
-        for group in groups {
+        for (seed_group, group) in groups.into_iter().enumerate() {
             let members: Vec<&PromptQuestion> =
                 group.iter().map(|&i| &prompt_questions[i].1).collect();
             let system = system_text(&members, format);
@@ -192,45 +244,24 @@ impl<T: ReadTokenizer> Planner<T> {
                 slots,
                 rows,
                 system,
+                seed_group,
             });
         }
         Ok(ReadPlan {
             reads,
             forced,
             format,
+            mode: QuestionMode::Joint,
         })
     }
 
     fn check_limits(&self, index: usize, question: &Question) -> Result<(), PlanError> {
-        let fail = |message: String| PlanError::Question {
-            question: index,
-            message,
-        };
-        match &question.kind {
-            QuestionKind::Choice { options } => {
-                if options.is_empty() {
-                    return Err(fail("a choice needs at least one option".into()));
-                }
-                let limit = MAX_CHOICES.min(self.choice_labels.len());
-                if options.len() > limit {
-                    return Err(fail(format!(
-                        "too many choices: this model reads at most {limit} options"
-                    )));
-                }
-            }
-            QuestionKind::Score { levels } => {
-                if levels.is_empty() {
-                    return Err(fail("a score needs at least one level".into()));
-                }
-                if levels.len() > MAX_SCORE_LEVELS {
-                    return Err(fail(format!(
-                        "too many score levels: at most {MAX_SCORE_LEVELS}"
-                    )));
-                }
-            }
-            QuestionKind::Noul { .. } => {}
-        }
-        Ok(())
+        question
+            .validate(&self.question_limits())
+            .map_err(|e| PlanError::Question {
+                question: index,
+                message: e.to_string(),
+            })
     }
 
     fn prompt_question(&self, id: String, question: &Question) -> PromptQuestion {
@@ -376,7 +407,7 @@ fn single_token_labels<T: ReadTokenizer>(tokenizer: &T) -> Result<Vec<String>, P
             && ids[..ids.len() - 1] == base[..base.len() - 1];
         if same_shape && seen.insert(ids[ids.len() - 1]) {
             labels.push(label);
-            if labels.len() == MAX_CHOICES {
+            if labels.len() == MAX_CHOICE_OPTIONS {
                 break;
             }
         }
@@ -516,6 +547,42 @@ mod tests {
             );
         }
         assert_eq!(next, 15);
+    }
+
+    #[test]
+    fn an_isolated_plan_is_the_one_question_plan_of_each_question() {
+        let p = planner(2048, 64, 12_288);
+        let questions = vec![choice(3), choice(1), score(3), noul("x"), noul("x")];
+        let plan = p
+            .plan_mode("the state", &questions, QuestionMode::Isolated)
+            .unwrap();
+        assert_eq!(plan.forced, vec![1]);
+        assert_eq!(plan.reads.len(), 4);
+        let mut usage = hunch_core::Usage::default();
+        for (read, index) in plan.reads.iter().zip([0usize, 2, 3, 4]) {
+            let alone = p
+                .plan("the state", std::slice::from_ref(&questions[index]))
+                .unwrap();
+            let mut expected = alone.reads[0].clone();
+            expected.questions = vec![index];
+            assert_eq!(read, &expected, "question {index}");
+            assert_eq!(read.seed_group, 0);
+            usage.input_tokens += alone.usage().input_tokens;
+            usage.output_tokens += alone.usage().output_tokens;
+        }
+        // Two identical questions are two identical reads, whatever their place.
+        assert_eq!(plan.reads[2].prompt_ids, plan.reads[3].prompt_ids);
+        assert_eq!(plan.usage(), usage);
+        // A limit still names the question by its index in the request.
+        let err = p
+            .plan_mode("s", &[noul("a"), score(11)], QuestionMode::Isolated)
+            .unwrap_err();
+        assert!(matches!(err, PlanError::Question { question: 1, .. }));
+        // Joint is the reference plan.
+        assert_eq!(
+            p.plan_mode("s", &questions, QuestionMode::Joint).unwrap(),
+            p.plan("s", &questions).unwrap()
+        );
     }
 
     #[test]

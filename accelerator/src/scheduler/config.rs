@@ -32,6 +32,16 @@ impl Batching {
     }
 }
 
+impl Batching {
+    /// Whether the reads of one request may share a forward pass. A request can hold several
+    /// reads (one per question when questions are read in isolation, or one per canvas group):
+    /// where batching is not exact and not asked for, they run one at a time too, so every
+    /// read's answer is the same bits whatever else its request asks (docs/batching.md).
+    pub fn reads_share_forwards(self, deviation: Option<f64>) -> bool {
+        matches!(self, Batching::On) || deviation == Some(0.0)
+    }
+}
+
 impl FromStr for Batching {
     type Err = UnknownBatching;
 
@@ -97,6 +107,16 @@ impl Default for SchedulerConfig {
 #[cfg(test)]
 mod tests {
     use super::Batching;
+
+    #[test]
+    fn reads_of_a_request_share_forwards_only_where_exact_or_asked() {
+        assert!(Batching::Auto.reads_share_forwards(Some(0.0)));
+        assert!(!Batching::Auto.reads_share_forwards(Some(1.4e-6)));
+        assert!(!Batching::Auto.reads_share_forwards(None));
+        assert!(!Batching::Off.reads_share_forwards(None));
+        assert!(Batching::Off.reads_share_forwards(Some(0.0)));
+        assert!(Batching::On.reads_share_forwards(Some(4.2e-2)));
+    }
 
     #[test]
     fn auto_batches_only_where_the_probe_measured_exactness() {

@@ -171,6 +171,12 @@ impl Scheduler {
             .request_limit(self.config.max_requests, self.batch_deviation)
     }
 
+    /// Whether the reads in flight may share forward passes: only where batching is exact here
+    /// or asked for (`--batching on`); otherwise every read runs in passes of its own.
+    pub fn reads_share_forwards(&self) -> bool {
+        self.config.batching.reads_share_forwards(self.batch_deviation)
+    }
+
     /// Whether nothing is in flight.
     pub fn is_idle(&self) -> bool {
         self.active.is_empty()
@@ -258,12 +264,13 @@ impl Scheduler {
         // previous pass's lazy K/V), built lazily and evaluated once. A read alone prefills a
         // prompt of up to `max_rows` tokens in one evaluation.
         let mut scheduled = HashSet::new();
+        let mut focus = None;
         let mut passes: Vec<(Vec<Work>, ForwardOutput)> = Vec::new();
         let mut failed: Vec<(usize, ReadError)> = Vec::new();
         let mut budget = self.config.max_rows;
         let started = Instant::now();
         loop {
-            let work = self.plan_forward(budget, passes.is_empty(), &mut scheduled);
+            let work = self.plan_forward(budget, passes.is_empty(), &mut scheduled, &mut focus);
             if work.is_empty() {
                 break;
             }

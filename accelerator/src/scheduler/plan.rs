@@ -45,22 +45,28 @@ impl Scheduler {
     /// takes its first item; every pass then takes one chunk per prefilling read. `scheduled`
     /// holds the shareable chunks the step has planned so far: the same chunk after the same
     /// cached path is computed once per step, and the other reads take it from the cache next
-    /// step.
+    /// step. Where reads may not share forwards (batching not exact here), the step works on
+    /// one read only: `focus` holds it once the first item is planned.
     pub(super) fn plan_forward(
         &self,
         budget: usize,
         first_pass: bool,
         scheduled: &mut HashSet<(Option<NodeId>, Vec<u32>)>,
+        focus: &mut Option<(usize, usize)>,
     ) -> Vec<Work> {
         let mut work = Vec::new();
         let mut rows = 0usize;
         let fits = |rows: usize, more: usize, work: &Vec<Work>| {
             (first_pass && work.is_empty()) || rows + more <= budget
         };
+        let alone = !self.reads_share_forwards();
+        let allowed = |focus: &Option<(usize, usize)>, unit: (usize, usize)| {
+            !alone || focus.is_none_or(|f| f == unit)
+        };
         if first_pass {
             for (request, active) in self.active.iter().enumerate() {
                 for (read, slot) in active.reads.iter().enumerate() {
-                    if !matches!(slot, ReadSlot::Ready { .. }) {
+                    if !matches!(slot, ReadSlot::Ready { .. }) || !allowed(focus, (request, read)) {
                         continue;
                     }
                     if let Some(Need::Draws {
@@ -71,6 +77,9 @@ impl Scheduler {
                         let more = canvases.iter().map(Vec::len).sum::<usize>();
                         if fits(rows, more, &work) {
                             rows += more;
+                            if alone {
+                                *focus = Some((request, read));
+                            }
                             work.push(Work::Draws {
                                 request,
                                 read,
@@ -89,6 +98,9 @@ impl Scheduler {
                 let ReadSlot::Prefilling { done, node, .. } = slot else {
                     continue;
                 };
+                if !allowed(focus, (request, read)) {
+                    continue;
+                }
                 let ids = active.progress.prompt_ids(read);
                 if *done >= ids.len() {
                     // Its last chunk ran in an earlier pass of this step.
@@ -103,6 +115,9 @@ impl Scheduler {
                 }
                 if fits(rows, range.len(), &work) {
                     rows += range.len();
+                    if alone {
+                        *focus = Some((request, read));
+                    }
                     if shareable {
                         scheduled.insert(key);
                     }

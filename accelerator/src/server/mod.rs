@@ -6,13 +6,15 @@
 //! engine thread owns the model; HTTP handlers hand it jobs through a bounded queue and await the
 //! reply. A full queue is a 503 with `Retry-After`, never an unbounded wait.
 
-use axum::extract::State;
+pub mod info;
+
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use hunch_core::protocol::{Health, HealthState, ModelInfo, HEALTH_PATH, READ_PATH};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
-use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
@@ -30,26 +32,14 @@ pub trait ReadEngine: Send + 'static {
     fn set_queued(&mut self, queued: usize);
     /// Runs one batch of work.
     fn step(&mut self) -> StepOutcome;
+    /// What the host learns in `/health` once the model is loaded: limits and fingerprint.
+    fn info(&self) -> Option<ModelInfo> {
+        None
+    }
 }
 
-/// Where the sidecar is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Loading,
-    Ready,
-    Failed,
-}
-
-/// What `GET /health` says.
-#[derive(Debug, Clone, Serialize)]
-pub struct Health {
-    pub state: Phase,
-    pub model: String,
-    /// Load progress in [0, 1].
-    pub progress: f64,
-    pub message: String,
-}
+/// Where the sidecar is in its life (the protocol's health state).
+pub type Phase = HealthState;
 
 /// Shared, updatable health: the loader writes progress, handlers read it.
 #[derive(Clone)]
@@ -62,6 +52,7 @@ impl HealthCell {
             model: model.to_string(),
             progress: 0.0,
             message: "loading".into(),
+            info: None,
         })))
     }
 
@@ -86,7 +77,12 @@ pub type Job = (ReadRequest, oneshot::Sender<Result<ReadOutcome, ReadError>>);
 struct AppState {
     health: HealthCell,
     jobs: mpsc::Sender<Job>,
+    max_request_bytes: usize,
 }
+
+/// The largest `POST /read` body taken by default (the host learns it from `/health` and refuses
+/// larger reads itself). Far beyond any prompt a model's context can hold.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 
 /// Seconds a client should wait before retrying when the sidecar cannot take a read.
 const RETRY_AFTER_SECONDS: u64 = 1;
@@ -104,7 +100,9 @@ where
         .spawn(move || {
             let mut engine = match load(&health) {
                 Ok(engine) => {
+                    let info = engine.info();
                     health.update(|h| {
+                        h.info = info;
                         h.state = Phase::Ready;
                         h.progress = 1.0;
                         h.message = "ready".into();
@@ -207,16 +205,25 @@ fn logged_reply(reply: oneshot::Sender<Result<ReadOutcome, ReadError>>) -> Reply
     })
 }
 
-/// The sidecar's router.
-pub fn router(health: HealthCell, jobs: mpsc::Sender<Job>) -> Router {
+/// The sidecar's router, taking read bodies of up to `max_request_bytes`.
+pub fn router(health: HealthCell, jobs: mpsc::Sender<Job>, max_request_bytes: usize) -> Router {
     Router::new()
-        .route("/health", get(health_handler))
-        .route("/read", post(read_handler))
-        .with_state(AppState { health, jobs })
+        .route(HEALTH_PATH, get(health_handler))
+        .route(READ_PATH, post(read_handler))
+        .layer(DefaultBodyLimit::max(max_request_bytes))
+        .with_state(AppState {
+            health,
+            jobs,
+            max_request_bytes,
+        })
 }
 
 async fn health_handler(State(state): State<AppState>) -> Json<Health> {
-    Json(state.health.get())
+    let mut health = state.health.get();
+    if let Some(info) = &mut health.info {
+        info.limits.max_request_bytes = Some(state.max_request_bytes as u64);
+    }
+    Json(health)
 }
 
 /// A `ReadError` as an HTTP response: the status the host maps back, the error as the body.
@@ -257,9 +264,20 @@ async fn read_handler(
     body: Result<Json<ReadRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<ReadOutcome>, ErrorResponse> {
     let Json(request) = body.map_err(|e| {
-        ErrorResponse(ReadError::Rejected {
-            status: 422,
-            message: format!("invalid read request: {}", e.body_text()),
+        // Too large for the body limit: a request that can never succeed here, said plainly.
+        ErrorResponse(if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ReadError::TooLarge {
+                message: format!(
+                    "the read is larger than this accelerator takes ({} bytes of state and \
+                     questions at most)",
+                    state.max_request_bytes
+                ),
+            }
+        } else {
+            ReadError::Rejected {
+                status: 422,
+                message: format!("invalid read request: {}", e.body_text()),
+            }
         })
     })?;
     let health = state.health.get();
@@ -283,5 +301,47 @@ async fn read_handler(
             message: "the engine stopped".into(),
             retry_after_seconds: RETRY_AFTER_SECONDS,
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Posts `body` to `/read` of a router with a body limit of `limit` bytes over a raw
+    /// connection; returns the status line and the body.
+    async fn post_read(limit: usize, body: &str) -> String {
+        let (jobs, _rx) = mpsc::channel(1);
+        let app = router(HealthCell::new("m"), jobs, limit);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /read HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        // The server may answer (and close) before reading the whole body.
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_a_400_too_large_not_an_internal_detail() {
+        let state = "x".repeat(4096);
+        let body = format!(r#"{{"state": "{state}", "questions": []}}"#);
+        let answer = post_read(1024, &body).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+        assert!(answer.contains(r#""kind":"too_large""#), "{answer}");
+        assert!(answer.contains("1024 bytes"), "{answer}");
+        // Malformed JSON under the limit stays a 422.
+        let answer = post_read(1024, "{").await;
+        assert!(answer.starts_with("HTTP/1.1 422"), "{answer}");
     }
 }

@@ -13,6 +13,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         )],
         {
             let mut text = state.metrics.render();
+            if let Some(cache) = &state.answering.cache {
+                text.push_str(&crate::metrics::render_answer_cache(
+                    &cache.stats(),
+                    cache.max_bytes(),
+                ));
+            }
             state.decisions.render_metrics(&mut text);
             text
         },

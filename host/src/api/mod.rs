@@ -15,7 +15,7 @@ pub mod systemone;
 pub mod validate;
 
 use crate::metrics::Metrics;
-use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry};
+use crate::reader::{AnswerSettings, GatedReader, ModelEntry, ReadGate, Registry};
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
@@ -97,6 +97,8 @@ pub struct AppState {
     pub validator: Arc<RequestValidator>,
     pub keys: Arc<ApiKeys>,
     pub limits: Limits,
+    /// The default question mode and the answer cache (API and policies).
+    pub answering: AnswerSettings,
     /// Decision ids and events (`crate::decision`); off until the server configures it.
     pub decisions: Arc<crate::decision::DecisionLog>,
 }
@@ -115,8 +117,15 @@ impl AppState {
             validator: Arc::new(RequestValidator::new()?),
             keys: Arc::new(keys),
             limits,
+            answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
         })
+    }
+
+    /// The same state with another question mode and answer cache.
+    pub fn with_answering(mut self, answering: AnswerSettings) -> Self {
+        self.answering = answering;
+        self
     }
 
     /// The model a request names (a name or an alias), or a 404 listing what is served.

@@ -301,7 +301,7 @@ async fn decide(
 }
 
 /// Optional per-policy configuration of a deployment, as query parameters
-/// (`?reader=…&fuel=…&timeout_ms=…&max_reads=…`); written to `NAME.toml`.
+/// (`?reader=…&questions=joint&fuel=…&timeout_ms=…&max_reads=…`); written to `NAME.toml`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployParams {
@@ -314,6 +314,7 @@ pub struct DeployParams {
     percent: Option<f64>,
     route_key: Option<String>,
     reader: Option<String>,
+    questions: Option<hunch_core::QuestionMode>,
     fuel: Option<u64>,
     timeout_ms: Option<u64>,
     memory_bytes: Option<u64>,
@@ -339,11 +340,12 @@ impl DeployParams {
             || self.sample.is_some()
             || self.percent.is_some()
             || self.route_key.is_some();
-        if !any_limit && !any_rollout && self.reader.is_none() {
+        if !any_limit && !any_rollout && self.reader.is_none() && self.questions.is_none() {
             return None;
         }
         Some(PolicyConfig {
             reader: self.reader.clone(),
+            questions: self.questions,
             limits: any_limit.then(|| Limits {
                 fuel: self.fuel.unwrap_or(d.fuel),
                 timeout_ms: self.timeout_ms.unwrap_or(d.timeout_ms),

@@ -1,5 +1,6 @@
-//! `POST /v1/systemone`: decode, validate into typed questions, read the ones that need a read,
-//! build every answer with hunch-core's one piece of answer math, reply in request order.
+//! `POST /v1/systemone`: decode, validate into typed questions, answer them with hunch-core's one
+//! orchestration ([`hunch_core::answer_set`], shared with the policies' reads), reply in request
+//! order.
 
 use super::body::read_body;
 use super::error::{from_read_error, ApiError, LocPart};
@@ -7,15 +8,24 @@ use super::middleware::{ReadSummary, RequestId};
 use super::validate::SystemOneRequest;
 use super::AppState;
 use crate::decision::{api as decision_api, Decision};
+use crate::reader::AnswerSettings;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::{Extension, Json};
-use hunch_core::{Answer, ReadRequest, ReadStats, Reader, Usage};
+use hunch_core::{answer_set, Answering, AskedQuestion, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Top-level fields of the request this server ignored (comma-separated; a name with characters a
+/// header cannot carry is percent-encoded), so a misspelt extension stays visible.
+pub const IGNORED_FIELDS_HEADER: &str = "x-hunch-ignored-fields";
+/// How many answers came from the answer cache (sent when the cache is on and the read isolated).
+pub const ANSWER_CACHE_HITS_HEADER: &str = "x-hunch-answer-cache-hits";
+/// The question mode the answers were read in: `isolated` or `joint`.
+pub const QUESTIONS_HEADER: &str = "x-hunch-questions";
 
 /// The most requests whose rows shared one forward pass with this one (1: read alone); sent when
 /// the reader reports it.
@@ -77,7 +87,7 @@ async fn decide(
     let reader = decision.reader(Arc::new(state.reader(&request.model)?));
     seen.model = Some(reader.model_name().to_string());
     let started = Instant::now();
-    let answered = answer(reader.as_ref(), &request).await?;
+    let answered = answer(reader.as_ref(), &request, &state.answering).await?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),
@@ -93,12 +103,44 @@ async fn decide(
         batch_requests: answered.stats.max_batch_requests,
         batch_deviation: answered.stats.batch_deviation,
     };
+    let mut headers = batch_headers(&answered.stats);
+    headers.insert(
+        QUESTIONS_HEADER,
+        HeaderValue::from_static(answered.mode.as_str()),
+    );
+    if !request.ignored_fields.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&header_list(&request.ignored_fields)) {
+            headers.insert(IGNORED_FIELDS_HEADER, v);
+        }
+    }
+    if state.answering.cache.is_some() && answered.mode == hunch_core::QuestionMode::Isolated {
+        headers.insert(
+            ANSWER_CACHE_HITS_HEADER,
+            HeaderValue::from(answered.cache_hits),
+        );
+    }
     // The summary rides in the response's extensions to the request log line.
-    Ok((
-        Extension(summary),
-        batch_headers(&answered.stats),
-        Json(answered.body),
-    ))
+    Ok((Extension(summary), headers, Json(answered.body)))
+}
+
+/// Names as one header value: visible ASCII stays, anything else (and `%` and `,`) is
+/// percent-encoded byte by byte.
+fn header_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|name| {
+            let mut out = String::with_capacity(name.len());
+            for b in name.bytes() {
+                if b.is_ascii_graphic() && b != b'%' && b != b',' {
+                    out.push(b as char);
+                } else {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// What a client may want to know about batching: how many requests shared this one's forward
@@ -145,65 +187,44 @@ pub struct Answered {
     pub body: Value,
     pub usage: Usage,
     pub stats: ReadStats,
+    /// Answers served from the answer cache.
+    pub cache_hits: u32,
+    pub mode: hunch_core::QuestionMode,
 }
 
-/// Reads the questions that need a read (one reader call for all of them) and builds every answer
-/// with hunch-core. 1-option and 1-level questions are answered without a read.
-pub async fn answer(reader: &dyn Reader, request: &SystemOneRequest) -> Result<Answered, ApiError> {
-    let needs_read: Vec<usize> = request
+/// Answers every question of `request` through hunch-core's orchestration (the request's
+/// `x_questions`, else the server's mode; the answer cache when on) and builds the response body.
+pub async fn answer(
+    reader: &dyn Reader,
+    request: &SystemOneRequest,
+    answering: &AnswerSettings,
+) -> Result<Answered, ApiError> {
+    let mut options = request.options.clone();
+    options.questions = request.x_questions.unwrap_or(answering.questions);
+    let asked: Vec<AskedQuestion> = request
         .questions
         .iter()
-        .enumerate()
-        .filter(|(_, q)| q.question.needs_read())
-        .map(|(i, _)| i)
+        .map(|q| AskedQuestion {
+            id: q.id.clone(),
+            question: q.question.clone(),
+        })
         .collect();
-    let (distributions, usage, stats) = if needs_read.is_empty() {
-        (Vec::new(), Usage::default(), ReadStats::default())
-    } else {
-        let read = ReadRequest {
-            state: request.state.clone(),
-            questions: needs_read
-                .iter()
-                .map(|&i| request.questions[i].question.clone())
-                .collect(),
-            options: request.options.clone(),
-        };
-        let ids: Vec<String> = needs_read
-            .iter()
-            .map(|&i| request.questions[i].id.0.clone())
-            .collect();
-        let outcome = reader
-            .read(read)
-            .await
-            .map_err(|e| from_read_error(e, &ids))?;
-        if outcome.distributions.len() != needs_read.len() {
-            return Err(ApiError::internal(format!(
-                "the reader returned {} distributions for {} questions",
-                outcome.distributions.len(),
-                needs_read.len()
-            )));
-        }
-        (outcome.distributions, outcome.usage, outcome.stats)
-    };
+    let ids: Vec<String> = request.questions.iter().map(|q| q.id.0.clone()).collect();
+    let set = answer_set(
+        reader,
+        &request.state,
+        &asked,
+        &options,
+        Answering {
+            cache: answering.cache.as_deref(),
+        },
+    )
+    .await
+    .map_err(|e| from_read_error(e.error, &ids))?;
 
     let mut answers = Map::new();
-    let mut next_read = distributions.iter();
-    for asked in &request.questions {
-        let answer = if asked.question.needs_read() {
-            let dist = next_read
-                .next()
-                .ok_or_else(|| ApiError::internal("fewer distributions than questions"))?;
-            Answer::from_distribution(&asked.question, dist)
-                .map_err(|e| ApiError::internal(format!("question {:?}: {e}", asked.id.as_str())))?
-        } else {
-            Answer::without_read(&asked.question).ok_or_else(|| {
-                ApiError::internal(format!(
-                    "question {:?} cannot be answered",
-                    asked.id.as_str()
-                ))
-            })?
-        };
-        let mut value = serde_json::to_value(&answer)
+    for (asked, answer) in request.questions.iter().zip(&set.answers) {
+        let mut value = serde_json::to_value(answer)
             .map_err(|e| ApiError::internal(format!("an answer did not serialise: {e}")))?;
         // The legend echoes the levels exactly as sent (objects stay objects).
         if let (Some(levels), Some(legend)) = (&asked.legend_values, value.get_mut("legend")) {
@@ -217,19 +238,26 @@ pub async fn answer(reader: &dyn Reader, request: &SystemOneRequest) -> Result<A
         }
         answers.insert(asked.id.0.clone(), value);
     }
+    let usage = set.usage;
     let body = json!({
         "model": reader.model_name(),
         "answers": answers,
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens},
     });
-    Ok(Answered { body, usage, stats })
+    Ok(Answered {
+        body,
+        usage,
+        stats: set.stats,
+        cache_hits: set.cache_hits,
+        mode: options.questions,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::validate::RequestValidator;
-    use hunch_core::{LabelDistribution, ReadError, ReadOutcome};
+    use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest};
     use std::sync::Mutex;
 
     /// Answers with fixed distributions (and stats), or fails, and remembers what it was asked.
@@ -237,6 +265,7 @@ mod tests {
         result: Result<Vec<Vec<f64>>, ReadError>,
         stats: ReadStats,
         asked: Mutex<Vec<ReadRequest>>,
+        limits: hunch_core::ReaderLimits,
     }
 
     #[async_trait::async_trait]
@@ -255,6 +284,12 @@ mod tests {
                 stats: self.stats.clone(),
             })
         }
+        fn limits(&self) -> hunch_core::ReaderLimits {
+            self.limits
+        }
+        fn fingerprint(&self) -> Option<String> {
+            Some("stub".into())
+        }
     }
 
     fn stub(result: Result<Vec<Vec<f64>>, ReadError>) -> Stub {
@@ -262,6 +297,7 @@ mod tests {
             result,
             stats: ReadStats::default(),
             asked: Mutex::new(Vec::new()),
+            limits: Default::default(),
         }
     }
 
@@ -284,7 +320,7 @@ mod tests {
             vec![0.2, 0.3, 0.5],
             vec![0.25, 0.75],
         ]));
-        let answered = answer(&reader, &request()).await.unwrap();
+        let answered = answer(&reader, &request(), &AnswerSettings::default()).await.unwrap();
         let asked = reader.asked.lock().unwrap();
         assert_eq!(asked.len(), 1);
         assert_eq!(
@@ -316,7 +352,7 @@ mod tests {
             question: 1,
             message: "no".into(),
         }));
-        match answer(&reader, &request()).await {
+        match answer(&reader, &request(), &AnswerSettings::default()).await {
             Err(ApiError::Validation(e)) => assert_eq!(e[0].loc_path(), "body.questions.lvl"),
             other => panic!("{other:?}"),
         }
@@ -326,7 +362,7 @@ mod tests {
     async fn broken_reader_output_is_a_500_never_nan() {
         let short = stub(Ok(vec![vec![0.5, 0.5]]));
         assert!(matches!(
-            answer(&short, &request()).await,
+            answer(&short, &request(), &AnswerSettings::default()).await,
             Err(ApiError::Internal { .. })
         ));
         let nan = stub(Ok(vec![
@@ -335,7 +371,7 @@ mod tests {
             vec![0.25, 0.75],
         ]));
         assert!(matches!(
-            answer(&nan, &request()).await,
+            answer(&nan, &request(), &AnswerSettings::default()).await,
             Err(ApiError::Internal { .. })
         ));
     }
@@ -360,13 +396,17 @@ mod tests {
 
     /// Serves the whole app on a local port with one model read by `reader`; returns its URL.
     async fn serve(reader: Stub) -> String {
+        serve_with(std::sync::Arc::new(reader), AnswerSettings::default()).await
+    }
+
+    async fn serve_with(reader: std::sync::Arc<Stub>, answering: AnswerSettings) -> String {
         let mut registry = crate::reader::Registry::new();
         registry
             .add(crate::reader::ModelEntry {
                 name: "real-name".into(),
                 description: String::new(),
                 release_date: String::new(),
-                reader: std::sync::Arc::new(reader),
+                reader,
             })
             .unwrap();
         let state = AppState::new(
@@ -374,7 +414,8 @@ mod tests {
             crate::api::Limits::default(),
             crate::api::ApiKeys::default(),
         )
-        .unwrap();
+        .unwrap()
+        .with_answering(answering);
         let app = crate::api::router(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -450,5 +491,91 @@ mod tests {
         let response = post(&old).await;
         assert!(response.headers().get(BATCH_REQUESTS_HEADER).is_none());
         assert!(response.headers().get(BATCH_DEVIATION_HEADER).is_none());
+    }
+
+    async fn post_body(url: &str, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/systemone"))
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_read_beyond_the_readers_size_limit_is_a_400_and_never_sent() {
+        let reader = std::sync::Arc::new(Stub {
+            limits: hunch_core::ReaderLimits {
+                max_request_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+            ..stub_with(ReadStats::default())
+        });
+        let url = serve_with(reader.clone(), AnswerSettings::default()).await;
+        let response = post_body(
+            &url,
+            &json!({"model": "jev-latest", "state": "s",
+                    "questions": {"big": {"type": "noul", "instructions": "x".repeat(3 << 20)}}}),
+        )
+        .await;
+        assert_eq!(response.status(), 400);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["detail"]["error_type"], "request_too_large", "{body}");
+        assert!(reader.asked.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn unknown_fields_are_named_and_the_mode_and_cache_hits_are_reported() {
+        let reader = std::sync::Arc::new(stub_with(ReadStats::default()));
+        let cache = std::sync::Arc::new(hunch_core::AnswerCache::new(1 << 20));
+        let url = serve_with(
+            reader.clone(),
+            AnswerSettings {
+                questions: hunch_core::QuestionMode::Isolated,
+                cache: Some(cache),
+            },
+        )
+        .await;
+        let body = json!({"model": "jev-latest", "state": "s", "x_sed": 1, "trace": "é,%",
+                          "questions": {"yn": {"type": "noul", "instructions": "?"}}});
+        let first = post_body(&url, &body).await;
+        assert_eq!(first.status(), 200);
+        let headers = first.headers().clone();
+        assert_eq!(headers[IGNORED_FIELDS_HEADER], "x_sed, trace");
+        assert_eq!(headers[QUESTIONS_HEADER], "isolated");
+        assert_eq!(headers[ANSWER_CACHE_HITS_HEADER], "0");
+        let a: Value = first.json().await.unwrap();
+        let second = post_body(&url, &body).await;
+        assert_eq!(second.headers()[ANSWER_CACHE_HITS_HEADER], "1");
+        let b: Value = second.json().await.unwrap();
+        assert_eq!(a["answers"], b["answers"]);
+        assert_eq!(b["usage"], json!({"input_tokens": 0, "output_tokens": 0}));
+        assert_eq!(reader.asked.lock().unwrap().len(), 1);
+        let metrics = reqwest::get(format!("{url}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(metrics.contains("hunch_answer_cache_hits_total 1\n"), "{metrics}");
+        // A joint request is read (never cached) and says so.
+        let mut joint = body.clone();
+        joint["x_questions"] = json!("joint");
+        let third = post_body(&url, &joint).await;
+        assert_eq!(third.headers()[QUESTIONS_HEADER], "joint");
+        assert!(third.headers().get(ANSWER_CACHE_HITS_HEADER).is_none());
+        assert_eq!(reader.asked.lock().unwrap().len(), 2);
+        assert_eq!(
+            reader.asked.lock().unwrap()[1].options.questions,
+            hunch_core::QuestionMode::Joint
+        );
+    }
+
+    #[test]
+    fn header_lists_escape_what_a_header_cannot_carry() {
+        assert_eq!(
+            header_list(&["a".into(), "é,%".into(), "b c".into()]),
+            "a, %C3%A9%2C%25, b%20c"
+        );
     }
 }

@@ -4,16 +4,25 @@
 
 use super::error::{ApiError, FieldError, LocPart};
 use hunch_core::text::render_value;
-use hunch_core::{ChoiceOption, Question, QuestionId, QuestionKind, ReadOptions};
+use hunch_core::{
+    ChoiceOption, Question, QuestionId, QuestionKind, QuestionLimits, QuestionMode, ReadOptions,
+};
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Map, Value};
 
 /// The request schema, served in `/openapi.json` and used to validate every request.
 pub const REQUEST_SCHEMA: &str = include_str!("../../schema/systemone-request.json");
 
-/// Most options a choice may have and most levels a score may have (also in the schema).
-pub const MAX_CHOICE_OPTIONS: usize = 255;
-pub const MAX_SCORE_LEVELS: usize = 10;
+/// The top-level fields Hunch reads; any other is ignored and named in the response.
+const KNOWN_FIELDS: &[&str] = &[
+    "model",
+    "state",
+    "questions",
+    "assets",
+    "x_seed",
+    "x_draws",
+    "x_questions",
+];
 
 /// A validated System One request.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,7 +33,14 @@ pub struct SystemOneRequest {
     pub state: String,
     /// In request order.
     pub questions: Vec<AskedQuestion>,
+    /// Seed and draws from `x_seed`/`x_draws`; the question mode is the server's unless
+    /// [`SystemOneRequest::x_questions`] says otherwise.
     pub options: ReadOptions,
+    /// `x_questions`, when sent.
+    pub x_questions: Option<QuestionMode>,
+    /// Top-level fields this server does not know, in request order: ignored, and named in the
+    /// `x-hunch-ignored-fields` response header.
+    pub ignored_fields: Vec<String>,
 }
 
 /// A caller's question: its id beside the id-free typed question the readers see.
@@ -216,15 +232,11 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
             ));
         }
     }
-    for key in body.keys() {
-        if key.starts_with("x_") && key != "x_seed" && key != "x_draws" {
-            errors.push(FieldError::new(
-                at(&[key]),
-                "extra_forbidden",
-                "unknown extension field (Hunch knows x_seed and x_draws)",
-            ));
-        }
-    }
+    let ignored_fields: Vec<String> = body
+        .keys()
+        .filter(|k| !KNOWN_FIELDS.contains(&k.as_str()))
+        .cloned()
+        .collect();
 
     let model = match body.get("model").and_then(Value::as_str) {
         Some(m) => m.to_string(),
@@ -240,7 +252,13 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
             .get("x_draws")
             .and_then(whole_number)
             .and_then(|d| u32::try_from(d).ok()),
+        ..ReadOptions::default()
     };
+    // The schema admits only the two names.
+    let x_questions = body
+        .get("x_questions")
+        .and_then(Value::as_str)
+        .and_then(|m| m.parse().ok());
 
     let mut questions = Vec::new();
     match body.get("questions").and_then(Value::as_object) {
@@ -267,6 +285,8 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         state,
         questions,
         options,
+        x_questions,
+        ignored_fields,
     })
 }
 
@@ -291,6 +311,7 @@ fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>>
     let instructions = render_value(instructions_value);
     let criteria = obj.get("criteria").unwrap_or(&Value::Null);
     let mut legend_values = None;
+    let limits = QuestionLimits::default();
     let kind = match obj.get("type").and_then(Value::as_str) {
         Some("noul") => {
             let side = |name: &str| -> Option<String> {
@@ -312,13 +333,6 @@ fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>>
         }
         Some("choice") => {
             let map = criteria.as_object().cloned().unwrap_or_else(Map::new);
-            if map.is_empty() || map.len() > MAX_CHOICE_OPTIONS {
-                return Err(vec![FieldError::new(
-                    question_loc(id, &["criteria"]),
-                    "value_error",
-                    format!("a choice question needs 1 to {MAX_CHOICE_OPTIONS} options"),
-                )]);
-            }
             QuestionKind::Choice {
                 options: map
                     .iter()
@@ -335,13 +349,6 @@ fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>>
         }
         Some("score") => {
             let levels = criteria.as_array().cloned().unwrap_or_default();
-            if levels.is_empty() || levels.len() > MAX_SCORE_LEVELS {
-                return Err(vec![FieldError::new(
-                    question_loc(id, &["criteria"]),
-                    "value_error",
-                    format!("a score question needs 1 to {MAX_SCORE_LEVELS} levels"),
-                )]);
-            }
             if levels.iter().any(|l| !l.is_string()) {
                 legend_values = Some(levels.clone());
             }
@@ -364,9 +371,18 @@ fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>>
             )])
         }
     };
+    let question = Question { instructions, kind };
+    // The contract's limits (the schema says them too); a model's own are checked when it reads.
+    question.validate(&limits).map_err(|e| {
+        vec![FieldError::new(
+            question_loc(id, &["criteria"]),
+            e.kind(),
+            e.to_string(),
+        )]
+    })?;
     Ok(AskedQuestion {
         id: QuestionId(id.to_string()),
-        question: Question { instructions, kind },
+        question,
         legend_values,
     })
 }
@@ -412,7 +428,8 @@ mod tests {
             r.options,
             ReadOptions {
                 seed: Some(7),
-                draws: Some(3)
+                draws: Some(3),
+                ..Default::default()
             }
         );
         let ids: Vec<&str> = r.questions.iter().map(|q| q.id.as_str()).collect();
@@ -615,9 +632,11 @@ mod tests {
             r.options,
             ReadOptions {
                 seed: Some(3),
-                draws: Some(2)
+                draws: Some(2),
+                ..Default::default()
             }
         );
+        assert_eq!(r.x_questions, None);
         assert_eq!(
             rejected(
                 json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_draws": 65})
@@ -638,9 +657,27 @@ mod tests {
         );
         assert_eq!(
             rejected(
-                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_sed": 1})
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_questions": "alone"})
             ),
-            vec![("body.x_sed".into(), "extra_forbidden".into())]
+            vec![("body.x_questions".into(), "literal_error".into())]
+        );
+        let joint = ok(
+            json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_questions": "joint"}),
+        );
+        assert_eq!(joint.x_questions, Some(QuestionMode::Joint));
+    }
+
+    #[test]
+    fn unknown_top_level_fields_are_ignored_and_named_but_not_inside_a_question() {
+        let r = ok(json!({"model": "m", "state": "s", "x_trace_id": "abc", "x_sed": 1,
+                          "questions": {"q": {"type": "noul", "instructions": "?"}}, "metadata": {"a": 1}}));
+        assert_eq!(r.ignored_fields, vec!["x_trace_id", "x_sed", "metadata"]);
+        assert_eq!(r.options, ReadOptions::default());
+        assert_eq!(
+            rejected(
+                json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?", "weight": 2}}})
+            ),
+            vec![("body.questions.q.weight".into(), "extra_forbidden".into())]
         );
     }
 

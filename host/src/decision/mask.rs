@@ -93,84 +93,64 @@ impl PolicyLogConfig {
 /// A pointer naming the root itself masks (or empties) the whole value.
 fn edit_root(value: &mut Value, tokens: &[String], erase: bool) -> bool {
     if tokens.is_empty() {
-        *value = if erase {
-            Value::Null
+        if erase {
+            *value = Value::Null;
         } else {
-            Value::String(MASKED.into())
-        };
+            mask(value);
+        }
         return true;
     }
     edit(value, tokens, erase)
 }
 
+fn mask(slot: &mut Value) {
+    *slot = Value::String(MASKED.into());
+}
+
 fn edit(value: &mut Value, tokens: &[String], erase: bool) -> bool {
     let (head, rest) = (&tokens[0], &tokens[1..]);
     let last = rest.is_empty();
-    let apply = |slot: &mut Value| {
-        *slot = Value::String(MASKED.into());
-    };
-    match value {
-        Value::Object(map) => {
-            if head == "*" {
-                if last && erase {
-                    let hit = !map.is_empty();
-                    map.clear();
-                    return hit;
-                }
-                let mut hit = false;
-                for v in map.values_mut() {
-                    hit |= if last {
-                        apply(v);
-                        true
-                    } else {
-                        edit(v, rest, erase)
-                    };
-                }
-                hit
-            } else if last {
-                if erase {
-                    map.shift_remove(head).is_some()
-                } else {
-                    map.get_mut(head).map(apply).is_some()
-                }
-            } else {
-                map.get_mut(head).is_some_and(|v| edit(v, rest, erase))
-            }
+    if head == "*" {
+        // Erasing every child empties the container; anything else visits each child.
+        if last && erase {
+            return match value {
+                Value::Object(m) => !std::mem::take(m).is_empty(),
+                Value::Array(a) => !std::mem::take(a).is_empty(),
+                _ => false,
+            };
         }
-        Value::Array(items) => {
-            if head == "*" {
-                if last && erase {
-                    let hit = !items.is_empty();
-                    items.clear();
-                    return hit;
-                }
-                let mut hit = false;
-                for v in items.iter_mut() {
-                    hit |= if last {
-                        apply(v);
-                        true
-                    } else {
-                        edit(v, rest, erase)
-                    };
-                }
-                hit
+        let children: Vec<&mut Value> = match value {
+            Value::Object(m) => m.values_mut().collect(),
+            Value::Array(a) => a.iter_mut().collect(),
+            _ => return false,
+        };
+        let mut hit = false;
+        for child in children {
+            hit |= if last {
+                mask(child);
+                true
             } else {
-                let Ok(i) = head.parse::<usize>() else {
-                    return false;
-                };
-                if i >= items.len() {
-                    return false;
-                }
-                if last {
-                    if erase {
-                        items.remove(i);
-                    } else {
-                        apply(&mut items[i]);
-                    }
-                    true
-                } else {
-                    edit(&mut items[i], rest, erase)
-                }
+                edit(child, rest, erase)
+            };
+        }
+        return hit;
+    }
+    match value {
+        Value::Object(map) if last && erase => map.shift_remove(head).is_some(),
+        Value::Object(map) if last => map.get_mut(head).map(mask).is_some(),
+        Value::Object(map) => map.get_mut(head).is_some_and(|v| edit(v, rest, erase)),
+        Value::Array(items) => {
+            let Some(i) = head.parse::<usize>().ok().filter(|i| *i < items.len()) else {
+                return false;
+            };
+            if last && erase {
+                items.remove(i);
+                true
+            } else if last {
+                mask(&mut items[i]);
+                true
+            } else {
+                edit(&mut items[i], rest, erase)
             }
         }
         _ => false,

@@ -87,11 +87,11 @@ pub fn agreement(active: &Outcome, candidate: &Outcome) -> Agreement {
 
 /// Bounds shadow work so a slow candidate cannot pile up behind live traffic.
 #[derive(Debug)]
-pub struct ShadowGate(Semaphore);
+pub struct ShadowGate(Arc<Semaphore>);
 
 impl Default for ShadowGate {
     fn default() -> Self {
-        ShadowGate(Semaphore::new(MAX_SHADOW_RUNS))
+        ShadowGate(Arc::new(Semaphore::new(MAX_SHADOW_RUNS)))
     }
 }
 
@@ -108,7 +108,7 @@ pub struct ShadowJob {
 
 /// Runs the candidate in the background; the caller has its answer already.
 pub fn spawn_shadow(job: ShadowJob) {
-    let Ok(permit) = job.gate.clone().0.try_acquire_owned() else {
+    let Ok(permit) = job.gate.0.clone().try_acquire_owned() else {
         job.log.rollouts.skipped(&job.candidate.name);
         return;
     };

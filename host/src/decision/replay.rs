@@ -428,7 +428,7 @@ pub async fn reread(
     let mut total_delta = 0.0;
     let mut labels = 0u64;
     let mut moves = Vec::new();
-    let mut not = |report: &mut RereadReport, reason: &str| {
+    let not = |report: &mut RereadReport, reason: &str| {
         report.not_rereadable += 1;
         *report
             .not_rereadable_reasons

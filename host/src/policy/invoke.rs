@@ -5,7 +5,8 @@
 use crate::policy::bindings::{types as wit, Policy, PolicyPre};
 use crate::policy::capabilities::{LogCapability, LogLine, ReadCapability, ReadRecord};
 use crate::policy::limits::{Limit, LimitExceeded, Limits, MemoryLimiter};
-use hunch_core::{Reader, Usage};
+use crate::reader::AnswerSettings;
+use hunch_core::{QuestionMode, Reader, Usage};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -25,9 +26,15 @@ pub struct InvocationState {
 }
 
 impl InvocationState {
-    fn new(reader: Option<Arc<dyn Reader>>, limits: Limits, name: &str, version: &str) -> Self {
+    fn new(
+        reader: Option<Arc<dyn Reader>>,
+        answering: AnswerSettings,
+        limits: Limits,
+        name: &str,
+        version: &str,
+    ) -> Self {
         InvocationState {
-            read: ReadCapability::new(reader, limits),
+            read: ReadCapability::new(reader, limits).with_answering(answering),
             log: LogCapability::new(name, version, limits.max_log_lines),
             limiter: MemoryLimiter::new(limits.memory_bytes),
         }
@@ -161,6 +168,8 @@ pub struct LoadedPolicy {
     pub limits: Limits,
     /// The reader this policy reads with (`None`: the server's default).
     pub reader: Option<String>,
+    /// How this policy's reads ask their questions (`None`: the server's mode).
+    pub questions: Option<QuestionMode>,
     pub loaded_at: SystemTime,
     pub wasm_bytes: usize,
     /// sha256 of the component, hex (decision events name it).
@@ -193,6 +202,9 @@ pub struct PolicyConfig {
     pub reader: Option<String>,
     #[serde(default)]
     pub limits: Option<Limits>,
+    /// `isolated` or `joint`; `None` reads in the server's `--questions` mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub questions: Option<QuestionMode>,
     /// `[decision_log]`: masking and dropping of this policy's decision events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_log: Option<crate::decision::mask::PolicyLogConfig>,
@@ -318,7 +330,14 @@ impl LoadedPolicy {
 
         let limits = config.limits.unwrap_or_default().capped_by(ceiling);
         let described = runtime.block_on(async {
-            let mut store = new_store(engine, None, limits, name, &version)?;
+            let mut store = new_store(
+                engine,
+                None,
+                AnswerSettings::default(),
+                limits,
+                name,
+                &version,
+            )?;
             let future = async {
                 let bindings = pre.instantiate_async(&mut store).await?;
                 bindings.call_describe(&mut store).await
@@ -348,6 +367,7 @@ impl LoadedPolicy {
             },
             limits,
             reader: config.reader.clone(),
+            questions: config.questions,
             loaded_at: SystemTime::now(),
             wasm_bytes: wasm.len(),
             sha256: crate::decision::event::sha256_hex(wasm),
@@ -375,12 +395,28 @@ impl LoadedPolicy {
         }
     }
 
-    /// Runs `decide` on `input` in a fresh store.
+    /// Runs `decide` on `input` in a fresh store, reading in the policy's question mode (else
+    /// isolated) without an answer cache.
     pub async fn invoke(
         &self,
         reader: Option<Arc<dyn Reader>>,
         input: &Value,
     ) -> Result<Invocation, InvokeError> {
+        self.invoke_with(reader, AnswerSettings::default(), input)
+            .await
+    }
+
+    /// Runs `decide` on `input` in a fresh store; reads use `answering`'s mode unless the
+    /// policy's `NAME.toml` chose one, and its answer cache.
+    pub async fn invoke_with(
+        &self,
+        reader: Option<Arc<dyn Reader>>,
+        mut answering: AnswerSettings,
+        input: &Value,
+    ) -> Result<Invocation, InvokeError> {
+        if let Some(mode) = self.questions {
+            answering.questions = mode;
+        }
         let started = Instant::now();
         self.validate_input(input)?;
         let input_text = input.to_string();
@@ -389,8 +425,15 @@ impl LoadedPolicy {
             ..Timings::default()
         };
         let limits = self.limits;
-        let mut store = new_store(&self.engine, reader, limits, &self.name, &self.version)
-            .map_err(|e| InvokeError::Internal(e.to_string()))?;
+        let mut store = new_store(
+            &self.engine,
+            reader,
+            answering,
+            limits,
+            &self.name,
+            &self.version,
+        )
+        .map_err(|e| InvokeError::Internal(e.to_string()))?;
 
         let instantiate_started = Instant::now();
         let bindings: Policy = self
@@ -482,11 +525,15 @@ fn instantiate_error(e: wasmtime::Error, limits: &Limits) -> InvokeError {
 fn new_store(
     engine: &Engine,
     reader: Option<Arc<dyn Reader>>,
+    answering: AnswerSettings,
     limits: Limits,
     name: &str,
     version: &str,
 ) -> Result<Store<InvocationState>, InvokeError> {
-    let mut store = Store::new(engine, InvocationState::new(reader, limits, name, version));
+    let mut store = Store::new(
+        engine,
+        InvocationState::new(reader, answering, limits, name, version),
+    );
     store.limiter(|s| &mut s.limiter);
     store
         .set_fuel(limits.fuel)

@@ -26,6 +26,11 @@ use wasmtime::Engine;
 pub trait ReaderSource: Send + Sync {
     /// `None` asks for the default reader.
     fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>>;
+
+    /// The server's question mode and answer cache for policy reads.
+    fn answering(&self) -> crate::reader::AnswerSettings {
+        crate::reader::AnswerSettings::default()
+    }
 }
 
 /// A fixed set of readers: a default and named ones.
@@ -259,7 +264,9 @@ impl Registry {
             .ok_or_else(|| InvokeError::NotFound(name.to_string()))?;
         let _slot = self.slots.acquire().await.map_err(|_| InvokeError::Busy)?;
         let reader = self.readers.reader(policy.reader.as_deref());
-        policy.invoke(reader, input).await
+        policy
+            .invoke_with(reader, self.readers.answering(), input)
+            .await
     }
 
     /// Compiles and describes a version off the async workers.
@@ -381,10 +388,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let version = crate::policy::invoke::content_hash(&wasm);
-        let config_hash = toml_text
-            .as_deref()
-            .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
         {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
             match entries.get(name) {
@@ -527,13 +531,14 @@ impl Registry {
             )
             .await?;
         }
-        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        let e = entries.entry(name.to_string()).or_default();
-        e.previous = current;
-        e.current = Some(candidate.clone());
-        e.config_hash = e.candidate_config_hash.take();
-        e.candidate = None;
-        drop(entries);
+        {
+            let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+            let e = entries.entry(name.to_string()).or_default();
+            e.previous = current;
+            e.current = Some(candidate.clone());
+            e.config_hash = e.candidate_config_hash.take();
+            e.candidate = None;
+        }
         // The directory now holds exactly what serves: let the next reload see no change.
         if let Some(dir) = &self.dir {
             let toml = tokio::fs::read_to_string(dir.join(Stage::Active.file(name, "toml")))
@@ -689,10 +694,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let version = crate::policy::invoke::content_hash(&wasm);
-        let config_hash = toml_text
-            .as_deref()
-            .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
         {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
             if let Some(e) = entries.get(name) {
@@ -854,6 +856,15 @@ fn summary(name: &str, e: &Entry) -> PolicySummary {
         candidate,
         previous_version: e.previous.as_ref().map(|p| p.version.clone()),
     }
+}
+
+/// A version's content hash and its config's: together, what makes a reload a change.
+fn hashes(wasm: &[u8], toml_text: Option<&str>) -> (String, Option<String>) {
+    use crate::policy::invoke::content_hash;
+    (
+        content_hash(wasm),
+        toml_text.map(|t| content_hash(t.as_bytes())),
+    )
 }
 
 /// Write to a temporary sibling, then rename: the watcher never sees a half-written file.

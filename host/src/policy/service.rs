@@ -24,6 +24,13 @@ impl ReaderSource for AppReaders {
         let gated = state.reader(name.unwrap_or(DEFAULT_ALIAS)).ok()?;
         Some(Arc::new(gated))
     }
+
+    fn answering(&self) -> crate::reader::AnswerSettings {
+        self.0
+            .get()
+            .map(|state| state.answering.clone())
+            .unwrap_or_default()
+    }
 }
 
 pub struct PolicyService {

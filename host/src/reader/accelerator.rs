@@ -3,36 +3,15 @@
 //! Every failure to reach the sidecar (refused, reset, died mid-request) is `Unavailable` with a
 //! retry-after, and every call has a timeout: a request never hangs on a dead sidecar.
 
-use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
-use serde::Deserialize;
+pub use hunch_core::protocol::{Health, HealthState};
+use hunch_core::protocol::{ModelInfo, HEALTH_PATH, READ_PATH};
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderLimits};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How long a client waits before retrying when the sidecar cannot be reached.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// What `GET /health` reports while loading and after.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum HealthState {
-    Loading,
-    Ready,
-    Failed,
-    /// A state this host does not know yet: treated as not ready, never as an error.
-    #[serde(other)]
-    Unknown,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Health {
-    pub state: HealthState,
-    #[serde(default)]
-    pub model: String,
-    #[serde(default)]
-    pub progress: f64,
-    #[serde(default)]
-    pub message: String,
-}
 
 /// A client of one sidecar at a loopback URL.
 #[derive(Debug, Clone)]
@@ -41,6 +20,8 @@ pub struct AcceleratorClient {
     base: String,
     http: reqwest::Client,
     read_timeout: Duration,
+    /// What the sidecar said about its model in its last `/health` (shared by clones).
+    info: Arc<RwLock<Option<ModelInfo>>>,
 }
 
 impl AcceleratorClient {
@@ -56,25 +37,45 @@ impl AcceleratorClient {
             base: base.trim_end_matches('/').to_string(),
             http,
             read_timeout,
+            info: Arc::default(),
         })
+    }
+
+    /// The model's limits and fingerprint, as of the last health answer that carried them.
+    pub fn info(&self) -> Option<ModelInfo> {
+        self.info.read().ok().and_then(|i| i.clone())
+    }
+
+    pub fn limits(&self) -> ReaderLimits {
+        self.info().map(|i| i.limits).unwrap_or_default()
+    }
+
+    pub fn fingerprint(&self) -> Option<String> {
+        self.info().map(|i| i.fingerprint)
     }
 
     pub fn base_url(&self) -> &str {
         &self.base
     }
 
+    /// Asks the sidecar how it is, and learns its model's limits and fingerprint when it says.
     pub async fn health(&self) -> Result<Health, String> {
         let response = self
             .http
-            .get(format!("{}/health", self.base))
+            .get(format!("{}{HEALTH_PATH}", self.base))
             .timeout(HEALTH_TIMEOUT)
             .send()
             .await
             .map_err(|e| format!("health check failed: {e}"))?;
-        response
+        let health = response
             .json::<Health>()
             .await
-            .map_err(|e| format!("health answer is not understood: {e}"))
+            .map_err(|e| format!("health answer is not understood: {e}"))?;
+        if let Ok(mut info) = self.info.write() {
+            // A restarted sidecar may serve another checkpoint: forget what the old one said.
+            *info = health.info.clone();
+        }
+        Ok(health)
     }
 
     fn unreachable(&self, e: &reqwest::Error) -> ReadError {
@@ -91,9 +92,14 @@ impl AcceleratorClient {
     }
 
     pub async fn read_request(&self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
+        if self.info().is_none() {
+            // Not learnt yet (an external sidecar, or one that just became ready): one health
+            // check, so the limits below are the sidecar's own. A failure leaves the defaults.
+            let _ = self.health().await;
+        }
         let response = self
             .http
-            .post(format!("{}/read", self.base))
+            .post(format!("{}{READ_PATH}", self.base))
             .timeout(self.read_timeout)
             .json(request)
             .send()
@@ -111,14 +117,28 @@ impl AcceleratorClient {
             return Err(error);
         }
         let text = String::from_utf8_lossy(&body);
-        Err(match status.as_u16() {
-            503 => ReadError::unavailable(
-                format!("the accelerator is unavailable: {text}"),
-                RETRY_AFTER,
-            ),
-            504 => ReadError::Timeout,
-            code => ReadError::internal(format!("the accelerator answered {code}: {text}")),
-        })
+        Err(error_from_status(status.as_u16(), &text))
+    }
+}
+
+/// A failure answer without a `ReadError` body (an older sidecar, a proxy): a body the
+/// accelerator refused as too large is a 400 `request_too_large`, other 4xx are the caller's
+/// fault and stay 4xx, only the rest is retryable or internal.
+fn error_from_status(code: u16, text: &str) -> ReadError {
+    match code {
+        413 => ReadError::TooLarge {
+            message: "the read is larger than the accelerator takes".into(),
+        },
+        503 => ReadError::unavailable(
+            format!("the accelerator is unavailable: {text}"),
+            RETRY_AFTER,
+        ),
+        504 => ReadError::Timeout,
+        400..=499 => ReadError::Rejected {
+            status: code,
+            message: format!("the accelerator refused the read: {text}"),
+        },
+        code => ReadError::internal(format!("the accelerator answered {code}: {text}")),
     }
 }
 
@@ -150,5 +170,30 @@ impl Reader for AcceleratorReader {
 
     async fn ready(&self) -> bool {
         matches!(self.client.health().await, Ok(h) if h.state == HealthState::Ready)
+    }
+
+    fn limits(&self) -> ReaderLimits {
+        self.client.limits()
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        self.client.fingerprint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_failure_statuses_keep_their_meaning() {
+        assert!(matches!(error_from_status(413, ""), ReadError::TooLarge { .. }));
+        assert!(matches!(
+            error_from_status(422, "x"),
+            ReadError::Rejected { status: 422, .. }
+        ));
+        assert!(matches!(error_from_status(503, ""), ReadError::Unavailable { .. }));
+        assert!(matches!(error_from_status(504, ""), ReadError::Timeout));
+        assert!(matches!(error_from_status(500, ""), ReadError::Internal { .. }));
     }
 }

@@ -156,6 +156,18 @@ impl Reader for Sidecar {
     async fn ready(&self) -> bool {
         matches!(self.shared.get().0, SidecarStatus::Ready)
     }
+
+    fn limits(&self) -> hunch_core::ReaderLimits {
+        self.shared
+            .get()
+            .1
+            .map(|client| client.limits())
+            .unwrap_or_default()
+    }
+
+    fn fingerprint(&self) -> Option<String> {
+        self.shared.get().1.and_then(|client| client.fingerprint())
+    }
 }
 
 /// Starts the process and waits for its one `LISTENING` line.

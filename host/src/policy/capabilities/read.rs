@@ -1,18 +1,18 @@
-//! The `reader` capability: turns a policy's question sets into `hunch_core` read requests for
-//! the policy's reader, answers them with `Answer::from_distribution` (the server's only answer
-//! math), counts reads and questions against the invocation's limits, and records every read for
-//! the response.
+//! The `reader` capability: turns a policy's question sets into typed `hunch_core` questions,
+//! answers them with hunch-core's one orchestration ([`hunch_core::answer_set`], the same as the
+//! System One API: limits, reads, error mapping to the set's index and id, answer cache), counts
+//! reads and questions against the invocation's limits, and records every read for the response.
 
 use crate::policy::bindings::hunch::policy::reader;
 use crate::policy::bindings::types as wit;
 use crate::policy::limits::{Limit, LimitExceeded, Limits};
 use futures_util::future::join_all;
+use crate::reader::AnswerSettings;
 use hunch_core::{
-    Answer, ChoiceOption, LabelDistribution, Question, QuestionKind, ReadError, ReadRequest,
-    Reader, Usage,
+    answer_set, Answer, Answering, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
+    ReadOptions, Reader, Usage,
 };
 use serde::Serialize;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,6 +51,8 @@ pub struct ReadCapability {
     /// not configured: reads then fail with `unavailable`, which the policy may handle.
     reader: Option<Arc<dyn Reader>>,
     limits: Limits,
+    /// The question mode (the policy's `NAME.toml`, else the server's) and the answer cache.
+    answering: AnswerSettings,
     reads: u32,
     questions: u32,
     pub records: Vec<ReadRecord>,
@@ -64,12 +66,19 @@ impl ReadCapability {
         ReadCapability {
             reader,
             limits,
+            answering: AnswerSettings::default(),
             reads: 0,
             questions: 0,
             records: Vec::new(),
             usage: Usage::default(),
             read_ms: 0.0,
         }
+    }
+
+    /// Reads in `answering`'s question mode, with its answer cache.
+    pub fn with_answering(mut self, answering: AnswerSettings) -> Self {
+        self.answering = answering;
+        self
     }
 
     /// Counts `sets` against the limits before anything is read, so a batch that would break a
@@ -114,8 +123,13 @@ impl ReadCapability {
         self.admit(&sets).map_err(wasmtime::Error::new)?;
         let started = Instant::now();
         let reader = self.reader.clone();
+        let answering = &self.answering;
         // Independent sets are read concurrently: the reader batches or queues them as it sees fit.
-        let outcomes = join_all(sets.into_iter().map(|set| read_one(reader.clone(), set))).await;
+        let outcomes = join_all(
+            sets.into_iter()
+                .map(|set| read_one(reader.clone(), answering, set)),
+        )
+        .await;
         self.read_ms += started.elapsed().as_secs_f64() * 1e3;
         let mut results = Vec::with_capacity(outcomes.len());
         for (result, record) in outcomes {
@@ -152,56 +166,37 @@ impl reader::Host for ReadCapability {
     }
 }
 
-/// A WIT question as a typed core question, refusing what no reader could answer.
-fn to_core(q: &wit::Question) -> Result<Question, String> {
+/// A WIT question as a typed core question (its limits are checked by the orchestration,
+/// against the reader's own).
+fn to_core(q: &wit::Question) -> Question {
     let kind = match &q.kind {
         wit::QuestionKind::Noul(c) => QuestionKind::Noul {
             yes: c.yes.clone(),
             no: c.no.clone(),
         },
-        wit::QuestionKind::Choice(options) => {
-            if options.is_empty() {
-                return Err("a choice needs at least one option".into());
-            }
-            let mut seen = HashSet::new();
-            if let Some(dup) = options.iter().find(|o| !seen.insert(o.name.as_str())) {
-                return Err(format!("option `{}` appears twice", dup.name));
-            }
-            QuestionKind::Choice {
-                options: options
-                    .iter()
-                    .map(|o| ChoiceOption {
-                        name: o.name.clone(),
-                        description: o.description.clone(),
-                    })
-                    .collect(),
-            }
-        }
-        wit::QuestionKind::Score(levels) => {
-            if levels.is_empty() {
-                return Err("a score needs at least one level".into());
-            }
-            QuestionKind::Score {
-                levels: levels.clone(),
-            }
-        }
+        wit::QuestionKind::Choice(options) => QuestionKind::Choice {
+            options: options
+                .iter()
+                .map(|o| ChoiceOption {
+                    name: o.name.clone(),
+                    description: o.description.clone(),
+                })
+                .collect(),
+        },
+        wit::QuestionKind::Score(levels) => QuestionKind::Score {
+            levels: levels.clone(),
+        },
     };
-    Ok(Question {
+    Question {
         instructions: q.instructions.clone(),
         kind,
-    })
-}
-
-fn invalid_question(index: usize, message: String) -> ReadError {
-    ReadError::InvalidQuestion {
-        question: index,
-        message,
     }
 }
 
 /// Reads one set; never traps (limits were checked by `admit`).
 async fn read_one(
     reader: Option<Arc<dyn Reader>>,
+    answering: &AnswerSettings,
     set: wit::QuestionSet,
 ) -> (Result<wit::Answers, wit::ReadError>, ReadRecord) {
     let started = Instant::now();
@@ -213,7 +208,7 @@ async fn read_one(
         usage: Usage::default(),
         elapsed_ms: 0.0,
     };
-    let result = answer_set(reader, &set, &mut record).await;
+    let result = answer_policy_set(reader, answering, &set, &mut record).await;
     record.elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     match result {
         Ok(answers) => {
@@ -236,65 +231,78 @@ async fn read_one(
     }
 }
 
-async fn answer_set(
+async fn answer_policy_set(
     reader: Option<Arc<dyn Reader>>,
+    answering: &AnswerSettings,
     set: &wit::QuestionSet,
     record: &mut ReadRecord,
 ) -> Result<Vec<RecordedAnswer>, ReadError> {
-    let mut questions = Vec::with_capacity(set.questions.len());
-    for (i, q) in set.questions.iter().enumerate() {
-        let question = to_core(q).map_err(|m| invalid_question(i, m))?;
-        questions.push(RecordedQuestion {
-            id: q.id.clone(),
-            question,
-        });
-    }
-    record.questions = questions.clone();
-    // Questions with one label are certain and cost no read (as in the System One API).
-    let needing: Vec<usize> = (0..questions.len())
-        .filter(|&i| questions[i].question.needs_read())
+    let asked: Vec<AskedQuestion> = set
+        .questions
+        .iter()
+        .map(|q| AskedQuestion {
+            id: hunch_core::QuestionId(q.id.clone()),
+            question: to_core(q),
+        })
         .collect();
-    let mut distributions: Vec<Option<LabelDistribution>> = vec![None; questions.len()];
-    if !needing.is_empty() {
-        let reader = reader.ok_or_else(|| ReadError::Unavailable {
+    record.questions = asked
+        .iter()
+        .map(|a| RecordedQuestion {
+            id: a.id.0.clone(),
+            question: a.question.clone(),
+        })
+        .collect();
+    let options = ReadOptions {
+        questions: answering.questions,
+        ..ReadOptions::default()
+    };
+    let answered = match &reader {
+        Some(reader) => {
+            answer_set(
+                reader.as_ref(),
+                &set.state,
+                &asked,
+                &options,
+                Answering {
+                    cache: answering.cache.as_deref(),
+                },
+            )
+            .await
+        }
+        // Without a reader only questions that need no read can be answered.
+        None => answer_set(&NoReader, &set.state, &asked, &options, Answering::default()).await,
+    }
+    .map_err(|e| e.error)?;
+    record.usage = answered.usage;
+    Ok(asked
+        .into_iter()
+        .zip(answered.answers)
+        .map(|(a, answer)| RecordedAnswer {
+            id: a.id.0,
+            answer,
+        })
+        .collect())
+}
+
+/// The reader of a policy that has none (while describing, or not configured): every read is
+/// `unavailable`, which the policy may handle.
+struct NoReader;
+
+#[async_trait::async_trait]
+impl Reader for NoReader {
+    fn model_name(&self) -> &str {
+        ""
+    }
+
+    async fn read(
+        &self,
+        _request: hunch_core::ReadRequest,
+    ) -> Result<hunch_core::ReadOutcome, ReadError> {
+        Err(ReadError::Unavailable {
             message: "no reader is configured for this policy".into(),
             retry_after_seconds: 1,
-        })?;
-        let request = ReadRequest {
-            state: set.state.clone(),
-            questions: needing
-                .iter()
-                .map(|&i| questions[i].question.clone())
-                .collect(),
-            options: Default::default(),
-        };
-        let outcome = reader.read(request).await?;
-        if outcome.distributions.len() != needing.len() {
-            return Err(ReadError::internal(format!(
-                "the reader returned {} distributions for {} questions",
-                outcome.distributions.len(),
-                needing.len()
-            )));
-        }
-        record.usage = outcome.usage;
-        for (&i, d) in needing.iter().zip(outcome.distributions) {
-            distributions[i] = Some(d);
-        }
+        })
     }
-    let mut answers = Vec::with_capacity(questions.len());
-    for (i, (q, d)) in questions.iter().zip(distributions).enumerate() {
-        let answer = match d {
-            Some(d) => Answer::from_distribution(&q.question, &d)
-                .map_err(|e| ReadError::internal(format!("question {i}: {e}")))?,
-            None => Answer::without_read(&q.question)
-                .ok_or_else(|| ReadError::internal(format!("question {i} was not read")))?,
-        };
-        answers.push(RecordedAnswer {
-            id: q.id.clone(),
-            answer,
-        });
-    }
-    Ok(answers)
 }
 
 fn to_wit_answer(id: &str, answer: &Answer) -> wit::Answer {
@@ -464,6 +472,147 @@ mod tests {
         assert_eq!(
             err.downcast_ref::<LimitExceeded>().unwrap().limit,
             Limit::Questions
+        );
+    }
+
+    /// A reader that refuses a question by its index among those it was sent, or has limits.
+    struct Strict {
+        blame: Option<usize>,
+        limits: hunch_core::ReaderLimits,
+        asked: std::sync::Mutex<Vec<hunch_core::ReadRequest>>,
+    }
+
+    impl Strict {
+        fn new() -> Self {
+            Strict {
+                blame: None,
+                limits: Default::default(),
+                asked: Default::default(),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Reader for Strict {
+        fn model_name(&self) -> &str {
+            "strict"
+        }
+        async fn read(
+            &self,
+            request: hunch_core::ReadRequest,
+        ) -> Result<hunch_core::ReadOutcome, ReadError> {
+            self.asked.lock().unwrap().push(request.clone());
+            if let Some(question) = self.blame {
+                return Err(ReadError::InvalidQuestion {
+                    question,
+                    message: "labels do not share one slot".into(),
+                });
+            }
+            Ok(hunch_core::ReadOutcome {
+                distributions: request
+                    .questions
+                    .iter()
+                    .map(|q| {
+                        let n = q.label_count();
+                        hunch_core::LabelDistribution(vec![1.0 / n as f64; n])
+                    })
+                    .collect(),
+                usage: Usage::default(),
+                stats: Default::default(),
+            })
+        }
+        fn limits(&self) -> hunch_core::ReaderLimits {
+            self.limits
+        }
+    }
+
+    fn with(reader: Strict) -> (ReadCapability, Arc<Strict>) {
+        let reader = Arc::new(reader);
+        (
+            ReadCapability::new(Some(reader.clone()), Limits::default()),
+            reader,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_refused_question_is_named_by_its_index_in_the_policys_set() {
+        // The reader is sent [b, c] (the one-level score needs no read) and refuses its second.
+        let (mut c, _) = with(Strict {
+            blame: Some(1),
+            ..Strict::new()
+        });
+        let out = c
+            .read_sets(vec![set(vec![
+                q("only", wit::QuestionKind::Score(vec!["one".into()])),
+                noul("b"),
+                noul("c"),
+            ])])
+            .await
+            .unwrap();
+        let err = out[0].as_ref().unwrap_err();
+        assert_eq!(err.kind, wit::ReadErrorKind::InvalidQuestion);
+        assert_eq!(err.question, Some(2), "c is the set's question 2");
+    }
+
+    #[tokio::test]
+    async fn option_and_level_limits_hold_for_policies() {
+        let (mut c, reader) = with(Strict::new());
+        let options: Vec<wit::ChoiceOption> = (0..256)
+            .map(|i| wit::ChoiceOption {
+                name: format!("o{i}"),
+                description: None,
+            })
+            .collect();
+        let levels: Vec<String> = (0..11).map(|i| i.to_string()).collect();
+        let out = c
+            .read_sets(vec![
+                set(vec![noul("a"), q("wide", wit::QuestionKind::Choice(options))]),
+                set(vec![q("deep", wit::QuestionKind::Score(levels))]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(out[0].as_ref().unwrap_err().question, Some(1));
+        assert_eq!(out[1].as_ref().unwrap_err().question, Some(0));
+        assert!(reader.asked.lock().unwrap().is_empty(), "refused before any read");
+    }
+
+    #[tokio::test]
+    async fn a_read_over_the_readers_size_limit_is_too_large_and_never_sent() {
+        let (mut c, reader) = with(Strict {
+            limits: hunch_core::ReaderLimits {
+                max_request_bytes: Some(1 << 20),
+                ..Default::default()
+            },
+            ..Strict::new()
+        });
+        // A 2 MiB question (the policy's state limit does not cover questions).
+        let mut huge = noul("a");
+        huge.instructions = "x".repeat(2 << 20);
+        let out = c.read_sets(vec![set(vec![huge])]).await.unwrap();
+        assert_eq!(
+            out[0].as_ref().unwrap_err().kind,
+            wit::ReadErrorKind::TooLarge
+        );
+        assert!(reader.asked.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn reads_use_the_configured_question_mode() {
+        let (c, reader) = with(Strict::new());
+        let mut c = c.with_answering(AnswerSettings {
+            questions: hunch_core::QuestionMode::Joint,
+            cache: None,
+        });
+        c.read_sets(vec![set(vec![noul("a")])]).await.unwrap();
+        let (mut d, isolated) = with(Strict::new());
+        d.read_sets(vec![set(vec![noul("a")])]).await.unwrap();
+        assert_eq!(
+            reader.asked.lock().unwrap()[0].options.questions,
+            hunch_core::QuestionMode::Joint
+        );
+        assert_eq!(
+            isolated.asked.lock().unwrap()[0].options.questions,
+            hunch_core::QuestionMode::Isolated
         );
     }
 

@@ -1,0 +1,429 @@
+//! Answering a question set with a reader: the one orchestration the System One API and the
+//! policies' `read`/`read-batch` both use (docs/read.md, "Answering a question set").
+//!
+//! 1. every question is checked against the reader's limits;
+//! 2. questions with one label are answered without a read;
+//! 3. in isolated mode, cached answers are taken from the answer cache;
+//! 4. the rest go to the reader in one request (it plans isolated or joint reads from the mode),
+//!    after checking the request against the reader's size limits;
+//! 5. answers are built in the set's order, and a reader's error about a question is mapped back
+//!    to that question's index in the set and its id.
+
+use crate::answer::Answer;
+use crate::cache::{AnswerCache, CacheKey};
+use crate::question::{Question, QuestionId};
+use crate::reader::{
+    LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
+    ReaderLimits, Usage,
+};
+
+/// A caller's question: its id beside the id-free question the reader sees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AskedQuestion {
+    pub id: QuestionId,
+    pub question: Question,
+}
+
+/// Every answer of a set, in the set's order, with what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnsweredSet {
+    pub answers: Vec<Answer>,
+    /// Tokens of the reads performed (cached answers count none).
+    pub usage: Usage,
+    pub stats: ReadStats,
+    /// Answers taken from the answer cache.
+    pub cache_hits: u32,
+}
+
+/// Why a set could not be answered: the reader's error, with the question it concerns (its
+/// index in the set and its id) when it concerns one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{error}")]
+pub struct SetError {
+    /// For [`ReadError::InvalidQuestion`], its `question` is the index in the set.
+    pub error: ReadError,
+    pub question_id: Option<QuestionId>,
+}
+
+impl SetError {
+    fn new(error: ReadError, questions: &[AskedQuestion]) -> Self {
+        let question_id = match &error {
+            ReadError::InvalidQuestion { question, .. } => {
+                questions.get(*question).map(|q| q.id.clone())
+            }
+            _ => None,
+        };
+        SetError { error, question_id }
+    }
+}
+
+/// What answering a set may use besides the reader.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answering<'a> {
+    /// Consulted (and filled) in isolated mode when the reader has a fingerprint.
+    pub cache: Option<&'a AnswerCache>,
+}
+
+/// Answers `questions` about `state` with `reader`; see the module's steps.
+pub async fn answer_set(
+    reader: &dyn Reader,
+    state: &str,
+    questions: &[AskedQuestion],
+    options: &ReadOptions,
+    with: Answering<'_>,
+) -> Result<AnsweredSet, SetError> {
+    let fail = |error: ReadError| SetError::new(error, questions);
+    let limits = reader.limits();
+    for (index, asked) in questions.iter().enumerate() {
+        asked
+            .question
+            .validate(&limits.questions)
+            .map_err(|e| {
+                fail(ReadError::InvalidQuestion {
+                    question: index,
+                    message: e.to_string(),
+                })
+            })?;
+    }
+
+    let mut distributions: Vec<Option<LabelDistribution>> = vec![None; questions.len()];
+    let cache = match (options.questions, with.cache, reader.fingerprint()) {
+        (QuestionMode::Isolated, Some(cache), Some(fingerprint)) => Some((cache, fingerprint)),
+        _ => None,
+    };
+    let mut cache_hits = 0u32;
+    let mut to_read: Vec<usize> = Vec::new();
+    let mut keys: Vec<Option<CacheKey>> = Vec::new();
+    for (index, asked) in questions.iter().enumerate() {
+        if !asked.question.needs_read() {
+            continue;
+        }
+        let key = cache
+            .as_ref()
+            .map(|(_, fp)| CacheKey::new(fp, state, &asked.question, options));
+        if let (Some((cache, _)), Some(key)) = (&cache, &key) {
+            if let Some(hit) = cache.get(key) {
+                distributions[index] = Some(hit);
+                cache_hits += 1;
+                continue;
+            }
+        }
+        to_read.push(index);
+        keys.push(key);
+    }
+
+    let (usage, stats) = if to_read.is_empty() {
+        (Usage::default(), ReadStats::default())
+    } else {
+        let request = ReadRequest {
+            state: state.to_string(),
+            questions: to_read
+                .iter()
+                .map(|&i| questions[i].question.clone())
+                .collect(),
+            options: options.clone(),
+        };
+        check_size(&request, &limits, reader.model_name()).map_err(fail)?;
+        let outcome = reader.read(request).await.map_err(|e| {
+            // The reader counts within the questions it was sent; the caller, within the set.
+            fail(match e {
+                ReadError::InvalidQuestion { question, message } => ReadError::InvalidQuestion {
+                    question: to_read.get(question).copied().unwrap_or(question),
+                    message,
+                },
+                other => other,
+            })
+        })?;
+        if outcome.distributions.len() != to_read.len() {
+            return Err(fail(ReadError::internal(format!(
+                "the reader returned {} distributions for {} questions",
+                outcome.distributions.len(),
+                to_read.len()
+            ))));
+        }
+        for ((&index, key), distribution) in to_read.iter().zip(keys).zip(outcome.distributions) {
+            if let (Some((cache, _)), Some(key)) = (&cache, key) {
+                cache.put(key, distribution.clone());
+            }
+            distributions[index] = Some(distribution);
+        }
+        (outcome.usage, outcome.stats)
+    };
+
+    let mut answers = Vec::with_capacity(questions.len());
+    for (index, (asked, distribution)) in questions.iter().zip(distributions).enumerate() {
+        let answer = match distribution {
+            Some(d) => Answer::from_distribution(&asked.question, &d).map_err(|e| {
+                fail(ReadError::internal(format!(
+                    "question {:?}: {e}",
+                    asked.id.as_str()
+                )))
+            })?,
+            None => Answer::without_read(&asked.question).ok_or_else(|| {
+                fail(ReadError::internal(format!("question {index} was not read")))
+            })?,
+        };
+        answers.push(answer);
+    }
+    Ok(AnsweredSet {
+        answers,
+        usage,
+        stats,
+        cache_hits,
+    })
+}
+
+/// Refuses, before sending, a request the reader has said it cannot take: a body over its size
+/// limit, or a prompt whose text alone (state and questions, without any template) is more bytes
+/// than the reader's context can hold at the most bytes one token can cover.
+fn check_size(request: &ReadRequest, limits: &ReaderLimits, model: &str) -> Result<(), ReadError> {
+    if let (Some(max_tokens), Some(token_bytes)) = (limits.max_prompt_tokens, limits.max_token_bytes)
+    {
+        let texts = request.questions.iter().map(Question::text_bytes);
+        // The longest prompt: one question's (isolated) or all of them (joint).
+        let questions = match request.options.questions {
+            QuestionMode::Isolated => texts.max().unwrap_or(0),
+            QuestionMode::Joint => texts.sum(),
+        };
+        let bytes = (request.state.len() + questions) as u64;
+        let at_least = bytes.div_ceil(token_bytes.max(1));
+        if at_least > max_tokens {
+            return Err(ReadError::TooLarge {
+                message: format!(
+                    "Prompt too long: at least {at_least} tokens (a state and questions of \
+                     {bytes} bytes), and model {model} reads at most {max_tokens} tokens"
+                ),
+            });
+        }
+    }
+    if let Some(max_bytes) = limits.max_request_bytes {
+        let bytes = serde_json::to_vec(request).map(|b| b.len()).unwrap_or(0) as u64;
+        if bytes > max_bytes {
+            return Err(ReadError::TooLarge {
+                message: format!(
+                    "the read is {bytes} bytes of state and questions; model {model} takes at \
+                     most {max_bytes} bytes per read"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::question::{ChoiceOption, QuestionKind, QuestionLimits};
+    use crate::reader::ReadOutcome;
+    use std::sync::Mutex;
+
+    /// Answers each question with `[0.75, 0.25, …]`-shaped distributions, or fails; remembers
+    /// what it was asked.
+    struct Stub {
+        error: Option<ReadError>,
+        limits: ReaderLimits,
+        fingerprint: Option<String>,
+        asked: Mutex<Vec<ReadRequest>>,
+    }
+
+    impl Stub {
+        fn new() -> Self {
+            Stub {
+                error: None,
+                limits: ReaderLimits::default(),
+                fingerprint: Some("fp".into()),
+                asked: Mutex::new(Vec::new()),
+            }
+        }
+        fn asked(&self) -> Vec<ReadRequest> {
+            self.asked.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Reader for Stub {
+        fn model_name(&self) -> &str {
+            "m"
+        }
+        async fn read(&self, request: ReadRequest) -> Result<crate::ReadOutcome, ReadError> {
+            self.asked.lock().unwrap().push(request.clone());
+            if let Some(e) = &self.error {
+                return Err(e.clone());
+            }
+            Ok(ReadOutcome {
+                distributions: request
+                    .questions
+                    .iter()
+                    .map(|q| {
+                        let n = q.label_count();
+                        let mut d = vec![0.25 / (n - 1) as f64; n];
+                        d[0] = 0.75;
+                        LabelDistribution(d)
+                    })
+                    .collect(),
+                usage: Usage {
+                    input_tokens: 10 * request.questions.len() as u64,
+                    output_tokens: 2,
+                },
+                stats: ReadStats::default(),
+            })
+        }
+        fn limits(&self) -> ReaderLimits {
+            self.limits
+        }
+        fn fingerprint(&self) -> Option<String> {
+            self.fingerprint.clone()
+        }
+    }
+
+    fn asked(id: &str, kind: QuestionKind) -> AskedQuestion {
+        AskedQuestion {
+            id: QuestionId(id.into()),
+            question: Question {
+                instructions: format!("{id}?"),
+                kind,
+            },
+        }
+    }
+
+    fn noul(id: &str) -> AskedQuestion {
+        asked(id, QuestionKind::Noul { yes: None, no: None })
+    }
+
+    fn choice(id: &str, n: usize) -> AskedQuestion {
+        asked(
+            id,
+            QuestionKind::Choice {
+                options: (0..n)
+                    .map(|i| ChoiceOption {
+                        name: format!("o{i}"),
+                        description: None,
+                    })
+                    .collect(),
+            },
+        )
+    }
+
+    fn isolated() -> ReadOptions {
+        ReadOptions {
+            questions: QuestionMode::Isolated,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn one_label_questions_are_not_read_and_answers_keep_the_set_order() {
+        let reader = Stub::new();
+        let set = vec![choice("only", 1), noul("a"), choice("c", 3)];
+        let out = answer_set(&reader, "s", &set, &isolated(), Answering::default())
+            .await
+            .unwrap();
+        assert_eq!(reader.asked()[0].questions.len(), 2);
+        assert_eq!(out.answers.len(), 3);
+        assert_eq!(out.answers[0].distribution(), vec![1.0]);
+        assert_eq!(out.answers[1].distribution(), vec![0.75, 0.25]);
+        assert_eq!(out.usage.input_tokens, 20);
+        assert_eq!(reader.asked()[0].options.questions, QuestionMode::Isolated);
+    }
+
+    #[tokio::test]
+    async fn a_reader_error_names_the_question_by_its_index_in_the_set_and_its_id() {
+        let mut reader = Stub::new();
+        // The reader saw [a, b] (the 1-option question is not read) and blames its question 1.
+        reader.error = Some(ReadError::InvalidQuestion {
+            question: 1,
+            message: "labels do not fit".into(),
+        });
+        let set = vec![choice("only", 1), noul("a"), noul("b")];
+        let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.error, ReadError::InvalidQuestion { question: 2, .. }));
+        assert_eq!(err.question_id, Some(QuestionId("b".into())));
+    }
+
+    #[tokio::test]
+    async fn questions_beyond_the_readers_limits_are_refused_before_any_read() {
+        let mut reader = Stub::new();
+        reader.limits.questions = QuestionLimits {
+            max_choice_options: 3,
+            ..Default::default()
+        };
+        let set = vec![noul("a"), choice("big", 4)];
+        let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.error, ReadError::InvalidQuestion { question: 1, .. }));
+        assert_eq!(err.question_id, Some(QuestionId("big".into())));
+        assert!(reader.asked().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_too_large_for_the_reader_is_refused_before_sending() {
+        let mut reader = Stub::new();
+        reader.limits.max_request_bytes = Some(1000);
+        let set = vec![noul("a")];
+        let err = answer_set(&reader, &"x".repeat(2000), &set, &isolated(), Answering::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
+        let mut reader = Stub::new();
+        reader.limits.max_prompt_tokens = Some(100);
+        reader.limits.max_token_bytes = Some(4);
+        let err = answer_set(&reader, &"x".repeat(401), &set, &isolated(), Answering::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
+        // A huge question counts too (here 401 bytes of instructions with a 1-byte state).
+        let mut huge = noul("h");
+        huge.question.instructions = "y".repeat(400);
+        let err = answer_set(&reader, "s", &[huge], &isolated(), Answering::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
+        assert!(reader.asked().is_empty());
+        // At the bound it is sent: the reader decides on the exact token count.
+        // 398 bytes of state and the 2 of "a?": 100 tokens at least, not more.
+        answer_set(&reader, &"x".repeat(398), &set, &isolated(), Answering::default())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn cached_answers_are_identical_cost_nothing_and_only_serve_isolated_reads() {
+        let reader = Stub::new();
+        let cache = AnswerCache::new(1 << 20);
+        let with = Answering {
+            cache: Some(&cache),
+        };
+        let first = answer_set(&reader, "s", &[noul("a"), noul("b")], &isolated(), with)
+            .await
+            .unwrap();
+        assert_eq!(first.cache_hits, 0);
+        // `b` renamed and asked with a new question: `b` is a hit, only `c` is read.
+        let again = answer_set(&reader, "s", &[noul("c"), noul("b")], &isolated(), with)
+            .await
+            .unwrap();
+        assert_eq!(again.cache_hits, 1);
+        assert_eq!(again.answers[1], first.answers[1]);
+        assert_eq!(reader.asked().len(), 2);
+        assert_eq!(reader.asked()[1].questions.len(), 1);
+        assert_eq!(again.usage.input_tokens, 10);
+        // All cached: no read, no tokens.
+        let cached = answer_set(&reader, "s", &[noul("b")], &isolated(), with)
+            .await
+            .unwrap();
+        assert_eq!(cached.usage, Usage::default());
+        assert_eq!(reader.asked().len(), 2);
+        // Joint mode never consults it.
+        let joint = ReadOptions::default();
+        let j = answer_set(&reader, "s", &[noul("b")], &joint, with).await.unwrap();
+        assert_eq!(j.cache_hits, 0);
+        assert_eq!(reader.asked().len(), 3);
+        // A reader without a fingerprint is never cached.
+        let mut anonymous = Stub::new();
+        anonymous.fingerprint = None;
+        answer_set(&anonymous, "s", &[noul("b")], &isolated(), with).await.unwrap();
+        assert_eq!(anonymous.asked().len(), 1);
+    }
+}
