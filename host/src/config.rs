@@ -407,6 +407,8 @@ impl Settings {
             });
         }
         for u in file.upstreams {
+            crate::http_url::check("upstreams.url", &u.url)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             models.push(ModelSource {
                 name: Some(u.name.clone()),
                 description: u.description,

@@ -11,6 +11,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod decision;
+pub mod http_url;
 pub mod metrics;
 pub mod policy;
 pub mod reader;

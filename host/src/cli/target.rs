@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 /// `--server URL` or a model loaded here.
 #[derive(Debug, Clone, Default, Args)]
 pub struct TargetArgs {
-    /// A running Hunch (or any System One) server, `http://` or `https://`.
+    /// A running Hunch (or any System One) server, `http://` (no TLS client yet).
     #[arg(long, value_name = "URL", conflicts_with_all = ["models", "config", "policies"])]
     pub server: Option<String>,
     /// The bearer key sent to `--server`.
@@ -42,8 +42,8 @@ pub struct TargetArgs {
 pub enum TargetError {
     #[error("give --server URL (a running server) or --model DIR (a model loaded here)")]
     Missing,
-    #[error("--server must start with http:// or https://, got {0:?}")]
-    BadUrl(String),
+    #[error(transparent)]
+    BadUrl(#[from] crate::http_url::UrlError),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("the local server did not start: {0}")]
@@ -80,9 +80,7 @@ impl Target {
     pub async fn start(args: &TargetArgs) -> Result<Target, TargetError> {
         if let Some(url) = &args.server {
             let url = url.trim_end_matches('/').to_string();
-            if !url.starts_with("http://") && !url.starts_with("https://") {
-                return Err(TargetError::BadUrl(url));
-            }
+            crate::http_url::check("--server", &url)?;
             return Ok(Target {
                 url,
                 api_key: args.api_key.clone(),

@@ -41,11 +41,7 @@ pub fn parse_upstream_arg(arg: &str) -> Result<(String, String, String), String>
         }
         _ => (name.to_string(), rest.to_string()),
     };
-    if !url.starts_with("http://") && !url.starts_with("https://") {
-        return Err(format!(
-            "--upstream URL must start with http:// or https://, got {url:?}"
-        ));
-    }
+    crate::http_url::check("--upstream", &url).map_err(|e| e.to_string())?;
     Ok((name.to_string(), model, url))
 }
 
