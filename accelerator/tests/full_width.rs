@@ -137,7 +137,11 @@ fn full_width_nvfp4_loads_and_reads() {
     one_at_a_time(Layout::Nvfp4);
 }
 
+/// Ignored in `cargo test` (run it with `--ignored`): with bfloat16 activations the affine
+/// read runs at about an eighth of float32's speed on the CPU, ~13 minutes on 2 cores, which CI's
+/// budget cannot hold (docs/checkpoint-layouts.md).
 #[test]
+#[ignore = "~13 min on a 2-core CPU; run with --ignored"]
 fn full_width_affine_loads_and_reads() {
     one_at_a_time(Layout::Affine);
 }
