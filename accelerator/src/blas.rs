@@ -361,7 +361,11 @@ mod tests {
 
     #[test]
     fn choices_parse_and_print_back() {
-        for choice in [BlasChoice::Auto, BlasChoice::OpenBlas, BlasChoice::Reference] {
+        for choice in [
+            BlasChoice::Auto,
+            BlasChoice::OpenBlas,
+            BlasChoice::Reference,
+        ] {
             assert_eq!(choice.to_string().parse::<BlasChoice>().ok(), Some(choice));
         }
         assert_eq!("".parse::<BlasChoice>().ok(), Some(BlasChoice::Auto));

@@ -406,14 +406,22 @@ fn the_default_on_a_deviating_backend_reads_requests_alone() {
         });
         engine.scheduler_mut().set_batch_deviation(deviation);
         let limit = engine.scheduler().request_limit();
-        assert_eq!(limit > 1, batches, "{batching} with {deviation:?}: limit {limit}");
+        assert_eq!(
+            limit > 1,
+            batches,
+            "{batching} with {deviation:?}: limit {limit}"
+        );
         let answers = run(&mut engine, &requests, &order, &gaps);
         let most = answers
             .iter()
             .map(|a| a.as_ref().expect("ok").stats.max_batch_requests)
             .max()
             .unwrap_or(0);
-        assert_eq!(most > 1, batches, "{batching} with {deviation:?}: {most} shared");
+        assert_eq!(
+            most > 1,
+            batches,
+            "{batching} with {deviation:?}: {most} shared"
+        );
         for (i, answer) in answers.iter().enumerate() {
             assert_same(
                 distributions(answer),
@@ -421,7 +429,11 @@ fn the_default_on_a_deviating_backend_reads_requests_alone() {
                 format!("{batching} with {deviation:?}: request {i}"),
             );
             let stats = &answer.as_ref().expect("ok").stats;
-            let expected = if stats.max_batch_requests > 1 { deviation } else { None };
+            let expected = if stats.max_batch_requests > 1 {
+                deviation
+            } else {
+                None
+            };
             assert_eq!(stats.batch_deviation, expected, "{batching}: request {i}");
         }
     }

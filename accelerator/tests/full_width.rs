@@ -61,7 +61,10 @@ fn check(layout: Layout) {
     let generated = started.elapsed();
 
     let checkpoint = Checkpoint::open(&dir).expect("open");
-    assert_eq!(checkpoint.layout, layout, "layout detected from the tensors");
+    assert_eq!(
+        checkpoint.layout, layout,
+        "layout detected from the tensors"
+    );
     let dims = &checkpoint.dims;
     assert_eq!((dims.vocab, dims.layers.len()), (262_144, 2));
     assert!(dims.layers[0].sliding && !dims.layers[1].sliding);
@@ -95,8 +98,15 @@ fn check(layout: Layout) {
     assert_eq!(outcome.distributions.len(), request.questions.len());
     for (d, q) in outcome.distributions.iter().zip(&request.questions) {
         let p = &d.0;
-        assert_eq!(p.len(), q.label_count(), "{layout}: one probability per label");
-        assert!(p.iter().all(|x| x.is_finite() && *x >= 0.0), "{layout}: {p:?}");
+        assert_eq!(
+            p.len(),
+            q.label_count(),
+            "{layout}: one probability per label"
+        );
+        assert!(
+            p.iter().all(|x| x.is_finite() && *x >= 0.0),
+            "{layout}: {p:?}"
+        );
         let sum: f64 = p.iter().sum();
         assert!((sum - 1.0).abs() < 1e-6, "{layout}: sums to {sum}");
     }

@@ -75,15 +75,12 @@ pub async fn answer_set(
     let fail = |error: ReadError| SetError::new(error, questions);
     let limits = reader.limits();
     for (index, asked) in questions.iter().enumerate() {
-        asked
-            .question
-            .validate(&limits.questions)
-            .map_err(|e| {
-                fail(ReadError::InvalidQuestion {
-                    question: index,
-                    message: e.to_string(),
-                })
-            })?;
+        asked.question.validate(&limits.questions).map_err(|e| {
+            fail(ReadError::InvalidQuestion {
+                question: index,
+                message: e.to_string(),
+            })
+        })?;
     }
 
     let mut distributions: Vec<Option<LabelDistribution>> = vec![None; questions.len()];
@@ -160,7 +157,9 @@ pub async fn answer_set(
                 )))
             })?,
             None => Answer::without_read(&asked.question).ok_or_else(|| {
-                fail(ReadError::internal(format!("question {index} was not read")))
+                fail(ReadError::internal(format!(
+                    "question {index} was not read"
+                )))
             })?,
         };
         answers.push(answer);
@@ -177,7 +176,8 @@ pub async fn answer_set(
 /// limit, or a prompt whose text alone (state and questions, without any template) is more bytes
 /// than the reader's context can hold at the most bytes one token can cover.
 fn check_size(request: &ReadRequest, limits: &ReaderLimits, model: &str) -> Result<(), ReadError> {
-    if let (Some(max_tokens), Some(token_bytes)) = (limits.max_prompt_tokens, limits.max_token_bytes)
+    if let (Some(max_tokens), Some(token_bytes)) =
+        (limits.max_prompt_tokens, limits.max_token_bytes)
     {
         let texts = request.questions.iter().map(Question::text_bytes);
         // The longest prompt: one question's (isolated) or all of them (joint).
@@ -287,7 +287,13 @@ mod tests {
     }
 
     fn noul(id: &str) -> AskedQuestion {
-        asked(id, QuestionKind::Noul { yes: None, no: None })
+        asked(
+            id,
+            QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
+        )
     }
 
     fn choice(id: &str, n: usize) -> AskedQuestion {
@@ -338,7 +344,10 @@ mod tests {
         let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
             .await
             .unwrap_err();
-        assert!(matches!(err.error, ReadError::InvalidQuestion { question: 2, .. }));
+        assert!(matches!(
+            err.error,
+            ReadError::InvalidQuestion { question: 2, .. }
+        ));
         assert_eq!(err.question_id, Some(QuestionId("b".into())));
     }
 
@@ -353,7 +362,10 @@ mod tests {
         let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
             .await
             .unwrap_err();
-        assert!(matches!(err.error, ReadError::InvalidQuestion { question: 1, .. }));
+        assert!(matches!(
+            err.error,
+            ReadError::InvalidQuestion { question: 1, .. }
+        ));
         assert_eq!(err.question_id, Some(QuestionId("big".into())));
         assert!(reader.asked().is_empty());
     }
@@ -363,16 +375,28 @@ mod tests {
         let mut reader = Stub::new();
         reader.limits.max_request_bytes = Some(1000);
         let set = vec![noul("a")];
-        let err = answer_set(&reader, &"x".repeat(2000), &set, &isolated(), Answering::default())
-            .await
-            .unwrap_err();
+        let err = answer_set(
+            &reader,
+            &"x".repeat(2000),
+            &set,
+            &isolated(),
+            Answering::default(),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
         let mut reader = Stub::new();
         reader.limits.max_prompt_tokens = Some(100);
         reader.limits.max_token_bytes = Some(4);
-        let err = answer_set(&reader, &"x".repeat(401), &set, &isolated(), Answering::default())
-            .await
-            .unwrap_err();
+        let err = answer_set(
+            &reader,
+            &"x".repeat(401),
+            &set,
+            &isolated(),
+            Answering::default(),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
         // A huge question counts too (here 401 bytes of instructions with a 1-byte state).
         let mut huge = noul("h");
@@ -384,9 +408,15 @@ mod tests {
         assert!(reader.asked().is_empty());
         // At the bound it is sent: the reader decides on the exact token count.
         // 398 bytes of state and the 2 of "a?": 100 tokens at least, not more.
-        answer_set(&reader, &"x".repeat(398), &set, &isolated(), Answering::default())
-            .await
-            .unwrap();
+        answer_set(
+            &reader,
+            &"x".repeat(398),
+            &set,
+            &isolated(),
+            Answering::default(),
+        )
+        .await
+        .unwrap();
     }
 
     #[tokio::test]
@@ -417,13 +447,17 @@ mod tests {
         assert_eq!(reader.asked().len(), 2);
         // Joint mode never consults it.
         let joint = ReadOptions::default();
-        let j = answer_set(&reader, "s", &[noul("b")], &joint, with).await.unwrap();
+        let j = answer_set(&reader, "s", &[noul("b")], &joint, with)
+            .await
+            .unwrap();
         assert_eq!(j.cache_hits, 0);
         assert_eq!(reader.asked().len(), 3);
         // A reader without a fingerprint is never cached.
         let mut anonymous = Stub::new();
         anonymous.fingerprint = None;
-        answer_set(&anonymous, "s", &[noul("b")], &isolated(), with).await.unwrap();
+        answer_set(&anonymous, "s", &[noul("b")], &isolated(), with)
+            .await
+            .unwrap();
         assert_eq!(anonymous.asked().len(), 1);
     }
 }

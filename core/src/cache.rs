@@ -186,7 +186,10 @@ mod tests {
     fn q(text: &str) -> Question {
         Question {
             instructions: text.into(),
-            kind: QuestionKind::Noul { yes: None, no: None },
+            kind: QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
         }
     }
 
@@ -200,7 +203,10 @@ mod tests {
         assert_eq!(base, key("s", "q?"));
         assert_ne!(base, key("s2", "q?"));
         assert_ne!(base, key("s", "q2?"));
-        assert_ne!(base, CacheKey::new("fp2", "s", &q("q?"), &ReadOptions::default()));
+        assert_ne!(
+            base,
+            CacheKey::new("fp2", "s", &q("q?"), &ReadOptions::default())
+        );
         let seeded = ReadOptions {
             seed: Some(1),
             ..Default::default()

@@ -230,7 +230,10 @@ mod tests {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         assert!(matches!(
             choice(&refs).validate(&contract),
-            Err(QuestionError::TooManyOptions { given: 256, limit: 255 })
+            Err(QuestionError::TooManyOptions {
+                given: 256,
+                limit: 255
+            })
         ));
         let small = QuestionLimits {
             max_choice_options: 3,
@@ -245,7 +248,10 @@ mod tests {
         assert!(score(10).validate(&contract).is_ok());
         assert!(matches!(
             score(11).validate(&contract),
-            Err(QuestionError::TooManyLevels { given: 11, limit: 10 })
+            Err(QuestionError::TooManyLevels {
+                given: 11,
+                limit: 10
+            })
         ));
         assert!(matches!(
             score(0).validate(&contract),

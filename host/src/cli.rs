@@ -109,7 +109,9 @@ fn init_tracing_at(default: &str) {
 
 /// Runs a client command (`batch`, `ask`, `policy run`) on a fresh async runtime. Its logs (and
 /// those of a server it runs in-process) default to warnings: the command's output is the point.
-fn client_runtime<F: std::future::Future<Output = ExitCode>>(command: impl FnOnce() -> F) -> ExitCode {
+fn client_runtime<F: std::future::Future<Output = ExitCode>>(
+    command: impl FnOnce() -> F,
+) -> ExitCode {
     init_tracing_at("warn");
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

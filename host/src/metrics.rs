@@ -146,14 +146,47 @@ fn escape(label: &str) -> String {
 pub fn render_answer_cache(stats: &hunch_core::CacheStats, capacity_bytes: usize) -> String {
     let mut out = String::new();
     for (name, kind, help, value) in [
-        ("hunch_answer_cache_hits_total", "counter", "Answers served from the answer cache.", stats.hits),
-        ("hunch_answer_cache_misses_total", "counter", "Isolated answers looked up and not found.", stats.misses),
-        ("hunch_answer_cache_evictions_total", "counter", "Answers evicted to stay within the byte bound.", stats.evictions),
-        ("hunch_answer_cache_entries", "gauge", "Answers held.", stats.entries),
-        ("hunch_answer_cache_bytes", "gauge", "Bytes held (keys included).", stats.bytes),
-        ("hunch_answer_cache_capacity_bytes", "gauge", "The byte bound.", capacity_bytes as u64),
+        (
+            "hunch_answer_cache_hits_total",
+            "counter",
+            "Answers served from the answer cache.",
+            stats.hits,
+        ),
+        (
+            "hunch_answer_cache_misses_total",
+            "counter",
+            "Isolated answers looked up and not found.",
+            stats.misses,
+        ),
+        (
+            "hunch_answer_cache_evictions_total",
+            "counter",
+            "Answers evicted to stay within the byte bound.",
+            stats.evictions,
+        ),
+        (
+            "hunch_answer_cache_entries",
+            "gauge",
+            "Answers held.",
+            stats.entries,
+        ),
+        (
+            "hunch_answer_cache_bytes",
+            "gauge",
+            "Bytes held (keys included).",
+            stats.bytes,
+        ),
+        (
+            "hunch_answer_cache_capacity_bytes",
+            "gauge",
+            "The byte bound.",
+            capacity_bytes as u64,
+        ),
     ] {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
     }
     out
 }

@@ -119,8 +119,16 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     let other_list = json!({"model": "jev-latest", "state": "Where is my parcel?",
                             "questions": {"q": {"type": "noul", "instructions": "Is it about delivery?"}}});
     let sent: Vec<(&str, &str, Value)> = vec![
-        ("g1", "/v1/systemone", systemone("I was charged twice this month.")),
-        ("g2", "/v1/systemone", systemone("The app crashes when I log in.")),
+        (
+            "g1",
+            "/v1/systemone",
+            systemone("I was charged twice this month."),
+        ),
+        (
+            "g2",
+            "/v1/systemone",
+            systemone("The app crashes when I log in."),
+        ),
         ("other", "/v1/systemone", other_list),
         ("g3", "/v1/systemone", systemone("Can I buy more seats?")),
         ("policy", "/v1/policies/ticket-router", ticket),
@@ -132,17 +140,37 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     lines.push("this is not json".into());
     lines.push(json!({"method": "POST", "url": "/v1/systemone", "body": {}}).to_string());
     lines.push(line("chat", "/v1/chat/completions", &json!({})));
-    lines.push(json!({"custom_id": "text-body", "method": "POST", "url": "/v1/systemone", "body": "hi"}).to_string());
+    lines.push(
+        json!({"custom_id": "text-body", "method": "POST", "url": "/v1/systemone", "body": "hi"})
+            .to_string(),
+    );
     lines.push(line("g1", "/v1/systemone", &systemone("a duplicate id")));
     let input = dir.join("mixed.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let output = dir.join("mixed.out.jsonl");
     let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
-    let run = hunch(&["batch", "-i", &i, "-o", &o, "--server", &server.url, "--progress", "lines", "--retries", "3", "--concurrency", "2"]);
+    let run = hunch(&[
+        "batch",
+        "-i",
+        &i,
+        "-o",
+        &o,
+        "--server",
+        &server.url,
+        "--progress",
+        "lines",
+        "--retries",
+        "3",
+        "--concurrency",
+        "2",
+    ]);
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("13 lines: 8 answered"), "{stderr}");
-    assert!(stderr.contains("5 errors (5 refused, 0 not sent)"), "{stderr}");
+    assert!(
+        stderr.contains("5 errors (5 refused, 0 not sent)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("prefix cache:"), "{stderr}");
 
     let out = read_output(&output);
@@ -174,7 +202,12 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     let errors: Vec<(Option<&str>, &str)> = out
         .iter()
         .filter(|l| l["error"].is_object())
-        .map(|l| (l["custom_id"].as_str(), l["error"]["code"].as_str().unwrap()))
+        .map(|l| {
+            (
+                l["custom_id"].as_str(),
+                l["error"]["code"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         errors,
@@ -198,7 +231,10 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
 fn wait_for_lines(path: &Path, n: usize, child: &mut std::process::Child) {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(300) {
-        let lines = std::fs::read_to_string(path).unwrap_or_default().lines().count();
+        let lines = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .count();
         if lines >= n || child.try_wait().ok().flatten().is_some() {
             return;
         }
@@ -213,7 +249,14 @@ fn spawn_batch(input: &Path, output: &Path, server: &Hunch) -> std::process::Chi
         .arg(input)
         .arg("-o")
         .arg(output)
-        .args(["--server", &server.url, "--concurrency", "1", "--progress", "off"])
+        .args([
+            "--server",
+            &server.url,
+            "--concurrency",
+            "1",
+            "--progress",
+            "off",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -226,7 +269,12 @@ fn spawn_batch(input: &Path, output: &Path, server: &Hunch) -> std::process::Chi
 async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     let n = 24;
     let bodies: Vec<Value> = (0..n)
-        .map(|i| systemone(&format!("Ticket {i}: my order number {} never arrived.", 1000 + i)))
+        .map(|i| {
+            systemone(&format!(
+                "Ticket {i}: my order number {} never arrived.",
+                1000 + i
+            ))
+        })
         .collect();
     let input = dir.join("resume.jsonl");
     let text_in: Vec<String> = bodies
@@ -240,25 +288,46 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     // Ctrl-C: stops cleanly, everything written is whole, exit 1 (lines left).
     let mut first = spawn_batch(&input, &output, server);
     wait_for_lines(&output, 2, &mut first);
-    let _ = Command::new("kill").arg("-INT").arg(first.id().to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(first.id().to_string())
+        .status();
     let status = first.wait().unwrap();
     let after_int = read_output(&output);
-    assert!(after_int.len() < n, "the run was not interrupted; make it longer");
+    assert!(
+        after_int.len() < n,
+        "the run was not interrupted; make it longer"
+    );
     assert_eq!(status.code(), Some(1));
-    assert!(after_int.iter().all(|l| l["response"]["status_code"] == 200));
+    assert!(after_int
+        .iter()
+        .all(|l| l["response"]["status_code"] == 200));
 
     // SIGKILL mid-run, and a torn last line as a kill during a write leaves.
     let mut second = spawn_batch(&input, &output, server);
     wait_for_lines(&output, after_int.len() + 2, &mut second);
     let _ = second.kill();
     let _ = second.wait();
-    let mut file = std::fs::OpenOptions::new().append(true).open(&output).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&output)
+        .unwrap();
     std::io::Write::write_all(&mut file, b"{\"custom_id\":\"t9\",\"respo").unwrap();
     drop(file);
 
     let o = output.to_string_lossy().into_owned();
     let i = input.to_string_lossy().into_owned();
-    let last = hunch(&["batch", "-i", &i, "-o", &o, "--server", &server.url, "--progress", "off"]);
+    let last = hunch(&[
+        "batch",
+        "-i",
+        &i,
+        "-o",
+        &o,
+        "--server",
+        &server.url,
+        "--progress",
+        "off",
+    ]);
     let stderr = text(&last.stderr);
     assert_eq!(last.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("torn last line repaired"), "{stderr}");
@@ -270,7 +339,17 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     }
 
     // Once complete, a rerun sends nothing and loads nothing.
-    let again = hunch(&["batch", "-i", &i, "-o", &o, "--server", "http://127.0.0.1:9", "--progress", "off"]);
+    let again = hunch(&[
+        "batch",
+        "-i",
+        &i,
+        "-o",
+        &o,
+        "--server",
+        "http://127.0.0.1:9",
+        "--progress",
+        "off",
+    ]);
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     assert_eq!(read_output(&output).len(), n);
 }
@@ -278,15 +357,32 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
 /// `hunch ask`: flags → the request the server answers; JSON and table output.
 async fn ask(server: &Hunch) {
     let args = [
-        "ask", "--server", &server.url, "--state", "I was charged twice this month.",
-        "--noul", "urgent=Is this urgent?", "--choice", "team=Which team?",
-        "billing=Payments and refunds", "technical", "--score", "anger=How angry?", "calm",
-        "annoyed", "furious",
+        "ask",
+        "--server",
+        &server.url,
+        "--state",
+        "I was charged twice this month.",
+        "--noul",
+        "urgent=Is this urgent?",
+        "--choice",
+        "team=Which team?",
+        "billing=Payments and refunds",
+        "technical",
+        "--score",
+        "anger=How angry?",
+        "calm",
+        "annoyed",
+        "furious",
     ];
     let json_run = hunch(&[&args[..], &["--json"]].concat());
     assert!(json_run.status.success(), "{}", text(&json_run.stderr));
     let got: Value = serde_json::from_slice(&json_run.stdout).expect("--json prints JSON");
-    let (_, direct) = post(server, "/v1/systemone", &systemone("I was charged twice this month.")).await;
+    let (_, direct) = post(
+        server,
+        "/v1/systemone",
+        &systemone("I was charged twice this month."),
+    )
+    .await;
     assert_eq!(got, direct);
 
     let table = hunch(&args);
@@ -298,7 +394,17 @@ async fn ask(server: &Hunch) {
     assert!(out.contains("2: furious"), "{out}");
     assert!(out.contains('█') || out.contains('▏'), "bars: {out}");
 
-    let refused = hunch(&["ask", "--server", &server.url, "--state", "x", "--model", "nope", "--noul", "Q?"]);
+    let refused = hunch(&[
+        "ask",
+        "--server",
+        &server.url,
+        "--state",
+        "x",
+        "--model",
+        "nope",
+        "--noul",
+        "Q?",
+    ]);
     assert_eq!(refused.status.code(), Some(1));
     let err = text(&refused.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -344,7 +450,10 @@ async fn policy_run_and_check(server: &Hunch, wasm: &Path) {
 
 /// `hunch batch --model DIR --policies DIR`: the same answers from a model loaded in-process.
 async fn batch_with_a_local_model(server: &Hunch, dir: &Path, policies: &Path) {
-    let bodies = [systemone("Refund please."), systemone("Password reset fails.")];
+    let bodies = [
+        systemone("Refund please."),
+        systemone("Password reset fails."),
+    ];
     let input = dir.join("local.jsonl");
     let ticket: Value = serde_json::from_str(
         &std::fs::read_to_string(
@@ -362,8 +471,17 @@ async fn batch_with_a_local_model(server: &Hunch, dir: &Path, policies: &Path) {
     let output = dir.join("local.out.jsonl");
     let model = format!("{TINY_MODEL}={}", tiny_checkpoint().display());
     let run = hunch(&[
-        "batch", "-i", &input.to_string_lossy(), "-o", &output.to_string_lossy(), "--model", &model,
-        "--policies", &policies.to_string_lossy(), "--progress", "off",
+        "batch",
+        "-i",
+        &input.to_string_lossy(),
+        "-o",
+        &output.to_string_lossy(),
+        "--model",
+        &model,
+        "--policies",
+        &policies.to_string_lossy(),
+        "--progress",
+        "off",
     ]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let map = by_id(&read_output(&output));
@@ -381,7 +499,11 @@ async fn the_cli_clients_against_the_real_model() {
     let policies = dir.path().join("policies");
     std::fs::create_dir_all(&policies).unwrap();
     let wasm = policies.join("ticket-router.wasm");
-    std::fs::write(&wasm, built_policy("ticket_router").expect("the policies build")).unwrap();
+    std::fs::write(
+        &wasm,
+        built_policy("ticket_router").expect("the policies build"),
+    )
+    .unwrap();
     let p = policies.to_string_lossy().into_owned();
     let mut args = vec!["--policies", p.as_str()];
     args.extend_from_slice(&SLOW_CPU);
@@ -397,14 +519,27 @@ async fn the_cli_clients_against_the_real_model() {
 /// Every client subcommand documents itself with an example; usage errors are one line.
 #[test]
 fn every_client_command_has_help_with_an_example_and_one_line_errors() {
-    for cmd in [&["batch"][..], &["ask"], &["policy", "run"], &["policy", "check"]] {
+    for cmd in [
+        &["batch"][..],
+        &["ask"],
+        &["policy", "run"],
+        &["policy", "check"],
+    ] {
         let out = hunch(&[cmd, &["--help"]].concat());
         assert!(out.status.success(), "{cmd:?}");
         let help = text(&out.stdout);
         assert!(help.contains("Example"), "{cmd:?}: {help}");
         assert!(help.contains("hunch "), "{cmd:?}: {help}");
     }
-    let missing = hunch(&["batch", "-i", "/nonexistent.jsonl", "-o", "/tmp/x.jsonl", "--server", "http://127.0.0.1:9"]);
+    let missing = hunch(&[
+        "batch",
+        "-i",
+        "/nonexistent.jsonl",
+        "-o",
+        "/tmp/x.jsonl",
+        "--server",
+        "http://127.0.0.1:9",
+    ]);
     assert_eq!(missing.status.code(), Some(2));
     let err = text(&missing.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");

@@ -19,12 +19,10 @@ async fn start(extra: &[&str]) -> Hunch {
     args.extend_from_slice(extra);
     let hunch = start_hunch_with(
         &args,
-        &[
-            (
-                "HUNCH_ACCELERATOR_BIN",
-                accelerator_bin().to_string_lossy().into_owned(),
-            ),
-        ],
+        &[(
+            "HUNCH_ACCELERATOR_BIN",
+            accelerator_bin().to_string_lossy().into_owned(),
+        )],
     );
     wait_ready_or_logs(&hunch, REAL_READY_TIMEOUT).await;
     hunch
@@ -56,13 +54,28 @@ fn target() -> Value {
 /// Nine other questions of every kind.
 fn others() -> Vec<(String, Value)> {
     let mut out = vec![
-        ("urgent".to_string(), json!({"type": "noul", "instructions": "The message conveys urgency"})),
-        ("mood".into(), json!({"type": "score", "instructions": "How frustrated the customer appears",
-                               "criteria": ["Calm", "Mildly annoyed", "Very frustrated"]})),
-        ("refund".into(), json!({"type": "noul", "criteria": {"true": "Asks for a refund"}})),
-        ("lang".into(), json!({"type": "choice", "criteria": {"en": "English", "de": null, "fr": null}})),
-        ("ten".into(), json!({"type": "score", "instructions": "Severity",
-                              "criteria": ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]})),
+        (
+            "urgent".to_string(),
+            json!({"type": "noul", "instructions": "The message conveys urgency"}),
+        ),
+        (
+            "mood".into(),
+            json!({"type": "score", "instructions": "How frustrated the customer appears",
+                               "criteria": ["Calm", "Mildly annoyed", "Very frustrated"]}),
+        ),
+        (
+            "refund".into(),
+            json!({"type": "noul", "criteria": {"true": "Asks for a refund"}}),
+        ),
+        (
+            "lang".into(),
+            json!({"type": "choice", "criteria": {"en": "English", "de": null, "fr": null}}),
+        ),
+        (
+            "ten".into(),
+            json!({"type": "score", "instructions": "Severity",
+                              "criteria": ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"]}),
+        ),
     ];
     for i in 0..4 {
         out.push((
@@ -96,7 +109,12 @@ async fn an_isolated_answer_is_bit_identical_alone_with_others_in_any_order_and_
     assert_eq!(&ten["answers"]["team"], answer, "asked with 9 others");
     // Every read is counted: ten questions cost more than one.
     let tokens = |v: &Value| v["usage"]["input_tokens"].as_u64().unwrap();
-    assert!(tokens(&ten) > 5 * tokens(&alone), "{} vs {}", tokens(&ten), tokens(&alone));
+    assert!(
+        tokens(&ten) > 5 * tokens(&alone),
+        "{} vs {}",
+        tokens(&ten),
+        tokens(&alone)
+    );
 
     // Reversed, and under another id.
     let mut reversed = with_others;
@@ -107,18 +125,17 @@ async fn an_isolated_answer_is_bit_identical_alone_with_others_in_any_order_and_
         }
     }
     let (_, back) = post(&hunch, &request(reversed, json!({}))).await;
-    assert_eq!(&back["answers"]["routing 🔀"], answer, "reversed and renamed");
+    assert_eq!(
+        &back["answers"]["routing 🔀"], answer,
+        "reversed and renamed"
+    );
     // The others too answer as they did in the first order.
     for (id, _) in others() {
         assert_eq!(back["answers"][&id], ten["answers"][&id], "{id}");
     }
 
     // Joint reads stay available per request, as one prompt (one read's input tokens).
-    let (headers, joint) = post(
-        &hunch,
-        &request(others(), json!({"x_questions": "joint"})),
-    )
-    .await;
+    let (headers, joint) = post(&hunch, &request(others(), json!({"x_questions": "joint"}))).await;
     assert_eq!(headers["x-hunch-questions"], "joint");
     assert!(tokens(&joint) < tokens(&ten));
 }
@@ -127,7 +144,10 @@ async fn an_isolated_answer_is_bit_identical_alone_with_others_in_any_order_and_
 async fn cached_answers_are_identical_free_and_counted_and_unknown_fields_are_named() {
     let hunch = start(&["--answer-cache-mb", "4"]).await;
     let first = request(
-        vec![("team".into(), target()), ("urgent".into(), others()[0].1.clone())],
+        vec![
+            ("team".into(), target()),
+            ("urgent".into(), others()[0].1.clone()),
+        ],
         json!({"x_trace_id": "abc-123", "x_sed": 7}),
     );
     let (headers, a) = post(&hunch, &first).await;
@@ -156,11 +176,17 @@ async fn cached_answers_are_identical_free_and_counted_and_unknown_fields_are_na
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains("hunch_answer_cache_hits_total 3\n"), "{metrics}");
+    assert!(
+        metrics.contains("hunch_answer_cache_hits_total 3\n"),
+        "{metrics}"
+    );
     // Joint reads never use the cache.
     let (headers, _) = post(
         &hunch,
-        &request(vec![("t".into(), target())], json!({"x_questions": "joint"})),
+        &request(
+            vec![("t".into(), target())],
+            json!({"x_questions": "joint"}),
+        ),
     )
     .await;
     assert!(headers.get("x-hunch-answer-cache-hits").is_none());

@@ -336,8 +336,8 @@ async fn concurrent_requests_are_batched_and_answer_exactly_as_alone() {
     }
     drop(alone_server);
 
-    let hunch = start_hunch_real(&[SLOW_CPU[0], SLOW_CPU[1], "--sidecar-arg=--blas=reference"])
-        .await;
+    let hunch =
+        start_hunch_real(&[SLOW_CPU[0], SLOW_CPU[1], "--sidecar-arg=--blas=reference"]).await;
     let client = reqwest::Client::new();
     // Spawned all at once (collected), then awaited.
     let sends: Vec<_> = (0..CLIENTS)

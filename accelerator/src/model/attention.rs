@@ -372,7 +372,10 @@ mod tests {
         // Window 4: 3 keys before position 8 are needed; chunk 1 covers them alone.
         let m = ChunkMasks::new(8, &[4, 4], 4, 4);
         assert_eq!(m.sliding_first, 1);
-        assert_eq!(m.sliding.as_ref().map(|a| a.shape().to_vec()), Some(vec![1, 1, 4, 8]));
+        assert_eq!(
+            m.sliding.as_ref().map(|a| a.shape().to_vec()),
+            Some(vec![1, 1, 4, 8])
+        );
         assert_eq!(sliding(&m)[0], ".1111...");
         assert_eq!(sliding(&m)[3], "....1111");
     }

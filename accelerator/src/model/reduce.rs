@@ -179,7 +179,8 @@ mod tests {
                 let host_sum: f64 = row.iter().map(|&l| (f64::from(l) - host_max).exp()).sum();
                 let host_z = log_z(host_max, host_sum);
                 for &l in &summary.top {
-                    let dp = ((f64::from(l) - device_z).exp() - (f64::from(l) - host_z).exp()).abs();
+                    let dp =
+                        ((f64::from(l) - device_z).exp() - (f64::from(l) - host_z).exp()).abs();
                     assert!(dp <= 1e-6, "row {r}: a top probability off by {dp:e}");
                 }
                 // Re-read decisions through `SlotRows`: the host reduction's, always.
@@ -207,11 +208,15 @@ mod tests {
             *v = 9.0;
         }
         let labels: &[u32] = &[22, 3];
-        let reduction = SlotReduction::new(Array::from_slice(&values, &[1, vocab as i32]), &[labels])
-            .expect("reduce");
+        let reduction =
+            SlotReduction::new(Array::from_slice(&values, &[1, vocab as i32]), &[labels])
+                .expect("reduce");
         mlx_rs::transforms::eval(reduction.outputs()).expect("eval");
         let summaries = reduction.summaries().expect("summaries");
-        assert!(read_summary(&summaries[0], labels).is_none(), "a tie must not be guessed");
+        assert!(
+            read_summary(&summaries[0], labels).is_none(),
+            "a tie must not be guessed"
+        );
         let fetch = |i: usize| reduction.full_row(i).map_err(|e| e.to_string());
         let rows = SlotRows::Reduced {
             summaries: &summaries,

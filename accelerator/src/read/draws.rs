@@ -125,10 +125,7 @@ pub fn read_summary(summary: &SlotSummary, label_ids: &[u32]) -> Option<SlotRead
     let threshold = top.last().copied().unwrap_or(f32::NEG_INFINITY);
     // Every token of a vocabulary smaller than the top count is a top token.
     let whole_vocab = top.len() < ENTROPY_TOP_K;
-    let mut entropy: f64 = top
-        .iter()
-        .map(|&l| neg_p_log_p(f64::from(l) - log_z))
-        .sum();
+    let mut entropy: f64 = top.iter().map(|&l| neg_p_log_p(f64::from(l) - log_z)).sum();
     let mut counted: Vec<u32> = Vec::new();
     for (&id, &l) in label_ids.iter().zip(&summary.label_logits) {
         if whole_vocab || l > threshold || counted.contains(&id) {
@@ -165,7 +162,12 @@ impl SlotRows<'_> {
     }
 
     /// Reads row `index` as a slot with these labels.
-    pub fn read(&self, index: usize, label_ids: &[u32], vocab: usize) -> Result<SlotReading, String> {
+    pub fn read(
+        &self,
+        index: usize,
+        label_ids: &[u32],
+        vocab: usize,
+    ) -> Result<SlotReading, String> {
         match self {
             SlotRows::Full(values) => values
                 .get(index * vocab..(index + 1) * vocab)

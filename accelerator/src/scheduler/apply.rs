@@ -28,7 +28,8 @@ impl Scheduler {
             let Some(kv) = outputs.next() else {
                 return; // reported by `apply`
             };
-            if let ReadSlot::Prefilling { chunks, done, .. } = &mut self.active[*request].reads[*read]
+            if let ReadSlot::Prefilling { chunks, done, .. } =
+                &mut self.active[*request].reads[*read]
             {
                 chunks.push(kv.clone());
                 *done = range.end;

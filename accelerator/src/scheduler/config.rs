@@ -103,7 +103,6 @@ impl Default for SchedulerConfig {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::Batching;

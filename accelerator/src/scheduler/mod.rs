@@ -35,8 +35,8 @@ pub use reply::Reply;
 
 use crate::model::{ChunkKv, DiffusionGemma, ForwardOutput, PromptCache};
 use crate::read::{Planner, ReadSettings, ReadTokenizer, RequestProgress};
-use hunch_core::{EngineGauges, ReadError, ReadRequest};
 use apply::Timed;
+use hunch_core::{EngineGauges, ReadError, ReadRequest};
 use plan::Work;
 use prefix_cache::{NodeId, PrefixCache};
 use std::collections::HashSet;
@@ -174,7 +174,9 @@ impl Scheduler {
     /// Whether the reads in flight may share forward passes: only where batching is exact here
     /// or asked for (`--batching on`); otherwise every read runs in passes of its own.
     pub fn reads_share_forwards(&self) -> bool {
-        self.config.batching.reads_share_forwards(self.batch_deviation)
+        self.config
+            .batching
+            .reads_share_forwards(self.batch_deviation)
     }
 
     /// Whether nothing is in flight.

@@ -176,5 +176,4 @@ impl Scheduler {
         }
         model.forward_lazy(&chunks, &canvases)
     }
-
 }

@@ -33,4 +33,3 @@ impl Reply {
         (self.abandoned)()
     }
 }
-

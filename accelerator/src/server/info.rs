@@ -201,7 +201,8 @@ mod tests {
         let ok = serde_json::json!({"type": "Sequence", "normalizers": [
             {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]});
         assert!(only_types(&ok, NON_SHRINKING_NORMALIZERS));
-        let drop = serde_json::json!({"type": "Replace", "pattern": {"String": "ab"}, "content": ""});
+        let drop =
+            serde_json::json!({"type": "Replace", "pattern": {"String": "ab"}, "content": ""});
         assert!(!only_types(&drop, NON_SHRINKING_NORMALIZERS));
         let strip = serde_json::json!({"type": "Sequence", "normalizers": [{"type": "Strip"}]});
         assert!(!only_types(&strip, NON_SHRINKING_NORMALIZERS));

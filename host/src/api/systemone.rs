@@ -320,7 +320,9 @@ mod tests {
             vec![0.2, 0.3, 0.5],
             vec![0.25, 0.75],
         ]));
-        let answered = answer(&reader, &request(), &AnswerSettings::default()).await.unwrap();
+        let answered = answer(&reader, &request(), &AnswerSettings::default())
+            .await
+            .unwrap();
         let asked = reader.asked.lock().unwrap();
         assert_eq!(asked.len(), 1);
         assert_eq!(
@@ -557,7 +559,10 @@ mod tests {
             .text()
             .await
             .unwrap();
-        assert!(metrics.contains("hunch_answer_cache_hits_total 1\n"), "{metrics}");
+        assert!(
+            metrics.contains("hunch_answer_cache_hits_total 1\n"),
+            "{metrics}"
+        );
         // A joint request is read (never cached) and says so.
         let mut joint = body.clone();
         joint["x_questions"] = json!("joint");

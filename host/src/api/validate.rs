@@ -669,8 +669,10 @@ mod tests {
 
     #[test]
     fn unknown_top_level_fields_are_ignored_and_named_but_not_inside_a_question() {
-        let r = ok(json!({"model": "m", "state": "s", "x_trace_id": "abc", "x_sed": 1,
-                          "questions": {"q": {"type": "noul", "instructions": "?"}}, "metadata": {"a": 1}}));
+        let r = ok(
+            json!({"model": "m", "state": "s", "x_trace_id": "abc", "x_sed": 1,
+                          "questions": {"q": {"type": "noul", "instructions": "?"}}, "metadata": {"a": 1}}),
+        );
         assert_eq!(r.ignored_fields, vec!["x_trace_id", "x_sed", "metadata"]);
         assert_eq!(r.options, ReadOptions::default());
         assert_eq!(

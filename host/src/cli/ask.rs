@@ -133,7 +133,9 @@ pub fn body_from_flags(args: &AskArgs, matches: &ArgMatches) -> Result<Value, As
             continue;
         };
         let (id, text) = split_id(first);
-        let id = id.map(String::from).unwrap_or_else(|| format!("q{}", n + 1));
+        let id = id
+            .map(String::from)
+            .unwrap_or_else(|| format!("q{}", n + 1));
         let mut question = json!({"type": flag.kind, "instructions": text});
         match flag.kind {
             "choice" => {
@@ -177,7 +179,8 @@ fn body_from_file(path: &str, model: Option<&str>) -> Result<Value, AskError> {
     } else {
         std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?
     };
-    let mut body: Value = serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
+    let mut body: Value =
+        serde_json::from_str(&text).map_err(|e| fail(format!("not JSON: {e}")))?;
     let Some(object) = body.as_object_mut() else {
         return Err(fail("not a JSON object".into()));
     };
@@ -280,9 +283,21 @@ mod tests {
     #[test]
     fn flags_become_questions_in_command_line_order() {
         let body = parse(&[
-            "ask", "--state", "hello", "--score", "How angry?", "calm", "furious", "--noul",
-            "urgent=Is this urgent?", "--choice", "Team?", "billing=Payments", "technical",
-            "--noul", "Polite?",
+            "ask",
+            "--state",
+            "hello",
+            "--score",
+            "How angry?",
+            "calm",
+            "furious",
+            "--noul",
+            "urgent=Is this urgent?",
+            "--choice",
+            "Team?",
+            "billing=Payments",
+            "technical",
+            "--noul",
+            "Polite?",
         ]);
         assert_eq!(
             body,

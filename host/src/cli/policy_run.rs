@@ -204,7 +204,9 @@ pub async fn check(args: CheckArgs) -> ExitCode {
                 println!("limits: {}", limits_line(&p.limits));
                 println!(
                     "reader: {}",
-                    p.reader.as_deref().unwrap_or("the server's default (jev-latest)")
+                    p.reader
+                        .as_deref()
+                        .unwrap_or("the server's default (jev-latest)")
                 );
             }
             if let Some(w) = &loaded.name_warning {

@@ -180,7 +180,10 @@ mod tests {
         assert!(table.contains("q1: noul 0.750  — Urgent?"), "{table}");
         assert!(table.contains("technical"), "{table}");
         assert!(table.contains("1: annoyed"), "{table}");
-        assert!(table.contains("usage: 10 input tokens, 3 output tokens"), "{table}");
+        assert!(
+            table.contains("usage: 10 input tokens, 3 output tokens"),
+            "{table}"
+        );
     }
 }
 
@@ -189,7 +192,10 @@ pub fn error_summary(status: u16, body: &Value) -> String {
     let detail = match body.get("detail") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Object(d)) => {
-            let kind = d.get("error_type").and_then(Value::as_str).unwrap_or("error");
+            let kind = d
+                .get("error_type")
+                .and_then(Value::as_str)
+                .unwrap_or("error");
             let message = d.get("message").and_then(Value::as_str).unwrap_or_default();
             format!("{kind}: {message}")
         }

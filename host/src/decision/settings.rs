@@ -162,8 +162,7 @@ mod tests {
     #[test]
     fn flags_win_over_the_file() {
         let file: DecisionLogFile =
-            toml::from_str("path = \"/f\"\nkeep = 3\nrequired = true\nurl = \"http://l\"")
-                .unwrap();
+            toml::from_str("path = \"/f\"\nkeep = 3\nrequired = true\nurl = \"http://l\"").unwrap();
         let args = DecisionLogArgs {
             decision_log: Some("/flag".into()),
             decision_log_rotate_seconds: Some(60),

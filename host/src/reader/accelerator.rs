@@ -187,13 +187,22 @@ mod tests {
 
     #[test]
     fn bare_failure_statuses_keep_their_meaning() {
-        assert!(matches!(error_from_status(413, ""), ReadError::TooLarge { .. }));
+        assert!(matches!(
+            error_from_status(413, ""),
+            ReadError::TooLarge { .. }
+        ));
         assert!(matches!(
             error_from_status(422, "x"),
             ReadError::Rejected { status: 422, .. }
         ));
-        assert!(matches!(error_from_status(503, ""), ReadError::Unavailable { .. }));
+        assert!(matches!(
+            error_from_status(503, ""),
+            ReadError::Unavailable { .. }
+        ));
         assert!(matches!(error_from_status(504, ""), ReadError::Timeout));
-        assert!(matches!(error_from_status(500, ""), ReadError::Internal { .. }));
+        assert!(matches!(
+            error_from_status(500, ""),
+            ReadError::Internal { .. }
+        ));
     }
 }

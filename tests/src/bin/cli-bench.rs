@@ -133,7 +133,11 @@ async fn clients(url: &str, bodies: Vec<Value>, clients: usize) -> usize {
             let mut ok = 0;
             for b in chunk {
                 let r = http.post(&url).json(&b).send().await.expect("sent");
-                assert!(r.status().is_success(), "{}", r.text().await.unwrap_or_default());
+                assert!(
+                    r.status().is_success(),
+                    "{}",
+                    r.text().await.unwrap_or_default()
+                );
                 ok += 1;
             }
             ok
@@ -146,11 +150,7 @@ async fn clients(url: &str, bodies: Vec<Value>, clients: usize) -> usize {
     ok
 }
 
-async fn measure<F: std::future::Future<Output = usize>>(
-    name: &str,
-    url: &str,
-    run: F,
-) -> Phase {
+async fn measure<F: std::future::Future<Output = usize>>(name: &str, url: &str, run: F) -> Phase {
     let before = cache(url).await;
     let started = Instant::now();
     let reads = run.await;
@@ -180,13 +180,27 @@ async fn main() {
         dir
     });
     let model = format!("bench={}", ckpt.display());
-    let mut args = vec!["--model", model.as_str(), "--request-timeout", "600", "--max-queued-reads", "4096"];
-    let sidecar: Vec<String> = o.sidecar_args.iter().map(|a| format!("--sidecar-arg={a}")).collect();
+    let mut args = vec![
+        "--model",
+        model.as_str(),
+        "--request-timeout",
+        "600",
+        "--max-queued-reads",
+        "4096",
+    ];
+    let sidecar: Vec<String> = o
+        .sidecar_args
+        .iter()
+        .map(|a| format!("--sidecar-arg={a}"))
+        .collect();
     args.extend(sidecar.iter().map(String::as_str));
     let accelerator = target_dir().join("hunch-accelerator");
     let server = start_hunch_with(
         &args,
-        &[("HUNCH_ACCELERATOR_BIN", accelerator.to_string_lossy().into_owned())],
+        &[(
+            "HUNCH_ACCELERATOR_BIN",
+            accelerator.to_string_lossy().into_owned(),
+        )],
     );
     wait_ready(&server.url, Duration::from_secs(600)).await;
     let url = server.url.clone();
@@ -227,19 +241,34 @@ async fn main() {
                 .arg(&input)
                 .arg("-o")
                 .arg(&output)
-                .args(["--server", &url, "--concurrency", &concurrency, "--progress", "off"])
+                .args([
+                    "--server",
+                    &url,
+                    "--concurrency",
+                    &concurrency,
+                    "--progress",
+                    "off",
+                ])
                 .output()
                 .await
                 .expect("hunch batch runs");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             eprint!("{}", String::from_utf8_lossy(&out.stderr));
-            std::fs::read_to_string(&output).map(|t| t.lines().count()).unwrap_or(0)
+            std::fs::read_to_string(&output)
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
         },
     )
     .await;
     let _ = std::fs::remove_dir_all(&dir);
 
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     println!(
         "cli-bench: {n} requests, {} questions each (one shared list), checkpoint {}, {cores} cores",
         o.questions,

@@ -32,11 +32,7 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
             "--preset" => args.preset = value()?,
-            "--reps" => {
-                args.reps = value()?
-                    .parse()
-                    .map_err(|e| format!("--reps: {e}"))?
-            }
+            "--reps" => args.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -50,7 +46,10 @@ fn parse_args() -> Result<Args, String> {
 fn questions(n: usize) -> Vec<Question> {
     let noul = |text: &str| Question {
         instructions: text.into(),
-        kind: QuestionKind::Noul { yes: None, no: None },
+        kind: QuestionKind::Noul {
+            yes: None,
+            no: None,
+        },
     };
     let pool = vec![
         noul("Is this message about billing?"),
@@ -239,8 +238,15 @@ async fn run() -> Result<(), String> {
     println!(
         "isolation-bench: {cores} cores (load {}), {} build, preset {} ({}), float32, CPU; \
          {} repetitions per case, latency = median",
-        load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-        if cfg!(debug_assertions) { "DEBUG" } else { "release" },
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        if cfg!(debug_assertions) {
+            "DEBUG"
+        } else {
+            "release"
+        },
         args.preset,
         dir.display(),
         args.reps

@@ -75,8 +75,8 @@ fn valid_policy_name(name: &str) -> bool {
 
 /// Parses one non-blank line.
 fn parse_line(line: usize, text: &str) -> Result<Job, Refusal> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| refuse(line, None, format!("not JSON: {e}")))?;
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| refuse(line, None, format!("not JSON: {e}")))?;
     let Value::Object(mut fields) = value else {
         return Err(refuse(line, None, "not a JSON object"));
     };
@@ -106,7 +106,13 @@ fn parse_line(line: usize, text: &str) -> Result<Job, Refusal> {
     }
     let url = match fields.get("url") {
         Some(Value::String(u)) => u.clone(),
-        Some(other) => return Err(refuse(line, id, format!("`url` must be a string, got {other}"))),
+        Some(other) => {
+            return Err(refuse(
+                line,
+                id,
+                format!("`url` must be a string, got {other}"),
+            ))
+        }
         None => return Err(refuse(line, id, "no `url`")),
     };
     let path = url.split(['?', '#']).next().unwrap_or_default();
@@ -145,7 +151,9 @@ fn parse_line(line: usize, text: &str) -> Result<Job, Refusal> {
         None => format!(
             "{SYSTEMONE_URL} {} {}",
             body.get("model").map(Value::to_string).unwrap_or_default(),
-            body.get("questions").map(Value::to_string).unwrap_or_default()
+            body.get("questions")
+                .map(Value::to_string)
+                .unwrap_or_default()
         ),
     };
     Ok(Job {

@@ -227,7 +227,9 @@ mod tests {
         let mut ids: Vec<&str> = previous.answered.iter().map(String::as_str).collect();
         ids.sort();
         assert_eq!(ids, ["a", "b"]);
-        writer.write(&error_line(4, None, "invalid_line", "x")).unwrap();
+        writer
+            .write(&error_line(4, None, "invalid_line", "x"))
+            .unwrap();
         let lines: Vec<Value> = std::fs::read_to_string(&path)
             .unwrap()
             .lines()
@@ -246,7 +248,9 @@ mod tests {
         std::fs::write(&path, answered.to_string()).unwrap();
         let (writer, previous) = Writer::open(&path).unwrap();
         assert!(previous.answered.contains("a"));
-        writer.write(&response_line(2, "b", 200, None, json!({}))).unwrap();
+        writer
+            .write(&response_line(2, "b", 200, None, json!({})))
+            .unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2);
     }
 

@@ -50,7 +50,11 @@ pub fn retryable_status(status: u16) -> bool {
 
 /// `Retry-After` in seconds or as an HTTP date.
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
     if let Ok(secs) = value.parse::<f64>() {
         return Duration::try_from_secs_f64(secs).ok();
     }

@@ -74,11 +74,7 @@ fn sum_counter(text: &str, name: &str) -> Option<u64> {
         if !(rest.starts_with('{') || rest.starts_with(' ')) {
             continue;
         }
-        if let Some(v) = rest
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
+        if let Some(v) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
             found = true;
             total += v as u64;
         }
@@ -167,7 +163,10 @@ impl std::fmt::Display for Report {
                 100.0 * c.hits as f64 / c.prefills as f64
             ),
             Some(_) => write!(f, "  prefix cache: no prefills"),
-            None => write!(f, "  prefix cache: unknown (the server has no Hunch /metrics)"),
+            None => write!(
+                f,
+                "  prefix cache: unknown (the server has no Hunch /metrics)"
+            ),
         }
     }
 }
@@ -201,7 +200,10 @@ mod tests {
             200,
             &json!({"usage": {"input_tokens": 10, "output_tokens": 2}}),
         );
-        t.record_response(200, &json!({"reads": [{}, {}], "usage": {"input_tokens": 5}}));
+        t.record_response(
+            200,
+            &json!({"reads": [{}, {}], "usage": {"input_tokens": 5}}),
+        );
         t.record_response(422, &json!({"detail": []}));
         assert_eq!(t.answered.load(Ordering::Relaxed), 3);
         assert_eq!(t.answered_4xx.load(Ordering::Relaxed), 1);

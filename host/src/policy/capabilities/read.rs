@@ -6,8 +6,8 @@
 use crate::policy::bindings::hunch::policy::reader;
 use crate::policy::bindings::types as wit;
 use crate::policy::limits::{Limit, LimitExceeded, Limits};
-use futures_util::future::join_all;
 use crate::reader::AnswerSettings;
+use futures_util::future::join_all;
 use hunch_core::{
     answer_set, Answer, Answering, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
     ReadOptions, Reader, Usage,
@@ -270,17 +270,23 @@ async fn answer_policy_set(
             .await
         }
         // Without a reader only questions that need no read can be answered.
-        None => answer_set(&NoReader, &set.state, &asked, &options, Answering::default()).await,
+        None => {
+            answer_set(
+                &NoReader,
+                &set.state,
+                &asked,
+                &options,
+                Answering::default(),
+            )
+            .await
+        }
     }
     .map_err(|e| e.error)?;
     record.usage = answered.usage;
     Ok(asked
         .into_iter()
         .zip(answered.answers)
-        .map(|(a, answer)| RecordedAnswer {
-            id: a.id.0,
-            answer,
-        })
+        .map(|(a, answer)| RecordedAnswer { id: a.id.0, answer })
         .collect())
 }
 
@@ -566,14 +572,20 @@ mod tests {
         let levels: Vec<String> = (0..11).map(|i| i.to_string()).collect();
         let out = c
             .read_sets(vec![
-                set(vec![noul("a"), q("wide", wit::QuestionKind::Choice(options))]),
+                set(vec![
+                    noul("a"),
+                    q("wide", wit::QuestionKind::Choice(options)),
+                ]),
                 set(vec![q("deep", wit::QuestionKind::Score(levels))]),
             ])
             .await
             .unwrap();
         assert_eq!(out[0].as_ref().unwrap_err().question, Some(1));
         assert_eq!(out[1].as_ref().unwrap_err().question, Some(0));
-        assert!(reader.asked.lock().unwrap().is_empty(), "refused before any read");
+        assert!(
+            reader.asked.lock().unwrap().is_empty(),
+            "refused before any read"
+        );
     }
 
     #[tokio::test]

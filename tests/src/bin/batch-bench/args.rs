@@ -13,7 +13,8 @@ pub(crate) struct Args {
     pub(crate) only: Option<String>,
 }
 
-pub(crate) const USAGE: &str = "batch-bench [--preset small-wide|tiny|small|mid] [--ckpt DIR] [--clients N] \
+pub(crate) const USAGE: &str =
+    "batch-bench [--preset small-wide|tiny|small|mid] [--ckpt DIR] [--clients N] \
 [--seconds S] [--reps N] [--questions N] [--dtype float32|bfloat16] [--only throughput|cache]
 
   --preset     random checkpoint to write and use (default small-wide: the small preset with a

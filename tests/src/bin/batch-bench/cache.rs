@@ -3,8 +3,8 @@
 use crate::args::Args;
 use crate::requests::long_request;
 use crate::sidecar::{http_client, post_read, start_sidecar, MemoryUse};
-use hunch_e2e::bench::{mapped_blas, median};
 use hunch_core::ReadStats;
+use hunch_e2e::bench::{mapped_blas, median};
 use std::path::Path;
 
 pub(crate) const PROMPT_MIN: u64 = 1400;
@@ -21,7 +21,11 @@ pub(crate) struct CacheSummary {
     pub(crate) memory: MemoryUse,
 }
 
-pub(crate) async fn cache_part(args: &Args, accelerator: &Path, dir: &Path) -> Result<CacheSummary, String> {
+pub(crate) async fn cache_part(
+    args: &Args,
+    accelerator: &Path,
+    dir: &Path,
+) -> Result<CacheSummary, String> {
     println!(
         "\n== Prefix cache: one client, default sidecar flags (cache on), {} questions in one \
          read, ~1.5k-token prompts ==",

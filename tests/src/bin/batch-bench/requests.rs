@@ -25,7 +25,8 @@ pub(crate) const FILLER: &[&str] = &[
      does not state.",
 ];
 
-pub(crate) const TICKET: &str = "I was charged twice for my subscription this month and the second charge \
+pub(crate) const TICKET: &str =
+    "I was charged twice for my subscription this month and the second charge \
 is still pending on my card.";
 
 /// `len` characters (cut at a word boundary) of the filler text, starting at sentence `offset`.
@@ -127,7 +128,12 @@ pub(crate) fn long_state(n: usize, filler_chars: usize) -> String {
 pub(crate) const QUESTION_FILLER: f64 = 20.0;
 pub(crate) const STATE_FILLER: f64 = 250.0;
 
-pub(crate) fn long_request(sample: &str, state: usize, questions: usize, scale: f64) -> ReadRequest {
+pub(crate) fn long_request(
+    sample: &str,
+    state: usize,
+    questions: usize,
+    scale: f64,
+) -> ReadRequest {
     let q_chars = (QUESTION_FILLER * scale * 12.0 / questions as f64).round() as usize;
     let s_chars = (STATE_FILLER * scale).round() as usize;
     ReadRequest {

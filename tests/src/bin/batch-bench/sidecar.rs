@@ -48,7 +48,6 @@ pub(crate) fn fmt_opt(v: Option<f64>, unit: &str) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-
 pub(crate) struct Sidecar {
     pub(crate) url: String,
     pub(crate) process: Process,

@@ -16,8 +16,6 @@ pub(crate) fn mean(v: &[f64]) -> f64 {
     }
 }
 
-
-
 pub(crate) struct ThroughputRun {
     pub(crate) blas: Vec<String>,
     pub(crate) reads: usize,
