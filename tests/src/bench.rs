@@ -29,37 +29,42 @@ pub fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
             "Ticket #{n}: I was charged twice for my subscription this month and the second charge \
              is still pending on my card. Please refund one of them and confirm by email."
         ),
-        questions: vec![
-            Question {
-                instructions: "Is this message about billing?".into(),
-                kind: QuestionKind::Noul {
-                    yes: None,
-                    no: None,
-                },
-            },
-            Question {
-                instructions: "Which team should handle it?".into(),
-                kind: QuestionKind::Choice {
-                    options: vec![
-                        option("billing", Some("Payments and refunds")),
-                        option("technical", None),
-                        option("sales team", Some("New purchases")),
-                    ],
-                },
-            },
-            Question {
-                instructions: "How urgent is it?".into(),
-                kind: QuestionKind::Score {
-                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
-                },
-            },
-        ],
+        questions: everyday_questions(),
         options: ReadOptions {
             seed: None,
             draws,
             ..ReadOptions::default()
         },
     }
+}
+
+/// The everyday request's questions: a noul, a 3-option choice and a 3-level score.
+pub fn everyday_questions() -> Vec<Question> {
+    vec![
+        Question {
+            instructions: "Is this message about billing?".into(),
+            kind: QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
+        },
+        Question {
+            instructions: "Which team should handle it?".into(),
+            kind: QuestionKind::Choice {
+                options: vec![
+                    option("billing", Some("Payments and refunds")),
+                    option("technical", None),
+                    option("sales team", Some("New purchases")),
+                ],
+            },
+        },
+        Question {
+            instructions: "How urgent is it?".into(),
+            kind: QuestionKind::Score {
+                levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
+            },
+        },
+    ]
 }
 
 pub fn option(name: &str, description: Option<&str>) -> ChoiceOption {

@@ -12,7 +12,7 @@
 //! in docs/benchmarks.md ("Isolated vs joint").
 
 use hunch_core::{Question, QuestionKind, QuestionMode, ReadOptions, ReadOutcome, ReadRequest};
-use hunch_e2e::bench::{mapped_blas, median, option};
+use hunch_e2e::bench::{everyday_questions, mapped_blas, median, option};
 use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, Process};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -51,24 +51,8 @@ fn questions(n: usize) -> Vec<Question> {
             no: None,
         },
     };
-    let pool = vec![
-        noul("Is this message about billing?"),
-        Question {
-            instructions: "Which team should handle it?".into(),
-            kind: QuestionKind::Choice {
-                options: vec![
-                    option("billing", Some("Payments and refunds")),
-                    option("technical", None),
-                    option("sales team", Some("New purchases")),
-                ],
-            },
-        },
-        Question {
-            instructions: "How urgent is it?".into(),
-            kind: QuestionKind::Score {
-                levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
-            },
-        },
+    let mut pool = everyday_questions();
+    pool.extend([
         noul("Does the customer ask for a refund?"),
         noul("Is the customer angry?"),
         noul("Does the message mention a card?"),
@@ -90,7 +74,7 @@ fn questions(n: usize) -> Vec<Question> {
             },
         },
         noul("Is this a repeated complaint?"),
-    ];
+    ]);
     pool.into_iter().take(n).collect()
 }
 
