@@ -1,0 +1,161 @@
+//! What decision records cost a policy request over HTTP: latency and throughput with the
+//! decision log off, writing to a file, and writing to a file with a shadow candidate, measured
+//! in one run against one in-process server setup, printed as ratios to "off". Reads come from a
+//! reader that answers at once, so what is measured is the host, not a model.
+//!
+//!     cargo bench -p hunch --bench decision_log                 # release, the real numbers
+//!     cargo bench -p hunch --bench decision_log --profile dev   # quick, reuses the test build
+//!
+//! Not a test: it prints numbers and asserts nothing.
+
+use hunch::api::{router_with, ApiKeys, AppState, Limits};
+use hunch::decision::settings::DecisionLogSettings;
+use hunch::decision::DecisionLog;
+use hunch::policy::service::PolicyService;
+use hunch::policy::testing::{built_policy, with_marker, InstantReader};
+use hunch::reader::{ModelEntry, Registry};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+struct Figures {
+    p50_ms: f64,
+    p99_ms: f64,
+    per_second: f64,
+}
+
+/// Serves the policy directory with `log` and measures `n` sequential requests, then `n` over
+/// 8 concurrent clients.
+async fn measure(
+    dir: &Path,
+    log: DecisionLogSettings,
+    n: usize,
+) -> Result<Figures, Box<dyn std::error::Error>> {
+    let mut models = Registry::new();
+    models.add(ModelEntry {
+        name: "instant".into(),
+        description: String::new(),
+        release_date: String::new(),
+        reader: Arc::new(InstantReader::scripted(|_, i| {
+            if i == 0 {
+                vec![0.7, 0.3]
+            } else {
+                vec![0.4, 0.6]
+            }
+        })),
+    })?;
+    let mut state = AppState::new(models, Limits::default(), ApiKeys::default())?;
+    state.decisions = DecisionLog::start(log)?;
+    let service = PolicyService::start(Some(dir.to_path_buf()), None).await?;
+    let app = router_with(state.clone(), service.routes(&state));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/v1/policies/probe", listener.local_addr()?);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let body = json!({"id": 1, "message": "The production database is down."});
+    let call = |client: reqwest::Client, body: serde_json::Value, url: String| async move {
+        let r = client.post(&url).json(&body).send().await?;
+        assert!(r.status().is_success());
+        r.bytes().await
+    };
+    for _ in 0..200 {
+        call(client.clone(), body.clone(), url.clone()).await?;
+    }
+    let mut latencies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        call(client.clone(), body.clone(), url.clone()).await?;
+        latencies.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let clients = 8;
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let (client, body, url) = (client.clone(), body.clone(), url.clone());
+        handles.push(tokio::spawn(async move {
+            for _ in 0..n / clients {
+                call(client.clone(), body.clone(), url.clone()).await?;
+            }
+            Ok::<_, reqwest::Error>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    let per_second = (n / clients * clients) as f64 / started.elapsed().as_secs_f64();
+    // Let shadow runs and the writer finish before the next configuration starts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    state.decisions.close(Duration::from_secs(5)).await;
+    server.abort();
+    Ok(Figures {
+        p50_ms: percentile(&latencies, 0.5),
+        p99_ms: percentile(&latencies, 0.99),
+        per_second,
+    })
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let n: usize = std::env::var("BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let probe = built_policy("replay_probe")?;
+    let plain = tempfile::tempdir()?;
+    std::fs::write(plain.path().join("probe.wasm"), &probe)?;
+    let shadowed = tempfile::tempdir()?;
+    std::fs::write(shadowed.path().join("probe.wasm"), &probe)?;
+    std::fs::write(
+        shadowed.path().join("probe.candidate.wasm"),
+        with_marker(probe.clone(), "candidate"),
+    )?;
+    std::fs::write(
+        shadowed.path().join("probe.candidate.toml"),
+        "[rollout]\nmode = \"shadow\"\n",
+    )?;
+    let logs = tempfile::tempdir()?;
+    let to_file = |name: &str| DecisionLogSettings {
+        path: Some(logs.path().join(name)),
+        ..DecisionLogSettings::default()
+    };
+
+    let off = measure(plain.path(), DecisionLogSettings::default(), n).await?;
+    let file = measure(plain.path(), to_file("file.ndjson"), n).await?;
+    let shadow = measure(shadowed.path(), to_file("shadow.ndjson"), n).await?;
+    let bytes = std::fs::metadata(logs.path().join("file.ndjson"))?.len();
+    println!(
+        "policy request over HTTP (one read of 2 questions, instant reader), {n} requests each, {} CPUs",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+    );
+    println!(
+        "{:<26} {:>9} {:>9} {:>10}   {:>10} {:>10} {:>10}",
+        "", "p50 ms", "p99 ms", "req/s (8)", "p50 ratio", "p99 ratio", "req/s ratio"
+    );
+    for (label, f) in [
+        ("decision log off", &off),
+        ("log to a file", &file),
+        ("file + shadow candidate", &shadow),
+    ] {
+        println!(
+            "{label:<26} {:>9.3} {:>9.3} {:>10.0}   {:>10.2} {:>10.2} {:>10.2}",
+            f.p50_ms,
+            f.p99_ms,
+            f.per_second,
+            f.p50_ms / off.p50_ms,
+            f.p99_ms / off.p99_ms,
+            f.per_second / off.per_second
+        );
+    }
+    println!(
+        "event size: {:.0} bytes/decision",
+        bytes as f64 / (200 + n + n / 8 * 8) as f64
+    );
+    Ok(())
+}

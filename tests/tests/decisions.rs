@@ -1,0 +1,626 @@
+//! Decision records end to end (docs/decision-records.md): decision ids, the decision log with
+//! every read, `hunch replay` (no changes against the writing version, exactly the flips of a
+//! changed version, torn lines), shadow and canary candidates, promote/rollback across a
+//! restart, and sinks that fail without failing requests.
+//!
+//! The log-and-replay test runs on the real accelerator (tiny checkpoint); the rest use the
+//! fixture sidecar, which answers instantly.
+
+use hunch::policy::testing::{built_policy, with_marker};
+use hunch_e2e::{hunch_bin, start_hunch_real, start_hunch_with_fixture, Hunch};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const ADMIN: &str = "e2e-admin-key";
+
+fn probe(version: u32) -> Vec<u8> {
+    let crate_file = if version == 1 {
+        "replay_probe"
+    } else {
+        "replay_probe_v2"
+    };
+    built_policy(crate_file).expect("the policies build (wasm32-wasip2)")
+}
+
+fn message(i: usize) -> Value {
+    let texts = [
+        "The production database is down and customers cannot pay.",
+        "Thanks for the lovely flowers last week!",
+        "Could you send me the invoice for March when you have a minute?",
+        "URGENT: our account was charged twice, please refund today.",
+        "Lunch on Friday?",
+        "The build has been failing since this morning, release is blocked.",
+        "Reminder: the newsletter goes out next month.",
+        "Security alert: someone logged in from an unknown device.",
+    ];
+    json!({"id": i, "message": texts[i % texts.len()]})
+}
+
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut r = client.post(url).json(body);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.expect("request");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The events in `path` once it holds at least `n` lines (the file sink writes in the
+/// background).
+async fn events(path: &Path, n: usize) -> Vec<Value> {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let events: Vec<Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if events.len() >= n {
+            return events;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} holds {} events, wanted {n}",
+            path.display(),
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn replay(args: &[&str]) -> Value {
+    let out = Command::new(hunch_bin())
+        .arg("replay")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("hunch replay runs");
+    assert!(
+        out.status.success(),
+        "hunch replay failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn write(dir: &Path, file: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hunch::decision::event::sha256_hex(bytes)
+}
+
+#[tokio::test]
+async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_flip() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let v1 = probe(1);
+    let v1_path = write(&policies, "probe.wasm", &v1);
+    let v2_path = write(dir.path(), "probe-v2.wasm", &probe(2));
+    let log = dir.path().join("decisions.ndjson");
+    let (p, l) = (policies.display().to_string(), log.display().to_string());
+    let hunch = start_hunch_real(&["--policies", &p, "--decision-log", &l]).await;
+    let client = reqwest::Client::new();
+
+    let n = 8;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let rid = format!("client-{i}");
+        let (status, headers, body) = post(
+            &client,
+            &format!("{}/v1/policies/probe", hunch.url),
+            &message(i),
+            &[("x-request-id", rid.as_str())],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let id = headers["x-hunch-decision-id"].to_str().unwrap().to_string();
+        assert_eq!(body["decision_id"], id.as_str());
+        ids.push((id, body["output"].clone()));
+    }
+    let (status, headers, _) = post(
+        &client,
+        &format!("{}/v1/systemone", hunch.url),
+        &hunch_e2e::sample_request(),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let raw_id = headers["x-hunch-decision-id"].to_str().unwrap().to_string();
+
+    let all = events(&log, n + 1).await;
+    let policy_events: Vec<&Value> = all.iter().filter(|e| e["policy"].is_object()).collect();
+    assert_eq!(policy_events.len(), n);
+    let mut expected_flips = Vec::new();
+    for (e, (id, output)) in policy_events.iter().zip(&ids) {
+        assert_eq!(&e["decision_id"], id.as_str());
+        assert!(e["client_request_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("client-"));
+        assert_eq!(e["policy"]["sha256"], sha256(&v1));
+        assert_eq!(e["policy"]["stage"], "active");
+        assert_eq!(e["model"]["name"], hunch_e2e::TINY_MODEL);
+        assert!(
+            e["model"]["fingerprint"]["config_sha256"].is_string(),
+            "{}",
+            e["model"]
+        );
+        assert!(e["model"]["fingerprint"]["tensor_index_sha256"].is_string());
+        assert_eq!(&e["result"], output);
+        let reads = e["reads"].as_array().unwrap();
+        assert_eq!(reads.len(), 1, "one read of two questions");
+        let r = &reads[0];
+        assert_eq!(r["state"], e["input"]["message"]);
+        assert_eq!(r["questions"].as_array().unwrap().len(), 2);
+        let d = r["distributions"].as_array().unwrap();
+        let p: Vec<f64> = d.iter().map(|q| q[0].as_f64().unwrap()).collect();
+        for q in d {
+            let sum: f64 = q
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .sum();
+            assert!((sum - 1.0).abs() < 1e-6, "{q}");
+        }
+        assert!(r["stats"]["draws"].as_u64().unwrap() >= 1);
+        // What replay against v2 must find: the decisions whose rule flips.
+        if (p[0] >= 0.5) != (p[0] >= p[1]) {
+            expected_flips.push(id.clone());
+        }
+    }
+    let raw = all
+        .iter()
+        .find(|e| e["decision_id"] == raw_id.as_str())
+        .unwrap();
+    assert_eq!(raw["route"], "/v1/systemone");
+    assert_eq!(
+        raw["reads"][0]["distributions"].as_array().unwrap().len(),
+        3
+    );
+    drop(hunch);
+
+    // A crash tore the last line: the rest still replays.
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"decision_id\": \"torn");
+    std::fs::write(&log, text).unwrap();
+
+    let same = replay(&[
+        "--log",
+        &l,
+        "--policy",
+        &format!("probe={}", v1_path.display()),
+    ]);
+    assert_eq!(same["decisions"], n);
+    assert_eq!(same["changed"], 0, "{same}");
+    assert_eq!(same["not_replayable"], 0, "{same}");
+    assert_eq!(same["skipped_lines"], 1);
+
+    let changed = replay(&[
+        "--log",
+        &l,
+        "--policy",
+        &format!("probe={}", v2_path.display()),
+        "--samples",
+        "100",
+    ]);
+    assert_eq!(changed["decisions"], n);
+    assert_eq!(changed["changed"], expected_flips.len(), "{changed}");
+    let mut found: Vec<String> = changed["samples"]["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    found.sort();
+    expected_flips.sort();
+    assert_eq!(found, expected_flips);
+    if !expected_flips.is_empty() {
+        assert_eq!(changed["fields"], json!({"/urgent": expected_flips.len()}));
+    }
+    eprintln!("v1 -> v2 flips {} of {n} decisions", expected_flips.len());
+}
+
+async fn fixture_server(dir: &Path, log: &Path, extra: &[&str]) -> Hunch {
+    let (d, l) = (dir.display().to_string(), log.display().to_string());
+    let mut args = vec![
+        "--policies",
+        d.as_str(),
+        "--admin-key",
+        ADMIN,
+        "--decision-log",
+        l.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    start_hunch_with_fixture("dg-test", &args).await
+}
+
+async fn put_candidate(client: &reqwest::Client, url: &str, query: &str, wasm: Vec<u8>) -> Value {
+    let r = client
+        .put(format!("{url}/v1/policies/probe?stage=candidate&{query}"))
+        .header("x-admin-key", ADMIN)
+        .body(wasm)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert!(status.is_success(), "{status}: {body}");
+    body
+}
+
+fn without_ids(mut body: Value) -> Value {
+    for k in ["decision_id", "timings", "fuel_used"] {
+        body.as_object_mut().unwrap().remove(k);
+    }
+    for r in body["reads"].as_array_mut().into_iter().flatten() {
+        r.as_object_mut().unwrap().remove("elapsed_ms");
+    }
+    body
+}
+
+async fn metric(client: &reqwest::Client, url: &str, line_prefix: &str) -> u64 {
+    let text = client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(line_prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_matches_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let hunch = fixture_server(&policies, &log, &[]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/policies/probe", hunch.url);
+    let n = 6;
+
+    let mut alone = Vec::new();
+    for i in 0..n {
+        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        assert_eq!(s, 200);
+        alone.push(without_ids(body));
+    }
+    // A candidate that runs out of fuel: the active answers must not notice.
+    put_candidate(&client, &hunch.url, "mode=shadow&fuel=1000", probe(2)).await;
+    for (i, expected) in alone.iter().enumerate() {
+        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        assert_eq!(s, 200);
+        assert_eq!(&without_ids(body), expected);
+    }
+    let shadow_events = events(&log, 3 * n).await;
+    let failed = shadow_events
+        .iter()
+        .filter(|e| e["shadow_of"].is_string())
+        .count();
+    assert_eq!(failed, n);
+    assert!(shadow_events
+        .iter()
+        .filter(|e| e["shadow_of"].is_string())
+        .all(|e| e["error"]["kind"] == "limit_exceeded" && e["limits_hit"][0]["limit"] == "fuel"));
+    assert_eq!(
+        metric(
+            &client,
+            &hunch.url,
+            "hunch_policy_shadow_total{policy=\"probe\",agreement=\"candidate_error\"}"
+        )
+        .await,
+        n as u64
+    );
+
+    // A working candidate (v2): agreement counted per policy matches what the log says.
+    put_candidate(&client, &hunch.url, "mode=shadow", probe(2)).await;
+    let before = std::fs::read_to_string(&log).unwrap().lines().count();
+    for (i, expected) in alone.iter().enumerate() {
+        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        assert_eq!(s, 200);
+        assert_eq!(&without_ids(body), expected);
+    }
+    let all = events(&log, before + 2 * n).await;
+    let recent = &all[before..];
+    let mut agree = 0;
+    for shadow in recent.iter().filter(|e| e["shadow_of"].is_string()) {
+        assert_eq!(shadow["policy"]["stage"], "candidate");
+        let active = recent
+            .iter()
+            .find(|e| e["decision_id"] == shadow["shadow_of"])
+            .expect("the active event of a shadow run");
+        // Shared reads were answered from the active decision's record.
+        assert_eq!(
+            shadow["reads"][0]["distributions"],
+            active["reads"][0]["distributions"]
+        );
+        if shadow["result"] == active["result"] {
+            agree += 1;
+        }
+    }
+    let summary: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(summary["mode"], "shadow");
+    assert_eq!(summary["agreement"]["shadowed"], n);
+    assert_eq!(summary["agreement"]["agree"], agree);
+    assert_eq!(
+        metric(
+            &client,
+            &hunch.url,
+            "hunch_policy_shadow_total{policy=\"probe\",agreement=\"agree\"}"
+        )
+        .await,
+        agree as u64
+    );
+}
+
+#[tokio::test]
+async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    let v1 = probe(1);
+    write(&policies, "probe.wasm", &v1);
+    let hunch = fixture_server(&policies, &log, &[]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/policies/probe", hunch.url);
+    let candidate = with_marker(probe(1), "canary");
+    put_candidate(
+        &client,
+        &hunch.url,
+        "mode=canary&percent=30",
+        candidate.clone(),
+    )
+    .await;
+    assert!(policies.join("probe.candidate.wasm").is_file());
+
+    // 200 fixed keys at 30 %: the share must be within 30 % ± 8 points (about 3.5 standard
+    // deviations of a binomial share), and a key always gets the same version.
+    let keys = 200;
+    let mut to_candidate = 0;
+    let (mut decided, mut by_candidate) = (0, 0);
+    for k in 0..keys {
+        let key = format!("customer-{k}");
+        let (s, _, body) = post(
+            &client,
+            &url,
+            &message(k),
+            &[("x-hunch-route-key", key.as_str())],
+        )
+        .await;
+        assert_eq!(s, 200, "{body}");
+        let stage = body["stage"].as_str().unwrap().to_string();
+        decided += 1;
+        if stage == "candidate" {
+            to_candidate += 1;
+            by_candidate += 1;
+        }
+        if k % 20 == 0 {
+            let (_, _, again) = post(
+                &client,
+                &url,
+                &message(k),
+                &[("x-hunch-route-key", key.as_str())],
+            )
+            .await;
+            assert_eq!(again["stage"], stage.as_str(), "key {key} moved");
+            decided += 1;
+            by_candidate += usize::from(stage == "candidate");
+        }
+    }
+    let share = to_candidate as f64 / keys as f64;
+    assert!((0.22..=0.38).contains(&share), "canary share {share}");
+    let summary: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(summary["mode"], "canary");
+    assert_eq!(summary["agreement"]["decided_by_candidate"], by_candidate);
+    assert_eq!(
+        summary["agreement"]["decided_by_active"],
+        decided - by_candidate
+    );
+
+    // Promote: the candidate serves, the old version is kept for a rollback; both survive a
+    // restart because they are files.
+    let promoted: Value = client
+        .post(format!("{url}/promote"))
+        .header("x-admin-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let candidate_version = hunch::policy::invoke::content_hash(&candidate);
+    let v1_version = hunch::policy::invoke::content_hash(&v1);
+    assert_eq!(promoted["version"], candidate_version.as_str());
+    assert_eq!(promoted["previous_version"], v1_version.as_str());
+    assert_eq!(promoted["mode"], "off");
+    assert_eq!(
+        std::fs::read(policies.join("probe.wasm")).unwrap(),
+        candidate
+    );
+    drop(hunch);
+    let hunch = fixture_server(&policies, &log, &[]).await;
+    let summary: Value = client
+        .get(format!("{}/v1/policies/probe", hunch.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(summary["version"], candidate_version.as_str());
+    let rolled: Value = client
+        .post(format!("{}/v1/policies/probe/rollback", hunch.url))
+        .header("x-admin-key", ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rolled["version"], v1_version.as_str());
+    drop(hunch);
+    let hunch = fixture_server(&policies, &log, &[]).await;
+    let summary: Value = client
+        .get(format!("{}/v1/policies/probe", hunch.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(summary["version"], v1_version.as_str());
+    // Nothing to roll back to any more, and promoting needs a candidate: 409s, not 5xx.
+    for action in ["rollback", "promote"] {
+        let r = client
+            .post(format!("{}/v1/policies/probe/{action}", hunch.url))
+            .header("x-admin-key", ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409, "{action}");
+    }
+}
+
+/// A collector that answers every POST with `status`, or never answers (`None`).
+async fn collector(status: Option<u16>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move || async move {
+                match status {
+                    Some(s) => axum::http::StatusCode::from_u16(s).unwrap(),
+                    None => {
+                        std::future::pending::<()>().await;
+                        axum::http::StatusCode::OK
+                    }
+                }
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+#[tokio::test]
+async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let unwritable = dir.path().join("no-such-dir").join("decisions.ndjson");
+    let client = reqwest::Client::new();
+
+    // An unwritable file and a collector that refuses: requests answer, drops are counted.
+    let refusing = collector(Some(400)).await;
+    let hunch = fixture_server(&policies, &unwritable, &["--decision-log-url", &refusing]).await;
+    for i in 0..3 {
+        let (s, h, _) = post(
+            &client,
+            &format!("{}/v1/policies/probe", hunch.url),
+            &message(i),
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200);
+        assert!(h.contains_key("x-hunch-decision-id"));
+    }
+    let start = Instant::now();
+    while metric(
+        &client,
+        &hunch.url,
+        "hunch_decision_events_dropped_total{sink=\"http\"",
+    )
+    .await
+        < 3
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "http drops not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        metric(
+            &client,
+            &hunch.url,
+            "hunch_decision_events_dropped_total{sink=\"file\",cause=\"open_failed\"}"
+        )
+        .await,
+        3
+    );
+    drop(hunch);
+
+    // A collector that hangs, with room for 2 events: requests still answer at once.
+    let hanging = collector(None).await;
+    let hunch = fixture_server(
+        &policies,
+        &dir.path().join("ok.ndjson"),
+        &["--decision-log-url", &hanging, "--decision-log-buffer", "2"],
+    )
+    .await;
+    for i in 0..8 {
+        let (s, _, _) = post(
+            &client,
+            &format!("{}/v1/systemone", hunch.url),
+            &hunch_e2e::sample_request(),
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200, "request {i}");
+    }
+    assert!(
+        metric(
+            &client,
+            &hunch.url,
+            "hunch_decision_events_dropped_total{sink=\"http\",cause=\"buffer_full\"}"
+        )
+        .await
+            > 0
+    );
+    assert_eq!(events(&dir.path().join("ok.ndjson"), 8).await.len(), 8);
+    drop(hunch);
+
+    // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.
+    let hunch = fixture_server(&policies, &unwritable, &["--decision-log-required"]).await;
+    let (s, h, body) = post(
+        &client,
+        &format!("{}/v1/policies/probe", hunch.url),
+        &message(0),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 503, "{body}");
+    assert!(h.contains_key("x-hunch-decision-id"));
+    let (s, _, _) = post(
+        &client,
+        &format!("{}/v1/systemone", hunch.url),
+        &hunch_e2e::sample_request(),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 503);
+}
