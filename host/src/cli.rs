@@ -35,8 +35,7 @@ pub fn main() -> ExitCode {
         },
         Command::Serve(args) => {
             init_tracing();
-            let keys_env = std::env::var("HUNCH_API_KEYS").ok();
-            let settings = match Settings::resolve(&args, keys_env.as_deref()) {
+            let settings = match Settings::resolve(&args, &|name| std::env::var(name).ok()) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("hunch: {e}");

@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use hunch_accelerator::engine::{demo_dir, ensure_demo_checkpoint, EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
+use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::SchedulerConfig;
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
 use std::io::Write;
@@ -42,8 +43,8 @@ struct ServeArgs {
     /// Activation dtype: float32 (parity, fastest on CPU) or bfloat16.
     #[arg(long, default_value = "float32")]
     dtype: ActivationDtype,
-    /// Widest read canvas in tokens (multiple of 16; at most 128 and the checkpoint's
-    /// canvas_length).
+    /// Widest read canvas in tokens: a multiple of 16 from 16 to 128 (canvases grow in steps of
+    /// 16); the checkpoint's canvas_length caps it further.
     #[arg(long, default_value_t = 64)]
     canvas_cap: usize,
     /// Longest prompt a read may prefill; longer requests are refused before any work.
@@ -122,6 +123,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         if value == 0 {
             return Err(format!("{flag} must be at least 1"));
         }
+    }
+    if args.canvas_cap == 0 || args.canvas_cap % CANVAS_STEP != 0 || args.canvas_cap > MAX_CANVAS_CAP {
+        return Err(format!(
+            "--canvas-cap must be a multiple of {CANVAS_STEP} from {CANVAS_STEP} to {MAX_CANVAS_CAP}, got {}",
+            args.canvas_cap
+        ));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
