@@ -1,9 +1,11 @@
 //! `/v1/policies`: list, describe, run, deploy and remove decision policies.
 //!
-//! Every error goes through [`PolicyApiError`], the one place that maps runtime errors to status
-//! codes and JSON bodies, in the server's error shape: `{"detail": {"error_type", "message", …}}`
-//! (policy errors add fields such as `limit`).
+//! Every error is the API's one [`ApiError`]; the `From` impls below map the policy runtime's
+//! errors to its statuses and bodies (`{"detail": {"error_type", "message", …}}`, policy errors
+//! adding fields such as `limit`).
 
+use crate::api::auth::{bearer_token, matches_any};
+use crate::api::error::ApiError;
 use crate::policy::invoke::PolicyFailure;
 use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
 use axum::body::Bytes;
@@ -38,52 +40,15 @@ pub fn router<S: Clone + Send + Sync + 'static>(api: Arc<PolicyApi>) -> Router<S
         .with_state(api)
 }
 
-/// An error response.
-#[derive(Debug)]
-pub struct PolicyApiError {
-    status: StatusCode,
-    body: Value,
-    retry_after: Option<u64>,
-}
-
-impl PolicyApiError {
-    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        PolicyApiError {
-            status,
-            body: json!({"detail": {"error_type": kind, "message": message.into()}}),
-            retry_after: None,
-        }
-    }
-
-    fn with(mut self, key: &str, value: Value) -> Self {
-        if let Some(obj) = self.body["detail"].as_object_mut() {
-            obj.insert(key.to_string(), value);
-        }
-        self
-    }
-}
-
-impl IntoResponse for PolicyApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body)).into_response();
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        response
-    }
-}
-
-impl From<InvokeError> for PolicyApiError {
+impl From<InvokeError> for ApiError {
     fn from(e: InvokeError) -> Self {
         let message = e.to_string();
         match e {
             InvokeError::NotFound(_) => {
-                PolicyApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }
             InvokeError::InvalidInput(details) => {
-                PolicyApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
                     .with("details", json!(details))
             }
             InvokeError::Limit(l) => {
@@ -94,14 +59,14 @@ impl From<InvokeError> for PolicyApiError {
                 } else {
                     StatusCode::UNPROCESSABLE_ENTITY
                 };
-                PolicyApiError::new(status, "limit_exceeded", message)
+                ApiError::new(status, "limit_exceeded", message)
                     .with("limit", json!(l.limit.as_str()))
                     .with("limit_value", json!(l.limit_value))
             }
             InvokeError::Trap(_) => {
-                PolicyApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "policy_trapped", message)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "policy_trapped", message)
             }
-            InvokeError::Forbidden(_) => PolicyApiError::new(
+            InvokeError::Forbidden(_) => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "policy_forbidden_capability",
                 message,
@@ -118,39 +83,37 @@ impl From<InvokeError> for PolicyApiError {
                     },
                     _ => StatusCode::UNPROCESSABLE_ENTITY,
                 };
-                PolicyApiError::new(status, "policy_declined", message)
+                ApiError::new(status, "policy_declined", message)
                     .with("policy_error", json!(failure))
             }
-            InvokeError::InvalidOutput(_) => PolicyApiError::new(
+            InvokeError::InvalidOutput(_) => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "policy_invalid_output",
                 message,
             ),
             InvokeError::Busy => {
-                let mut e = PolicyApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
-                e.retry_after = Some(1);
-                e
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(1)
             }
             InvokeError::Internal(_) => {
                 tracing::error!(error = %message, "policy invocation failed");
-                PolicyApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
             }
         }
     }
 }
 
-impl From<RegistryError> for PolicyApiError {
+impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> Self {
         let message = e.to_string();
         match e {
             RegistryError::InvalidName(_) => {
-                PolicyApiError::new(StatusCode::BAD_REQUEST, "invalid_name", message)
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_name", message)
             }
             RegistryError::NotFound(_) => {
-                PolicyApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }
             RegistryError::Load(_) => {
-                PolicyApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
             }
         }
     }
@@ -163,9 +126,9 @@ async fn list(State(api): State<Arc<PolicyApi>>) -> Json<Value> {
 async fn describe(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Result<Json<Value>, ApiError> {
     let summary = api.registry.summary(&name).ok_or_else(|| {
-        PolicyApiError::new(
+        ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("no policy named `{name}`"),
@@ -178,10 +141,10 @@ async fn decide(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
     body: Bytes,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Result<Json<Value>, ApiError> {
     // Parsed by hand so a bad body gets the same error shape as every other error.
     let input: Value = serde_json::from_slice(&body).map_err(|e| {
-        PolicyApiError::new(
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_json",
             format!("the body is not JSON: {e}"),
@@ -237,9 +200,9 @@ impl DeployParams {
     }
 }
 
-fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), PolicyApiError> {
+fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &api.admin_key else {
-        return Err(PolicyApiError::new(
+        return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             "deployments over HTTP are disabled: start the server with --admin-key",
@@ -247,32 +210,27 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), PolicyApiError>
     };
     // `X-Admin-Key` first: when API keys are on, `Authorization` carries the caller's API key.
     let candidates = [
-        headers.get("x-admin-key").and_then(|v| v.to_str().ok()),
+        headers
+            .get("x-admin-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim),
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ")),
+            .and_then(bearer_token),
     ];
     let ok = candidates.iter().flatten().fold(false, |acc, key| {
-        acc | constant_time_eq(key.trim().as_bytes(), expected.as_bytes())
+        acc | matches_any([expected.as_bytes()], key)
     });
     if ok {
         Ok(())
     } else {
-        Err(PolicyApiError::new(
+        Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "PUT and DELETE need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)",
         ))
     }
-}
-
-/// Compares without an early exit, so response timing does not leak the key's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn deploy(
@@ -281,11 +239,11 @@ async fn deploy(
     Query(params): Query<DeployParams>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), PolicyApiError> {
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     authorize(&api, &headers)?;
     let toml_text = match params.to_config() {
         Some(c) => Some(toml::to_string(&c).map_err(|e| {
-            PolicyApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
         })?),
         None => None,
     };
@@ -304,7 +262,7 @@ async fn remove(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<StatusCode, PolicyApiError> {
+) -> Result<StatusCode, ApiError> {
     authorize(&api, &headers)?;
     api.registry.remove(&name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -313,13 +271,6 @@ async fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_compare_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-    }
 
     #[test]
     fn deploy_params_become_a_config_only_when_given() {
