@@ -45,8 +45,12 @@ async fn every_answer_type_in_request_order_with_the_real_model_name() {
     assert!(body["usage"]["output_tokens"].is_u64());
 }
 
+/// The host maps each answer back to the caller's id whatever the ids are (empty, 5000
+/// characters, non-ASCII) and wherever the question sits. The fixture's answers depend only on
+/// the state and the question's own text, so this checks the host's mapping, not whether a model's
+/// answer depends on the other questions (that is the read's business, `docs/read.md`).
 #[tokio::test]
-async fn renaming_adding_and_reordering_questions_changes_no_answer() {
+async fn answers_are_mapped_back_to_the_callers_ids_in_any_order() {
     let hunch = start_hunch_with_fixture("dg-test", &[]).await;
     let (_, _, a) = post(&hunch.url, &sample_request()).await;
     let mut renamed = sample_request();
