@@ -1,5 +1,6 @@
 //! Golden-output parity against the transformers 5.23 reference forward pass of the tiny random
-//! checkpoint (`tests/data/tiny-hf/`, made by shared/reference/make_tiny_hf.py), in float32.
+//! checkpoint (`tests/data/tiny-hf/`: a transformers-written checkpoint with the outputs of its forward pass,
+//! see docs/model.md), in float32.
 
 use std::path::{Path, PathBuf};
 

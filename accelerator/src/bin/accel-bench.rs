@@ -1,13 +1,13 @@
-//! Times one encoder prefill and one batched decoder pass, writing the JSON lines of
-//! shared/refbench/ref_bench.py (events `env`, `load`, `prefill`, `decode`, `check`, `memory`) so
-//! `summarize.py` can put Hunch next to the mlx_vlm reference.
+//! Times one encoder prefill and one batched decoder pass, writing one JSON line per event (`env`,
+//! `load`, `prefill`, `decode`, `check`, `memory`) in the same shape as the benchmark of the
+//! mlx_vlm reference implementation, so the two can be read side by side (docs/benchmarks.md).
 //!
 //! ```text
 //! accel-bench --ckpt DIR [--dtype float32|bfloat16] [--prompt-lens 256,1536] [--batches 1,4]
 //!             [--widths 32,64] [--reps 5] [--warmup 1] [--seed 0] [--out FILE] [--tag TEXT]
 //! ```
 //!
-//! What is timed matches ref_bench: `prefill` = encoder over P random ids with every layer's K/V
+//! What is timed matches the reference benchmark: `prefill` = encoder over P random ids with every layer's K/V
 //! evaluated; `decode` = one first-step decoder pass over B random canvases of width W, logits
 //! `[B, W, vocab]` f32 softcapped and evaluated.
 

@@ -2,7 +2,7 @@
 //!
 //! Accepts both spellings of the full-attention geometry: the released checkpoint's
 //! `num_global_key_value_heads` / `global_head_dim`, and the `per_layer_config` map that
-//! transformers writes when it serialises a config (diffusiongemma.md §1.1).
+//! transformers writes when it serialises a config (docs/model.md, "Configuration").
 
 use std::collections::HashMap;
 
@@ -184,7 +184,7 @@ impl Config {
                 t.num_hidden_layers
             )));
         }
-        // transformers treats a missing `attention_k_eq_v` as true (§1.1).
+        // transformers treats a missing `attention_k_eq_v` as true (docs/model.md).
         let k_eq_v = t.attention_k_eq_v.unwrap_or(true);
         let per_layer = t.per_layer_config.unwrap_or_default();
         let mut layers = Vec::with_capacity(layer_types.len());

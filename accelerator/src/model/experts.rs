@@ -10,7 +10,7 @@ use mlx_rs::{ops, Array, Dtype};
 use super::ModelError;
 
 /// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
-/// block scale is `global_scale / (448 · 6)` (diffusiongemma.md §2.1).
+/// block scale is `global_scale / (448 · 6)` (docs/model.md, "NVFP4 experts").
 pub const NVFP4_GLOBAL_SCALE_DIVISOR: f32 = 2688.0;
 
 /// Stacked expert matrices `[E, out, in]`.

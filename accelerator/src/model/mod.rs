@@ -1,4 +1,4 @@
-//! DiffusionGemma's math, one type per block (diffusiongemma.md §1). Loading lives in
+//! DiffusionGemma's math, one type per block (docs/model.md). Loading lives in
 //! [`crate::checkpoint`]; these types only hold arrays and compute.
 
 pub mod attention;

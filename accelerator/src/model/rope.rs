@@ -3,7 +3,7 @@
 //! Sliding layers use default RoPE (all pairs rotate, inverse frequency `θ^(-2i/d)`). Full layers
 //! use "proportional" RoPE: only the first `partial_rotary_factor · d/2` pairs rotate, with the
 //! exponent still over the full head dimension; the others get frequency 0. `fast::rope` takes
-//! *periods* in `freqs`, so the non-rotating pairs get an infinite period (§1.3).
+//! *periods* in `freqs`, so the non-rotating pairs get an infinite period (docs/model.md, "Attention").
 
 use mlx_rs::{fast, Array};
 

@@ -1,7 +1,7 @@
 //! Self-conditioning input of the decoder:
 //! `x0 = noscale_rmsnorm(e + mlp(pre_norm(soft)))`, `soft = softmax(prev_logits) · E · √hidden`.
 //! On the first step there are no previous logits: `soft = 0`, the MLP adds exactly 0 (no biases,
-//! gelu(0) = 0), and only the post-norm remains, which must still be applied (§1.4, trap 7).
+//! gelu(0) = 0), and only the post-norm remains, which must still be applied (docs/model.md, "Encoder and decoder").
 
 use mlx_rs::{ops, Array, Dtype};
 

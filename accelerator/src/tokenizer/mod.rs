@@ -183,8 +183,8 @@ pub fn jinja_trim(s: &str) -> &str {
 }
 
 /// The prompt text DiffusionGemma's chat template renders for one system and one user message
-/// with `add_generation_prompt=True, enable_thinking=False` (diffusiongemma.md §1.7): contents
-/// trimmed, and the empty thought block that thinking-off appends.
+/// with `add_generation_prompt=True, enable_thinking=False` (docs/model.md, "Chat format"):
+/// contents trimmed, and the empty thought block that thinking-off appends.
 pub fn render_chat(system: &str, user: &str) -> String {
     format!(
         "<bos><|turn>system\n{}<turn|>\n<|turn>user\n{}<turn|>\n<|turn>model\n<|channel>thought\n<channel|>",
@@ -232,8 +232,9 @@ mod tests {
         let ids = t
             .encode(&render_chat("", "Why is the sky blue?"))
             .expect("encode");
-        // MX's tokenised prompt (§1.7) starts with <bos><|turn> and ends with
-        // `105 <model> 107 100 <thought> 107 101`; "model"/"thought" are several pieces here.
+        // The reference's tokenised prompt (docs/model.md, "Chat format") starts with
+        // <bos><|turn> and ends with `105 <model> 107 100 <thought> 107 101`; "model" and
+        // "thought" are several pieces here.
         assert_eq!(&ids[..2], &[2, 105]);
         let model = t.encode("model").expect("encode");
         let thought = t.encode("thought").expect("encode");
