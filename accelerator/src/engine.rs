@@ -1,7 +1,7 @@
 //! The MLX read engine: a loaded checkpoint, its tokenizer and read planner, answering
 //! [`ReadRequest`]s. Lives on the sidecar's engine thread.
 
-use crate::checkpoint::{LoadOptions, Preset, RandomSpec};
+use crate::checkpoint::LoadOptions;
 use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
 use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
 use crate::scheduler::{measure_batch_deviation, Reply, Scheduler, SchedulerConfig, StepOutcome};
@@ -25,6 +25,9 @@ pub struct EngineOptions {
     /// Measure the batch deviation at load (a few small forwards) so batched answers can report
     /// it.
     pub probe_batching: bool,
+    /// Bytes the weights converted at load may take (`None`: the machine's available memory);
+    /// a load that needs more is refused before allocating.
+    pub memory_limit: Option<u64>,
 }
 
 impl Default for EngineOptions {
@@ -37,6 +40,7 @@ impl Default for EngineOptions {
             progress: false,
             scheduler: SchedulerConfig::default(),
             probe_batching: true,
+            memory_limit: None,
         }
     }
 }
@@ -50,8 +54,6 @@ pub enum EngineError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("{dir}: {message}")]
     Plan { dir: PathBuf, message: String },
-    #[error("writing the demo checkpoint to {dir}: {message}")]
-    Demo { dir: PathBuf, message: String },
 }
 
 /// A model ready to read, with the scheduler that batches its work.
@@ -71,6 +73,7 @@ impl MlxEngine {
             &LoadOptions {
                 dtype: options.dtype,
                 progress: options.progress,
+                memory_limit: options.memory_limit,
             },
         )?;
         let canvas_cap = options.canvas_cap.min(MAX_CANVAS_CAP).min(
@@ -245,49 +248,4 @@ impl Denoiser for ModelDenoiser<'_> {
             values,
         })
     }
-}
-
-/// Version of the demo checkpoint: bump it when its recipe changes so old caches are not reused.
-pub const DEMO_VERSION: &str = "demo-v1";
-
-/// Where the demo checkpoint is cached: `$HUNCH_CACHE_DIR`, else `$XDG_CACHE_HOME/hunch`, else
-/// `~/.cache/hunch`, else the system temp dir.
-pub fn demo_dir() -> PathBuf {
-    let base = std::env::var_os("HUNCH_CACHE_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("hunch")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch")))
-        .unwrap_or_else(|| std::env::temp_dir().join("hunch"));
-    base.join(DEMO_VERSION)
-}
-
-/// Writes the demo checkpoint (a small random DiffusionGemma in the HF layout with a tiny
-/// tokenizer, deterministic from a fixed seed) unless a complete one is already cached.
-/// Returns its directory. Its answers carry no meaning.
-pub fn ensure_demo_checkpoint(dir: &Path) -> Result<PathBuf, EngineError> {
-    let done = dir.join(".complete");
-    if done.exists() {
-        return Ok(dir.to_path_buf());
-    }
-    let fail = |message: String| EngineError::Demo {
-        dir: dir.to_path_buf(),
-        message,
-    };
-    // Write into a sibling temp dir and rename, so a crash never leaves a half checkpoint that
-    // looks complete.
-    let parent = dir.parent().unwrap_or(dir);
-    std::fs::create_dir_all(parent).map_err(|e| fail(e.to_string()))?;
-    let staging = parent.join(format!(".{}-staging-{}", DEMO_VERSION, std::process::id()));
-    let _ = std::fs::remove_dir_all(&staging);
-    let mut spec = RandomSpec::new(Preset::Tiny, crate::checkpoint::Layout::Hf);
-    spec.seed = 20_261_129;
-    // Wide enough for the reference canvas of 64 and a real-looking prompt.
-    for kv in ["vocab_size=4096", "top.canvas_length=64"] {
-        spec.set(kv).map_err(|e| fail(e.to_string()))?;
-    }
-    crate::checkpoint::write_random_checkpoint(&staging, &spec).map_err(|e| fail(e.to_string()))?;
-    std::fs::write(staging.join(".complete"), DEMO_VERSION).map_err(|e| fail(e.to_string()))?;
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&staging, dir).map_err(|e| fail(e.to_string()))?;
-    Ok(dir.to_path_buf())
 }

@@ -6,9 +6,10 @@
 //! * [`model`]: the math, one type per block ([`model::attention::Attention`],
 //!   [`model::mlp::Mlp`], [`model::moe::Moe`], [`model::layer::Layer`], …) and the whole
 //!   [`DiffusionGemma`].
-//! * [`checkpoint`]: loading and writing. Memory-mapped safetensors
-//!   ([`checkpoint::SafetensorsShards`]), the Hugging Face layout ([`checkpoint::hf`]), the
-//!   NVFP4 and affine layouts, random checkpoints and the converter.
+//! * [`checkpoint`]: loading. Memory-mapped safetensors ([`checkpoint::tensors`]), the layout
+//!   found from the tensors ([`checkpoint::layout`]), the three layouts' arrays in MLX.
+//! * [`tools`]: writing checkpoints (random ones, conversion, quantisers, the demo checkpoint);
+//!   not used by the serving code.
 //! * [`tokenizer`]: the checkpoint's `tokenizer.json`, special tokens by text, the chat format.
 //! * [`read`]: the System One decision read (prompt, canvas, slots, noise draws, re-reads).
 //! * [`server`]: the sidecar's HTTP face and its engine thread.
@@ -37,6 +38,7 @@ pub mod read;
 pub mod scheduler;
 pub mod server;
 pub mod tokenizer;
+pub mod tools;
 
 pub use checkpoint::{LoadError, LoadOptions};
 /// Re-exported so callers can hold logits without depending on mlx-rs themselves.

@@ -8,13 +8,12 @@
 //! (16) and prompts of several hundred tokens, so windowed attention across chunk boundaries and
 //! the sliding layers' tails restored from the cache are both exercised.
 
-use hunch_accelerator::checkpoint::{
-    write_random_checkpoint, DenseDtype, Layout, Preset, RandomSpec,
-};
+use hunch_accelerator::checkpoint::Layout;
 use hunch_accelerator::engine::{EngineOptions, MlxEngine, ModelDenoiser};
 use hunch_accelerator::read::{execute, ReadSettings};
 use hunch_accelerator::scheduler::{measure_batch_deviation, Reply, SchedulerConfig};
 use hunch_accelerator::server::ReadEngine;
+use hunch_accelerator::tools::{write_random_checkpoint, DenseDtype, Preset, RandomSpec};
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest};
 use serde_json::{json, Value};
 use std::path::Path;

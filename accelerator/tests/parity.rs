@@ -5,7 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use hunch_accelerator::{
-    checkpoint::{hf::HfLayout, LoadError, TensorSource},
+    checkpoint::{
+        arrays,
+        tensors::{PlannedTensor, SafetensorsFile},
+        LoadError, MappedLayout,
+    },
+    tools::writer::SafetensorsWriter,
     ActivationDtype, Array, DiffusionGemma, LoadOptions,
 };
 
@@ -116,6 +121,7 @@ fn load() -> Result<DiffusionGemma, LoadError> {
         &LoadOptions {
             dtype: ActivationDtype::Float32,
             progress: false,
+            ..LoadOptions::default()
         },
     )
 }
@@ -186,27 +192,21 @@ fn batched_equals_serial() -> TestResult {
 }
 
 #[test]
-fn missing_tensor_names_tensor_and_shape() -> TestResult {
-    let layout = HfLayout::open(&data_dir())?;
-    let name = "model.decoder.layers.0.self_attn.v_proj_missing.weight";
-    match layout.source().tensor(name, &[32, 64]) {
-        Err(e @ LoadError::MissingTensor { .. }) => {
-            let text = e.to_string();
-            assert!(text.contains(name), "{text}");
-            assert!(text.contains("[32, 64]"), "{text}");
-            assert!(text.contains("model.safetensors"), "{text}");
-        }
-        other => panic!("expected MissingTensor, got {other:?}"),
-    }
-    // A present tensor with the wrong expected shape names tensor, file and both shapes.
-    let err = layout
-        .source()
-        .tensor("model.decoder.norm.weight", &[65])
-        .err()
-        .ok_or("shape mismatch not detected")?;
+fn misshaped_tensor_names_tensor_file_and_shapes() -> TestResult {
+    // The model's own reading of config.json checks every array it builds: a shape other than
+    // the one it expects names the tensor, the file and both shapes.
+    let layout = MappedLayout::open(&data_dir())?;
+    let err = arrays::array(
+        layout.checkpoint().tensors(),
+        "model.decoder.norm.weight",
+        &[65],
+    )
+    .err()
+    .ok_or("shape mismatch not detected")?;
     let text = err.to_string();
     assert!(
         text.contains("model.decoder.norm.weight")
+            && text.contains("model.safetensors")
             && text.contains("[65]")
             && text.contains("[64]"),
         "{text}"
@@ -237,22 +237,38 @@ fn load_without_a_tensor_names_it() -> TestResult {
     let dir = std::env::temp_dir().join(format!("hunch-missing-tensor-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::copy(data_dir().join("config.json"), dir.join("config.json"))?;
-    let bytes = std::fs::read(data_dir().join("model.safetensors"))?;
-    let all = safetensors::SafeTensors::deserialize(&bytes)?;
     let dropped = "model.decoder.layers.2.mlp.up_proj.weight";
-    let kept: Vec<_> = all.iter().filter(|(name, _)| *name != dropped).collect();
-    std::fs::write(
+    let source = SafetensorsFile::open(data_dir().join("model.safetensors"))?;
+    let kept: Vec<PlannedTensor> = source
+        .names()
+        .filter(|n| *n != dropped)
+        .filter_map(|n| {
+            let info = source.info(n)?;
+            Some(PlannedTensor {
+                name: n.to_string(),
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+            })
+        })
+        .collect();
+    let mut out = SafetensorsWriter::create(
         dir.join("model.safetensors"),
-        safetensors::serialize(kept, None)?,
+        kept.clone(),
+        &Default::default(),
     )?;
+    for t in &kept {
+        out.write(&t.name, source.tensor(&t.name)?.bytes)?;
+    }
+    out.finish()?;
     let result = DiffusionGemma::load(&dir, &LoadOptions::default());
     let _ = std::fs::remove_dir_all(&dir);
     match result {
-        Err(e @ LoadError::MissingTensor { .. }) => {
+        Err(e @ LoadError::Layout(_)) => {
             let text = e.to_string();
             eprintln!("{text}");
             assert!(text.contains(dropped), "{text}");
             assert!(text.contains("[96, 64]"), "{text}");
+            assert!(text.contains("closest is hf"), "{text}");
             Ok(())
         }
         Err(other) => Err(format!("expected MissingTensor, got {other}").into()),
@@ -272,6 +288,7 @@ fn bfloat16_activations_run() -> TestResult {
         &LoadOptions {
             dtype: ActivationDtype::Bfloat16,
             progress: false,
+            ..LoadOptions::default()
         },
     )?;
     let prompt = read_npy("prompt_ids.npy")?.ids()?;

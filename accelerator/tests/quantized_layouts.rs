@@ -3,7 +3,7 @@
 //!
 //! The tiny reference checkpoint (`tests/data/tiny-hf`) is converted by the project's own
 //! converter to NVFP4 and to MLX affine. Then:
-//! - MLX's dequantisation of the loaded codes/scales equals `checkpoint::quant`'s, bit for bit;
+//! - MLX's dequantisation of the loaded codes/scales equals `tools::quant`'s, bit for bit;
 //! - the quantised model (codes consumed by `gather_qmm` / `quantized_matmul`) matches the same
 //!   model run dense on its dequantised weights (an HF checkpoint written from them) to 1e-3 in
 //!   float32, on the encoder hidden state and the first-step denoiser logits of the golden
@@ -15,14 +15,17 @@ use std::path::{Path, PathBuf};
 
 use hunch_accelerator::{
     checkpoint::{
-        convert,
-        quant::{self, SourceDtype},
-        quantized::{LoadedWeight, QuantizedLayout},
-        tensors::{self, Dtype as FileDtype, PlannedTensor, SafetensorsFile, SafetensorsWriter},
-        writer::convert_with,
-        Checkpoint, DenseDtype, Layout, LoadError, QuantMode, Weight,
+        mapped::{LoadedWeight, MappedLayout},
+        tensors::{Dtype as FileDtype, PlannedTensor, SafetensorsFile},
+        Checkpoint, Layout, LoadError, QuantMode, Weight,
     },
     model::experts::dequantize_nvfp4,
+    tools::{
+        convert,
+        quant::{self, SourceDtype},
+        writer::{convert_with, f32_bytes, SafetensorsWriter},
+        DenseDtype,
+    },
     ActivationDtype, Array, DiffusionGemma, LoadOptions,
 };
 use mlx_rs::{ops, Dtype};
@@ -142,10 +145,11 @@ fn options() -> LoadOptions {
     LoadOptions {
         dtype: ActivationDtype::Float32,
         progress: false,
+        ..LoadOptions::default()
     }
 }
 
-/// The model's effective weights of one quantised module, from `checkpoint::quant` (pure Rust).
+/// The model's effective weights of one quantised module, from `tools::quant` (pure Rust).
 ///
 /// Affine: MLX's quantized kernels evaluate `scale · q + bias` in the promoted dtype of
 /// activations and scales, and the loader widens the stored bf16 scales to float32 for float32
@@ -208,7 +212,7 @@ fn write_dequantised_hf(quantised: &Path, out: &Path, affine_src: SourceDtype) -
             dtype: FileDtype::F32,
             shape: spec.shape.clone(),
         });
-        data.push((spec.name.clone(), tensors::f32_bytes(&values)));
+        data.push((spec.name.clone(), f32_bytes(&values)));
     }
     let mut w = SafetensorsWriter::create(out.join("model.safetensors"), plan, &BTreeMap::new())?;
     for (name, bytes) in &data {
@@ -228,7 +232,7 @@ fn converted(tmp: &Path, layout: Layout) -> Res<PathBuf> {
 /// MLX's dequantisation of the arrays the loader builds equals `quant.rs`'s, bit for bit.
 fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
     let c = Checkpoint::open(dir)?;
-    let layout = QuantizedLayout::open(dir)?;
+    let layout = MappedLayout::open(dir)?;
     let mut checked = 0;
     for spec in c.dims.tensors() {
         let Some(Weight::Quantized(q)) = c.weight(spec.module()) else {
@@ -529,6 +533,7 @@ fn sharded_and_bf16_quantised_checkpoints_load() -> TestResult {
             &LoadOptions {
                 dtype,
                 progress: false,
+                ..LoadOptions::default()
             },
         )?;
         let c = m.prefill(&prompt)?;

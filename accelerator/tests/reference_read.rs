@@ -8,10 +8,9 @@
 //! `HUNCH_REFERENCE_PYTHON` to use another interpreter. Without the venv the test fails and says
 //! how to make it, unless `HUNCH_TEST_SKIP=reference` says to skip it on purpose.
 
-use hunch_accelerator::checkpoint::{
-    write_random_checkpoint, DenseDtype, Layout, Preset, RandomSpec,
-};
+use hunch_accelerator::checkpoint::Layout;
 use hunch_accelerator::engine::{EngineOptions, MlxEngine};
+use hunch_accelerator::tools::{write_random_checkpoint, DenseDtype, Preset, RandomSpec};
 use hunch_core::{ReadError, ReadRequest};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -253,6 +253,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         &LoadOptions {
             dtype: args.dtype,
             progress: true,
+            ..LoadOptions::default()
         },
     )?;
     let (peak, cur) = rss_mb();

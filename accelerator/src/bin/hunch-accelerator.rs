@@ -2,11 +2,12 @@
 //! reads to the Hunch host over loopback HTTP (docs/accelerator-protocol.md).
 
 use clap::{Parser, Subcommand};
-use hunch_accelerator::engine::{demo_dir, ensure_demo_checkpoint, EngineOptions, MlxEngine};
+use hunch_accelerator::engine::{EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
 use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::SchedulerConfig;
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
+use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,6 +79,15 @@ struct ServeArgs {
     /// Skip the start-up probe that measures whether batching changes answers.
     #[arg(long)]
     no_batch_probe: bool,
+    /// Memory the weights converted at load may take (bytes, or e.g. 48G, 512M). Float32
+    /// activations widen bf16 weights; a load whose widened weights exceed this is refused
+    /// before allocating. Default: the memory the machine has available.
+    #[arg(long, env = "HUNCH_MEMORY_LIMIT", value_parser = parse_memory_limit)]
+    memory_limit: Option<u64>,
+}
+
+fn parse_memory_limit(s: &str) -> Result<u64, String> {
+    hunch_accelerator::checkpoint::memory::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {
@@ -172,6 +182,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 cache_bytes: args.prefix_cache_mb << 20,
             },
             probe_batching: !args.no_batch_probe,
+            memory_limit: args.memory_limit,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

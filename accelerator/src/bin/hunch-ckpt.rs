@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hunch_accelerator::checkpoint::random::{DenseDtype, Preset, RandomSpec};
-use hunch_accelerator::checkpoint::writer::{self, Layout, WriteSummary};
-use hunch_accelerator::checkpoint::{Checkpoint, Weight};
+use hunch_accelerator::checkpoint::{Checkpoint, Layout, Weight};
 use hunch_accelerator::tokenizer::{render_chat, Tokenizer};
+use hunch_accelerator::tools::random::{DenseDtype, Preset, RandomSpec};
+use hunch_accelerator::tools::writer::{self, WriteSummary};
 
 #[derive(Parser)]
 #[command(
@@ -147,11 +147,12 @@ fn inspect(c: &Checkpoint, dir: &std::path::Path) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{}: layout {}, {} layers, {} tensors",
+        "{}: layout {}, {} layers, {} tensors (files from {})",
         dir.display(),
         c.layout,
         c.dims.layers.len(),
-        c.tensors().len()
+        c.tensors().len(),
+        c.map_source
     )?;
     for (name, w) in c.weights() {
         match w {

@@ -1,21 +1,31 @@
-//! Detect a checkpoint's layout, validate every expected tensor against its `config.json`, and
-//! describe its weights per module as memory-mapped views, neutral to the array library:
+//! Find a checkpoint's layout from its tensors, validate every tensor its `config.json` implies,
+//! and describe its weights per module as memory-mapped views, neutral to the array library:
 //! a model loader turns a [`Weight`] into device arrays without copying.
+//!
+//! Nothing here depends on a tag a writer puts in the directory: the tensors are found through
+//! [`weight_files`] (an index, any manifest that maps tensors to files, or the shards' own
+//! headers), and the layout is the one whose tensors they are. NVFP4 is recognised by its expert
+//! tensors (`.weight` U32, `.scales` U8, `.global_scale` per expert), affine by an affine
+//! `quantization` block in config.json (which says how each module is stored), HF by dense
+//! tensors. When none fits, the error names the closest layout, the first tensor in the
+//! inventory's order that does not fit it, and what was expected (docs/checkpoint-layouts.md).
 //!
 //! Modules are keyed by the HF tensor name without a trailing `.weight` (e.g.
 //! `model.decoder.layers.0.self_attn.q_proj`, `model.decoder.layers.0.experts.gate_up_proj`,
 //! `model.decoder.layers.0.router.scale`), the same key in all three layouts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::dims::{DimsError, ModelDims, Role, TensorSpec};
-use super::tensors::{Dtype, TensorError, TensorSet, TensorView};
-use super::writer::{
-    self, outputs, weight_name, Layout, Storage, WriteError, MANIFEST, MANIFEST_FORMAT,
+use super::dims::{DimsError, ModelDims, TensorSpec};
+use super::files::{weight_files, FilesError, MapSource};
+use super::format::{
+    affine_block, affine_storage, storage_for, stored_tensors, weight_name, Layout,
+    QuantizationEntryError, Storage,
 };
+use super::tensors::{Dtype, PlannedTensor, TensorError, TensorSet, TensorView};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
@@ -32,6 +42,13 @@ pub enum LayoutError {
     Dims(#[from] DimsError),
     #[error(transparent)]
     Tensor(#[from] TensorError),
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error("{path}: {source}")]
+    Quantization {
+        path: PathBuf,
+        source: QuantizationEntryError,
+    },
     #[error("tensor {tensor} ({dtype} {expected:?}) is missing (expected in {expected_in})")]
     Missing {
         tensor: String,
@@ -55,12 +72,28 @@ pub enum LayoutError {
         expected: String,
         actual: Dtype,
     },
-    #[error("{path}: quantization entry for {module}: {why}")]
-    Quantization {
-        path: PathBuf,
-        module: String,
-        why: String,
+    /// No layout fits: the closest one and the first tensor that does not fit it.
+    #[error("{dir}: its tensors fit no checkpoint layout; closest is {closest} ({fitted} of {total} tensors fit), where {misfit}{hint}")]
+    NoLayoutFits {
+        dir: PathBuf,
+        closest: Layout,
+        fitted: usize,
+        total: usize,
+        /// A `Missing`, `Shape` or `Dtype` error for that tensor.
+        misfit: Box<LayoutError>,
+        /// Anything in config.json that explains it ("" when nothing does).
+        hint: String,
     },
+}
+
+impl LayoutError {
+    /// The error about one tensor: the misfit itself, or the misfit inside `NoLayoutFits`.
+    pub fn misfit(&self) -> &LayoutError {
+        match self {
+            LayoutError::NoLayoutFits { misfit, .. } => misfit,
+            other => other,
+        }
+    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LayoutError + '_ {
@@ -78,57 +111,9 @@ fn read_json(path: &Path) -> Result<Value, LayoutError> {
     })
 }
 
-/// Which layout a folder holds: a `manifest.json` of ours means NVFP4, a `quantization` entry in
-/// config.json means MLX affine, otherwise HF.
+/// Which layout the checkpoint in `dir` holds (opens and validates it; see [`Checkpoint::open`]).
 pub fn detect_layout(dir: &Path) -> Result<Layout, LayoutError> {
-    let manifest = dir.join(MANIFEST);
-    if manifest.is_file() {
-        let m = read_json(&manifest)?;
-        if m.get("format").and_then(Value::as_str) == Some(MANIFEST_FORMAT) {
-            return Ok(Layout::Nvfp4);
-        }
-        return Err(LayoutError::Json {
-            path: manifest,
-            why: format!("\"format\" is not {MANIFEST_FORMAT:?}"),
-        });
-    }
-    let cfg_path = dir.join("config.json");
-    if !cfg_path.is_file() {
-        return Err(LayoutError::NotACheckpoint {
-            dir: dir.to_path_buf(),
-            why: "no config.json".into(),
-        });
-    }
-    let cfg = read_json(&cfg_path)?;
-    // HF's own quantised checkpoints (ModelOpt, compressed-tensors …) name a quant_method in
-    // quantization_config; only mlx_lm's block (no quant_method) is the affine layout.
-    if let Some(method) = cfg
-        .get("quantization_config")
-        .and_then(|q| q.get("quant_method"))
-        .and_then(Value::as_str)
-    {
-        return Err(LayoutError::Quantization {
-            path: cfg_path,
-            module: "(quantization_config)".into(),
-            why: format!(
-                "quant_method {method:?} is not supported; convert from the bf16 HF checkpoint"
-            ),
-        });
-    }
-    match cfg
-        .get("quantization")
-        .or_else(|| cfg.get("quantization_config"))
-    {
-        Some(q) => match q.get("mode").and_then(Value::as_str).unwrap_or("affine") {
-            "affine" => Ok(Layout::Affine),
-            other => Err(LayoutError::Quantization {
-                path: cfg_path,
-                module: "(default)".into(),
-                why: format!("mode {other:?} is not supported (affine only)"),
-            }),
-        },
-        None => Ok(Layout::Hf),
-    }
+    Checkpoint::open(dir).map(|c| c.layout)
 }
 
 /// How a quantised weight is encoded.
@@ -153,6 +138,31 @@ pub enum ModuleRef {
         global_scale: Option<String>,
         mode: QuantMode,
     },
+}
+
+impl ModuleRef {
+    /// Every tensor of the module.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        match self {
+            ModuleRef::Dense { tensor } => vec![tensor],
+            ModuleRef::Quantized {
+                codes,
+                scales,
+                biases,
+                global_scale,
+                ..
+            } => [
+                Some(codes),
+                Some(scales),
+                biases.as_ref(),
+                global_scale.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect(),
+        }
+    }
 }
 
 /// A quantised weight as views into the mapped files.
@@ -181,6 +191,8 @@ pub enum Weight<'a> {
 pub struct Checkpoint {
     pub dir: PathBuf,
     pub layout: Layout,
+    /// How the weight files were found.
+    pub map_source: MapSource,
     pub config: Value,
     pub dims: ModelDims,
     tensors: TensorSet,
@@ -189,194 +201,236 @@ pub struct Checkpoint {
     pub ignored: Vec<String>,
 }
 
-/// Storage of a module in an affine checkpoint, from its `quantization` config.
-fn affine_storage(q: &Value, spec: &TensorSpec, cfg_path: &Path) -> Result<Storage, LayoutError> {
-    if spec.role == Role::Vector {
-        return Ok(Storage::Dense);
-    }
-    let bad = |why: String| LayoutError::Quantization {
-        path: cfg_path.to_path_buf(),
-        module: spec.module().to_string(),
-        why,
+/// How well the tensors fit one layout.
+struct Fit {
+    modules: BTreeMap<String, ModuleRef>,
+    used: HashSet<String>,
+    fitted: usize,
+    total: usize,
+    /// The first tensor, in inventory order, that does not fit.
+    first_misfit: Option<LayoutError>,
+}
+
+/// Float tensors may be stored in any float type; everything else exactly.
+fn dtype_ok(expected: Dtype, actual: Dtype) -> bool {
+    expected == actual || (expected.is_weight_float() && actual.is_weight_float())
+}
+
+/// Whether one expected tensor is there as expected, or the error that says how it is not.
+fn check(tensors: &TensorSet, t: &PlannedTensor, expected_in: &str) -> Result<(), LayoutError> {
+    let accepted = if t.dtype.is_weight_float() {
+        "float".to_string()
+    } else {
+        t.dtype.to_string()
     };
-    let get = |v: &Value, k: &str, dflt: Option<u64>| v.get(k).and_then(Value::as_u64).or(dflt);
-    let dg = get(q, "group_size", Some(64));
-    let db = get(q, "bits", Some(4));
-    match q.get(spec.module()) {
-        Some(Value::Bool(false)) => Ok(Storage::Dense),
-        Some(Value::Bool(true)) | None => match (dg, db) {
-            (Some(g), Some(b)) => Ok(Storage::Affine {
-                group_size: g as usize,
-                bits: b as u32,
-            }),
-            _ => Err(bad("no default group_size/bits".into())),
+    let missing = || LayoutError::Missing {
+        tensor: t.name.clone(),
+        expected: t.shape.clone(),
+        dtype: accepted.clone(),
+        expected_in: expected_in.to_string(),
+    };
+    let file = tensors.file_of(&t.name).ok_or_else(missing)?;
+    let info = file.info(&t.name).ok_or_else(missing)?;
+    if !dtype_ok(t.dtype, info.dtype) {
+        let expected = if t.dtype.is_weight_float() {
+            "a float type (BF16, F16, F32)".to_string()
+        } else {
+            t.dtype.to_string()
+        };
+        return Err(LayoutError::Dtype {
+            tensor: t.name.clone(),
+            file: file.path().to_path_buf(),
+            expected,
+            actual: info.dtype,
+        });
+    }
+    if info.shape != t.shape {
+        return Err(LayoutError::Shape {
+            tensor: t.name.clone(),
+            file: file.path().to_path_buf(),
+            expected: t.shape.clone(),
+            actual: info.shape.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The module reference for one inventory entry stored as `storage`.
+fn module_ref(
+    spec: &TensorSpec,
+    layout: Layout,
+    storage: Storage,
+    outs: &[PlannedTensor],
+) -> ModuleRef {
+    let name = |i: usize| outs.get(i).map(|t| t.name.clone()).unwrap_or_default();
+    match storage {
+        Storage::Dense => ModuleRef::Dense {
+            tensor: weight_name(spec, layout),
         },
-        Some(o @ Value::Object(_)) => {
-            if let Some(m) = o.get("mode").and_then(Value::as_str) {
-                if m != "affine" {
-                    return Err(bad(format!("mode {m:?} is not supported")));
-                }
-            }
-            match (get(o, "group_size", dg), get(o, "bits", db)) {
-                (Some(g), Some(b)) => Ok(Storage::Affine {
-                    group_size: g as usize,
-                    bits: b as u32,
-                }),
-                _ => Err(bad("needs group_size and bits".into())),
-            }
-        }
-        Some(other) => Err(bad(format!("unexpected value {other}"))),
+        Storage::Nvfp4 => ModuleRef::Quantized {
+            codes: name(0),
+            scales: name(1),
+            biases: None,
+            global_scale: Some(name(2)),
+            mode: QuantMode::Nvfp4,
+        },
+        Storage::Affine { group_size, bits } => ModuleRef::Quantized {
+            codes: name(0),
+            scales: name(1),
+            biases: Some(name(2)),
+            global_scale: None,
+            mode: QuantMode::Affine { group_size, bits },
+        },
     }
 }
 
-fn dtype_ok(expected: Dtype, actual: Dtype) -> bool {
-    let float = |d| matches!(d, Dtype::F32 | Dtype::F16 | Dtype::BF16);
-    expected == actual || (float(expected) && float(actual))
+/// Measures how the tensors fit `layout`. Fails only when config.json's quantization block
+/// itself is unusable (a fact about the config, not about the fit).
+fn fit(
+    tensors: &TensorSet,
+    specs: &[TensorSpec],
+    layout: Layout,
+    config: &Value,
+    cfg_path: &Path,
+    expected_in: &str,
+) -> Result<Fit, LayoutError> {
+    let block = affine_block(config);
+    let mut f = Fit {
+        modules: BTreeMap::new(),
+        used: HashSet::new(),
+        fitted: 0,
+        total: 0,
+        first_misfit: None,
+    };
+    for spec in specs {
+        let storage = match (layout, block) {
+            (Layout::Hf, _) => Storage::Dense,
+            (Layout::Nvfp4, _) => storage_for(spec, Layout::Nvfp4),
+            (Layout::Affine, Some(q)) => {
+                affine_storage(q, spec).map_err(|source| LayoutError::Quantization {
+                    path: cfg_path.to_path_buf(),
+                    source,
+                })?
+            }
+            // Without a block there is nothing to say how each module is stored.
+            (Layout::Affine, None) => storage_for(spec, Layout::Affine),
+        };
+        let outs = stored_tensors(spec, layout, storage, Dtype::BF16);
+        for t in &outs {
+            f.total += 1;
+            match check(tensors, t, expected_in) {
+                Ok(()) => {
+                    f.fitted += 1;
+                    f.used.insert(t.name.clone());
+                }
+                Err(e) => {
+                    if f.first_misfit.is_none() {
+                        f.first_misfit = Some(e);
+                    }
+                }
+            }
+        }
+        f.modules.insert(
+            spec.module().to_string(),
+            module_ref(spec, layout, storage, &outs),
+        );
+    }
+    Ok(f)
+}
+
+/// What in config.json may explain why no layout fits.
+fn config_hint(config: &Value) -> String {
+    let q = config
+        .get("quantization_config")
+        .or_else(|| config.get("quantization"));
+    if let Some(method) = q
+        .and_then(|q| q.get("quant_method"))
+        .and_then(Value::as_str)
+    {
+        return format!(
+            " (config.json's quantization_config names quant_method {method:?}, a layout Hunch \
+             does not read; use the BF16, NVFP4-experts or MLX affine export)"
+        );
+    }
+    if let Some(mode) = q.and_then(|q| q.get("mode")).and_then(Value::as_str) {
+        if mode != "affine" && mode != "nvfp4" {
+            return format!(" (config.json's quantization mode {mode:?} is not one Hunch reads)");
+        }
+    }
+    String::new()
 }
 
 impl Checkpoint {
-    /// Detect the layout of `dir`, map its files and validate every tensor the config implies.
+    /// Map the weight files of `dir`, find the layout its tensors fit and validate every tensor
+    /// the config implies.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, LayoutError> {
         let dir = dir.as_ref().to_path_buf();
-        let layout = detect_layout(&dir)?;
         let cfg_path = dir.join("config.json");
-        let config = read_json(&cfg_path)?;
-        let dims = ModelDims::from_config(&config)?;
-        let files = match layout {
-            Layout::Nvfp4 => {
-                let m = read_json(&dir.join(MANIFEST))?;
-                let mut f: Vec<String> = m
-                    .get("weight_map")
-                    .and_then(Value::as_object)
-                    .map(|w| {
-                        w.values()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                f.sort();
-                f.dedup();
-                f.into_iter().map(|n| dir.join(n)).collect()
-            }
-            _ => writer::hf_weight_files(&dir).map_err(|e| match e {
-                WriteError::Io { path, source } => LayoutError::Io { path, source },
-                other => LayoutError::NotACheckpoint {
-                    dir: dir.clone(),
-                    why: other.to_string(),
-                },
-            })?,
-        };
-        if files.is_empty() {
+        if !cfg_path.is_file() {
             return Err(LayoutError::NotACheckpoint {
-                dir,
-                why: "no weight files listed".into(),
+                dir: dir.clone(),
+                why: "no config.json".into(),
             });
         }
-        let tensors = TensorSet::open(&files)?;
-        let where_ = match layout {
-            Layout::Nvfp4 => MANIFEST.to_string(),
-            _ => files
+        let config = read_json(&cfg_path)?;
+        let dims = ModelDims::from_config(&config)?;
+        let files = weight_files(&dir)?;
+        let tensors = TensorSet::open(&files.files)?;
+        let expected_in = match &files.source {
+            MapSource::Map(name) => name.to_string(),
+            MapSource::Headers => files
+                .files
                 .iter()
                 .filter_map(|f| f.file_name())
                 .map(|f| f.to_string_lossy().into_owned())
                 .collect::<Vec<_>>()
                 .join(", "),
         };
-        let quant = config
-            .get("quantization")
-            .or_else(|| config.get("quantization_config"))
-            .cloned();
-        let mut modules = BTreeMap::new();
-        let mut expected_names = std::collections::HashSet::new();
-        for spec in dims.tensors() {
-            let storage = match layout {
-                Layout::Hf => Storage::Dense,
-                Layout::Nvfp4 => writer::storage_for(&spec, Layout::Nvfp4),
-                Layout::Affine => {
-                    affine_storage(quant.as_ref().unwrap_or(&Value::Null), &spec, &cfg_path)?
-                }
-            };
-            let outs = outputs(&spec, layout, storage, Dtype::BF16);
-            for t in &outs {
-                // Dense tensors, scales and biases may be any float type (see `dtype_ok`).
-                let accepted = if matches!(t.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16) {
-                    "float".to_string()
-                } else {
-                    t.dtype.to_string()
-                };
-                let file = tensors
-                    .file_of(&t.name)
-                    .ok_or_else(|| LayoutError::Missing {
-                        tensor: t.name.clone(),
-                        expected: t.shape.clone(),
-                        dtype: accepted.clone(),
-                        expected_in: where_.clone(),
-                    })?;
-                let info = file.info(&t.name).ok_or_else(|| LayoutError::Missing {
-                    tensor: t.name.clone(),
-                    expected: t.shape.clone(),
-                    dtype: accepted.clone(),
-                    expected_in: where_.clone(),
-                })?;
-                if info.shape != t.shape {
-                    return Err(LayoutError::Shape {
-                        tensor: t.name.clone(),
-                        file: file.path().to_path_buf(),
-                        expected: t.shape.clone(),
-                        actual: info.shape.clone(),
-                    });
-                }
-                if !dtype_ok(t.dtype, info.dtype) {
-                    let expected = if matches!(t.dtype, Dtype::BF16 | Dtype::F32 | Dtype::F16) {
-                        "a float type (BF16, F16, F32)".to_string()
-                    } else {
-                        t.dtype.to_string()
-                    };
-                    return Err(LayoutError::Dtype {
-                        tensor: t.name.clone(),
-                        file: file.path().to_path_buf(),
-                        expected,
-                        actual: info.dtype,
-                    });
-                }
-                expected_names.insert(t.name.clone());
+        let specs = dims.tensors();
+        let mut closest: Option<(Layout, Fit)> = None;
+        for layout in Layout::ALL {
+            if layout == Layout::Affine && affine_block(&config).is_none() {
+                continue;
             }
-            let name = |i: usize| outs.get(i).map(|t| t.name.clone()).unwrap_or_default();
-            let r = match storage {
-                Storage::Dense => ModuleRef::Dense {
-                    tensor: weight_name(&spec, layout),
-                },
-                Storage::Nvfp4 => ModuleRef::Quantized {
-                    codes: name(0),
-                    scales: name(1),
-                    biases: None,
-                    global_scale: Some(name(2)),
-                    mode: QuantMode::Nvfp4,
-                },
-                Storage::Affine { group_size, bits } => ModuleRef::Quantized {
-                    codes: name(0),
-                    scales: name(1),
-                    biases: Some(name(2)),
-                    global_scale: None,
-                    mode: QuantMode::Affine { group_size, bits },
-                },
-            };
-            modules.insert(spec.module().to_string(), r);
+            let f = fit(&tensors, &specs, layout, &config, &cfg_path, &expected_in)?;
+            if f.first_misfit.is_none() {
+                let ignored = tensors
+                    .names()
+                    .filter(|n| !f.used.contains(*n))
+                    .map(str::to_string)
+                    .collect();
+                return Ok(Self {
+                    dir,
+                    layout,
+                    map_source: files.source,
+                    config,
+                    dims,
+                    tensors,
+                    modules: f.modules,
+                    ignored,
+                });
+            }
+            // Layout::ALL is in order of preference: a later layout must fit strictly more.
+            if closest.as_ref().is_none_or(|(_, c)| f.fitted > c.fitted) {
+                closest = Some((layout, f));
+            }
         }
-        let ignored = tensors
-            .names()
-            .filter(|n| !expected_names.contains(*n))
-            .map(str::to_string)
-            .collect();
-        Ok(Self {
+        let Some((layout, f)) = closest else {
+            return Err(LayoutError::NotACheckpoint {
+                dir,
+                why: "no layout to try".into(),
+            });
+        };
+        Err(LayoutError::NoLayoutFits {
             dir,
-            layout,
-            config,
-            dims,
-            tensors,
-            modules,
-            ignored,
+            closest: layout,
+            fitted: f.fitted,
+            total: f.total,
+            misfit: Box::new(f.first_misfit.unwrap_or(LayoutError::NotACheckpoint {
+                dir: PathBuf::new(),
+                why: "no misfit recorded".into(),
+            })),
+            hint: config_hint(&config),
         })
     }
 
@@ -432,10 +486,11 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checkpoint::quant::{self, SourceDtype};
-    use crate::checkpoint::random::DenseDtype;
-    use crate::checkpoint::random::{Preset, RandomSpec};
-    use crate::checkpoint::writer::{convert, convert_with, write_random_checkpoint};
+    use crate::checkpoint::format::{INDEX, MANIFEST};
+    use crate::tools::quant::{self, SourceDtype};
+    use crate::tools::random::DenseDtype;
+    use crate::tools::random::{Preset, RandomSpec};
+    use crate::tools::writer::{convert, convert_with, write_random_checkpoint};
 
     fn random(dir: &Path, layout: Layout, sets: &[&str]) -> RandomSpec {
         let mut spec = RandomSpec::new(Preset::Tiny, layout);
@@ -629,7 +684,8 @@ mod tests {
         std::fs::write(&cfg_path, cfg.to_string()).expect("write");
         let e = Checkpoint::open(&d).expect_err("must fail");
         let msg = e.to_string();
-        assert!(matches!(e, LayoutError::Shape { .. }), "{msg}");
+        assert!(matches!(e.misfit(), LayoutError::Shape { .. }), "{msg}");
+        assert!(msg.contains("closest is nvfp4"), "{msg}");
         assert!(
             msg.contains("model.decoder.embed_tokens.weight")
                 && msg.contains("model.safetensors")
@@ -696,14 +752,128 @@ mod tests {
     }
 
     #[test]
-    fn hf_quantised_configs_are_refused_by_name() {
+    fn the_layout_comes_from_the_tensors_not_from_tags() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let own = tmp.path().join("own");
+        random(&own, Layout::Nvfp4, &[]);
+        let reference = Checkpoint::open(&own).expect("own layout");
+        let same_weights = |c: &Checkpoint| {
+            assert_eq!(c.layout, Layout::Nvfp4);
+            for (name, w) in reference.weights() {
+                let (a, b) = match (w, c.weight(name)) {
+                    (Weight::Dense(a), Some(Weight::Dense(b))) => (a.bytes, b.bytes),
+                    (Weight::Quantized(a), Some(Weight::Quantized(b))) => {
+                        assert_eq!(a.scales.bytes, b.scales.bytes, "{name}");
+                        (a.codes.bytes, b.codes.bytes)
+                    }
+                    _ => panic!("{name} differs in kind"),
+                };
+                assert!(a == b, "{name}");
+            }
+        };
+        // A foreign manifest: unknown keys, no format tag, tensors as name→file.
+        let tensors: serde_json::Map<String, Value> = reference
+            .tensors()
+            .names()
+            .map(|n| (n.to_string(), Value::from("model.safetensors")))
+            .collect();
+        let foreign = serde_json::json!({"exporter": "someone else", "version": "2.1",
+                                         "tensors": tensors});
+        std::fs::write(own.join(MANIFEST), foreign.to_string()).expect("write");
+        let c = Checkpoint::open(&own).expect("foreign manifest");
+        assert_eq!(c.map_source, MapSource::Map(MANIFEST));
+        same_weights(&c);
+        // No manifest and no index: the shard headers alone.
+        std::fs::remove_file(own.join(MANIFEST)).expect("rm");
+        let c = Checkpoint::open(&own).expect("headers only");
+        assert_eq!(c.map_source, MapSource::Headers);
+        same_weights(&c);
+        // An affine checkpoint without its index, and one whose block says nvfp4, is judged by
+        // its tensors too: with a non-affine mode nothing fits, and nvfp4 is not the closest.
+        let affine = tmp.path().join("affine");
+        random(&affine, Layout::Affine, &[]);
+        std::fs::remove_file(affine.join(INDEX)).expect("rm");
+        assert_eq!(detect_layout(&affine).expect("affine"), Layout::Affine);
+        let cfg_path = affine.join("config.json");
+        let mut cfg = read_json(&cfg_path).expect("cfg");
+        for key in ["quantization", "quantization_config"] {
+            cfg[key]["mode"] = "nvfp4".into();
+        }
+        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        let e = detect_layout(&affine).expect_err("an nvfp4 block is not affine");
+        assert!(matches!(e, LayoutError::NoLayoutFits { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_tensor_in_the_wrong_dtype_names_the_closest_layout_and_what_it_expected() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = tmp.path().join("q");
+        random(&d, Layout::Nvfp4, &[]);
+        // Rewrite the file with one expert's block scales as F32 instead of U8.
+        let path = d.join("model.safetensors");
+        let bad = "model.decoder.layers.0.experts.gate_up_proj.scales";
+        let plan: Vec<PlannedTensor>;
+        let data: Vec<Vec<u8>>;
+        {
+            let set = TensorSet::open(std::slice::from_ref(&path)).expect("open");
+            let f = &set.files()[0];
+            let names: Vec<String> = f.names().map(str::to_string).collect();
+            plan = names
+                .iter()
+                .map(|n| {
+                    let i = f.info(n).expect("info");
+                    let dtype = if n == bad { Dtype::F32 } else { i.dtype };
+                    PlannedTensor {
+                        name: n.clone(),
+                        dtype,
+                        shape: i.shape.clone(),
+                    }
+                })
+                .collect();
+            data = names
+                .iter()
+                .map(|n| {
+                    let b = f.tensor(n).expect("t").bytes;
+                    if n == bad {
+                        b.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect()
+                    } else {
+                        b.to_vec()
+                    }
+                })
+                .collect();
+        }
+        let mut w = crate::tools::writer::SafetensorsWriter::create(
+            &path,
+            plan.clone(),
+            &Default::default(),
+        )
+        .expect("create");
+        for (t, b) in plan.iter().zip(&data) {
+            w.write(&t.name, b).expect("write");
+        }
+        w.finish().expect("finish");
+        let msg = Checkpoint::open(&d).expect_err("must fail").to_string();
+        assert!(
+            msg.contains("closest is nvfp4")
+                && msg.contains(bad)
+                && msg.contains("dtype F32, expected U8"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn hf_quantisation_methods_are_named_when_nothing_fits() {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = tmp.path().join("hf");
         random(&d, Layout::Hf, &[]);
-        assert_eq!(detect_layout(&d).expect("detect"), Layout::Hf);
         let cfg_path = d.join("config.json");
         let mut cfg = read_json(&cfg_path).expect("cfg");
+        // The tensors are dense: a quant_method in the config does not change what they are.
         cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"});
+        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        assert_eq!(detect_layout(&d).expect("detect"), Layout::Hf);
+        // When the tensors fit nothing, the error says what the config claims.
+        cfg["text_config"]["hidden_size"] = 256.into();
         std::fs::write(&cfg_path, cfg.to_string()).expect("write");
         let msg = detect_layout(&d).expect_err("refused").to_string();
         assert!(msg.contains("\"modelopt\""), "{msg}");

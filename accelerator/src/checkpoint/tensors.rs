@@ -1,65 +1,87 @@
-//! Memory-mapped safetensors files and a streaming safetensors writer.
+//! The project's one safetensors reader: memory-mapped files and their tensors by name.
 //!
-//! The reader hands out [`TensorView`]s that borrow the mapping: a loader turns them into device
-//! arrays without an intermediate copy. The header is parsed here (it is an 8-byte little-endian
-//! length and a JSON object) so errors can name the file and the tensor.
+//! The reader hands out [`TensorView`]s that borrow the mapping, and the mapping itself
+//! ([`SafetensorsFile::mapping`]) so a loader can build device arrays over the mapped bytes
+//! without a copy. The header is parsed here (an 8-byte little-endian length and a JSON object)
+//! so errors can name the file and the tensor, and say when a file is cut short.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use memmap2::Mmap;
+use memmap2::{MmapMut, MmapOptions};
 use serde::{Deserialize, Serialize};
 
-/// Element types that occur in the three layouts.
+#[allow(non_camel_case_types)]
+/// Element types of the safetensors format (all of them, so any file's header parses; the
+/// layouts use F32, F16, BF16, U32 and U8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Dtype {
+    F64,
     F32,
     F16,
     BF16,
-    U32,
-    U8,
-    I32,
+    F8_E4M3,
+    F8_E5M2,
     I64,
+    I32,
+    I16,
+    I8,
+    U64,
+    U32,
+    U16,
+    U8,
     BOOL,
 }
 
+/// Every dtype with its safetensors name and size in bytes.
+const DTYPES: [(Dtype, &str, usize); 15] = [
+    (Dtype::F64, "F64", 8),
+    (Dtype::F32, "F32", 4),
+    (Dtype::F16, "F16", 2),
+    (Dtype::BF16, "BF16", 2),
+    (Dtype::F8_E4M3, "F8_E4M3", 1),
+    (Dtype::F8_E5M2, "F8_E5M2", 1),
+    (Dtype::I64, "I64", 8),
+    (Dtype::I32, "I32", 4),
+    (Dtype::I16, "I16", 2),
+    (Dtype::I8, "I8", 1),
+    (Dtype::U64, "U64", 8),
+    (Dtype::U32, "U32", 4),
+    (Dtype::U16, "U16", 2),
+    (Dtype::U8, "U8", 1),
+    (Dtype::BOOL, "BOOL", 1),
+];
+
 impl Dtype {
-    pub fn size(self) -> usize {
-        match self {
-            Dtype::F32 | Dtype::U32 | Dtype::I32 => 4,
-            Dtype::F16 | Dtype::BF16 => 2,
-            Dtype::U8 | Dtype::BOOL => 1,
-            Dtype::I64 => 8,
-        }
+    fn entry(self) -> (Dtype, &'static str, usize) {
+        DTYPES
+            .into_iter()
+            .find(|(d, _, _)| *d == self)
+            .unwrap_or((self, "?", 1))
     }
 
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        self.entry().2
+    }
+
+    /// The safetensors spelling (`BF16`, `U32`, …).
     pub fn name(self) -> &'static str {
-        match self {
-            Dtype::F32 => "F32",
-            Dtype::F16 => "F16",
-            Dtype::BF16 => "BF16",
-            Dtype::U32 => "U32",
-            Dtype::U8 => "U8",
-            Dtype::I32 => "I32",
-            Dtype::I64 => "I64",
-            Dtype::BOOL => "BOOL",
-        }
+        self.entry().1
+    }
+
+    /// Whether this is one of the float types a dense weight may be stored in.
+    pub fn is_weight_float(self) -> bool {
+        matches!(self, Dtype::F32 | Dtype::F16 | Dtype::BF16)
     }
 
     fn parse(s: &str) -> Option<Dtype> {
-        Some(match s {
-            "F32" => Dtype::F32,
-            "F16" => Dtype::F16,
-            "BF16" => Dtype::BF16,
-            "U32" => Dtype::U32,
-            "U8" => Dtype::U8,
-            "I32" => Dtype::I32,
-            "I64" => Dtype::I64,
-            "BOOL" => Dtype::BOOL,
-            _ => return None,
-        })
+        DTYPES
+            .into_iter()
+            .find(|(_, n, _)| *n == s)
+            .map(|(d, _, _)| d)
     }
 }
 
@@ -76,7 +98,7 @@ pub enum TensorError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: not a safetensors file: {why}")]
+    #[error("{path}: {why}")]
     BadHeader { path: PathBuf, why: String },
     #[error("{path}: tensor {name}: {why}")]
     BadTensor {
@@ -174,10 +196,13 @@ impl TensorView<'_> {
 }
 
 /// One memory-mapped safetensors file.
+///
+/// The mapping is private (copy-on-write): MLX may donate an input buffer to an output and write
+/// into it; with a private mapping that copies only the touched pages, never the file.
 #[derive(Debug)]
 pub struct SafetensorsFile {
     path: PathBuf,
-    mmap: Mmap,
+    mmap: Arc<MmapMut>,
     tensors: BTreeMap<String, TensorInfo>,
     metadata: BTreeMap<String, String>,
 }
@@ -193,33 +218,50 @@ impl SafetensorsFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, TensorError> {
         let path = path.as_ref().to_path_buf();
         let file = File::open(&path).map_err(io_err(&path))?;
-        // SAFETY: the mapping is read-only; checkpoints are not modified while a server runs
-        // (the same assumption every safetensors loader makes).
-        let mmap = unsafe { Mmap::map(&file) }.map_err(io_err(&path))?;
+        // SAFETY: a private mapping; the file must not be truncated while loaded (the same
+        // assumption every memory-mapped model loader makes).
+        let mmap = unsafe { MmapOptions::new().map_copy(&file) }.map_err(io_err(&path))?;
         let bad = |why: String| TensorError::BadHeader {
             path: path.clone(),
             why,
         };
-        if mmap.len() < 8 {
+        let len = mmap.len() as u64;
+        if len < 8 {
             return Err(bad(format!(
-                "{} bytes, shorter than the 8-byte header length",
-                mmap.len()
+                "truncated: {len} bytes, shorter than the 8-byte header length"
             )));
         }
         let mut len8 = [0u8; 8];
         len8.copy_from_slice(&mmap[..8]);
-        let hlen = u64::from_le_bytes(len8) as usize;
-        let data_start = hlen
-            .checked_add(8)
-            .filter(|&e| e <= mmap.len())
-            .ok_or_else(|| {
-                bad(format!(
-                    "header length {hlen} exceeds the file size {}",
-                    mmap.len()
-                ))
-            })?;
+        let hlen = u64::from_le_bytes(len8);
+        if hlen > MAX_HEADER {
+            return Err(bad(format!(
+                "header length {hlen} exceeds the format's limit of {MAX_HEADER} bytes"
+            )));
+        }
+        if 8 + hlen > len {
+            return Err(bad(format!(
+                "truncated: {len} bytes, but its header alone takes {}",
+                8 + hlen
+            )));
+        }
+        let data_start = 8 + hlen as usize;
         let header: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(&mmap[8..data_start]).map_err(|e| bad(e.to_string()))?;
+        // A file shorter than its header says is named truncated before any tensor is judged.
+        let data_end = header
+            .iter()
+            .filter(|(name, _)| name.as_str() != "__metadata__")
+            .filter_map(|(_, t)| t.get("data_offsets")?.get(1)?.as_u64())
+            .max()
+            .unwrap_or(0);
+        let expected = data_start as u64 + data_end;
+        if len < expected {
+            return Err(bad(format!(
+                "truncated: {len} bytes, but its header describes {expected} ({} missing)",
+                expected - len
+            )));
+        }
         let mut tensors = BTreeMap::new();
         let mut metadata = BTreeMap::new();
         for (name, v) in header {
@@ -264,10 +306,16 @@ impl SafetensorsFile {
         }
         Ok(Self {
             path,
-            mmap,
+            mmap: Arc::new(mmap),
             tensors,
             metadata,
         })
+    }
+
+    /// The mapping, for building arrays over the mapped bytes (keep a clone for as long as such
+    /// an array lives).
+    pub fn mapping(&self) -> &Arc<MmapMut> {
+        &self.mmap
     }
 
     pub fn path(&self) -> &Path {
@@ -302,6 +350,10 @@ impl SafetensorsFile {
         })
     }
 }
+
+/// Largest header the safetensors format allows; a bigger length prefix means the file is not
+/// safetensors at all, not that it is cut short.
+const MAX_HEADER: u64 = 100_000_000;
 
 /// All tensors of a checkpoint across its shard files, by name.
 #[derive(Debug, Default)]
@@ -360,10 +412,19 @@ impl TensorSet {
     pub fn get(&self, name: &str) -> Option<TensorView<'_>> {
         self.file_of(name).and_then(|f| f.tensor(name).ok())
     }
+
+    /// Bytes of tensor data in all files.
+    pub fn data_bytes(&self) -> u64 {
+        self.files
+            .iter()
+            .flat_map(|f| f.tensors.values())
+            .map(|t| (t.end - t.start) as u64)
+            .sum()
+    }
 }
 
-/// One planned tensor of a file being written.
-#[derive(Debug, Clone)]
+/// One tensor as planned or expected: its name, element type and shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedTensor {
     pub name: String,
     pub dtype: Dtype,
@@ -376,167 +437,52 @@ impl PlannedTensor {
     }
 }
 
-/// Streams a safetensors file: the header is written from the plan first, then each tensor's
-/// bytes in plan order, so a multi-gigabyte file never has to be held in memory.
-pub struct SafetensorsWriter {
-    path: PathBuf,
-    out: BufWriter<File>,
-    plan: Vec<PlannedTensor>,
-    next: usize,
-}
-
-impl SafetensorsWriter {
-    pub fn create(
-        path: impl AsRef<Path>,
-        plan: Vec<PlannedTensor>,
-        metadata: &BTreeMap<String, String>,
-    ) -> Result<Self, TensorError> {
-        let path = path.as_ref().to_path_buf();
-        let mut header = serde_json::Map::new();
-        if !metadata.is_empty() {
-            header.insert(
-                "__metadata__".into(),
-                serde_json::to_value(metadata).unwrap_or_default(),
-            );
-        }
-        let mut off = 0usize;
-        for t in &plan {
-            let n = t.nbytes();
-            header.insert(
-                t.name.clone(),
-                serde_json::json!({"dtype": t.dtype.name(), "shape": t.shape, "data_offsets": [off, off + n]}),
-            );
-            off += n;
-        }
-        let mut hb = serde_json::to_vec(&header).map_err(|e| TensorError::Write {
-            path: path.clone(),
-            name: String::new(),
-            why: e.to_string(),
-        })?;
-        // Pad the header with spaces so tensor data starts 8-byte aligned (as the Python writer does).
-        while hb.len() % 8 != 0 {
-            hb.push(b' ');
-        }
-        let file = File::create(&path).map_err(io_err(&path))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        out.write_all(&(hb.len() as u64).to_le_bytes())
-            .map_err(io_err(&path))?;
-        out.write_all(&hb).map_err(io_err(&path))?;
-        Ok(Self {
-            path,
-            out,
-            plan,
-            next: 0,
-        })
-    }
-
-    /// Name of the tensor expected next, if any.
-    pub fn next_name(&self) -> Option<&str> {
-        self.plan.get(self.next).map(|t| t.name.as_str())
-    }
-
-    pub fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), TensorError> {
-        let t = self.plan.get(self.next).ok_or_else(|| TensorError::Write {
-            path: self.path.clone(),
-            name: name.to_string(),
-            why: "not in the plan".into(),
-        })?;
-        if t.name != name || t.nbytes() != bytes.len() {
-            return Err(TensorError::Write {
-                path: self.path.clone(),
-                name: name.to_string(),
-                why: format!(
-                    "expected {} with {} bytes next, got {} bytes",
-                    t.name,
-                    t.nbytes(),
-                    bytes.len()
-                ),
-            });
-        }
-        self.out.write_all(bytes).map_err(io_err(&self.path))?;
-        self.next += 1;
-        Ok(())
-    }
-
-    pub fn finish(mut self) -> Result<(), TensorError> {
-        if let Some(t) = self.plan.get(self.next) {
-            return Err(TensorError::Write {
-                path: self.path.clone(),
-                name: t.name.clone(),
-                why: "file closed before this tensor was written".into(),
-            });
-        }
-        self.out.flush().map_err(io_err(&self.path))
-    }
-}
-
-/// Little-endian bytes of f32 values.
-pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// Little-endian bytes of f32 values rounded to bf16 (nearest, ties to even).
-pub fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| half::bf16::from_f32(*x).to_bits().to_le_bytes())
-        .collect()
-}
-
-pub fn u32_bytes(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn write_then_map() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let p = dir.path().join("a.safetensors");
-        let plan = vec![
-            PlannedTensor {
-                name: "x".into(),
-                dtype: Dtype::BF16,
-                shape: vec![2, 3],
-            },
-            PlannedTensor {
-                name: "c".into(),
-                dtype: Dtype::U32,
-                shape: vec![1],
-            },
-        ];
-        let mut w = SafetensorsWriter::create(&p, plan, &BTreeMap::new()).expect("create");
-        assert!(w.write("c", &[0; 4]).is_err(), "out of order");
-        w.write("x", &bf16_bytes(&[1.0, -2.0, 0.5, 3.0, 0.0, 1.5]))
-            .expect("x");
-        w.write("c", &u32_bytes(&[0xDEADBEEF])).expect("c");
-        w.finish().expect("finish");
-        let set = TensorSet::open(&[p]).expect("open");
-        let x = set.get("x").expect("x");
-        assert_eq!(x.shape, &[2, 3]);
-        assert_eq!(
-            x.to_f32().expect("f32"),
-            vec![1.0, -2.0, 0.5, 3.0, 0.0, 1.5]
-        );
-        assert_eq!(
-            set.get("c").expect("c").to_u32().expect("u32"),
-            vec![0xDEADBEEF]
-        );
-        assert!(set.get("x").expect("x").to_u32().is_err());
+    /// A safetensors file of one 4×4 f32 tensor of zeros, written by hand.
+    fn small_file() -> Vec<u8> {
+        let mut header = br#"{"w":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}}"#.to_vec();
+        while header.len() % 8 != 0 {
+            header.push(b' ');
+        }
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header);
+        bytes.extend([0u8; 64]);
+        bytes
     }
 
     #[test]
-    fn truncated_file_is_a_clear_error() {
+    fn reads_a_file_and_names_a_truncated_one() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("bad.safetensors");
-        std::fs::write(&p, 100u64.to_le_bytes()).expect("write");
-        let e = SafetensorsFile::open(&p)
-            .expect_err("must fail")
-            .to_string();
+        let bytes = small_file();
+        std::fs::write(&p, &bytes).expect("write");
+        let f = SafetensorsFile::open(&p).expect("opens");
+        let w = f.tensor("w").expect("w");
+        assert_eq!((w.dtype, w.shape), (Dtype::F32, &[4usize, 4][..]));
+        assert_eq!(w.to_f32().expect("f32"), vec![0.0; 16]);
+        assert!(w.to_u32().is_err());
+        drop(f);
+        let full = bytes.len();
+        let open_err = |b: &[u8]| {
+            std::fs::write(&p, b).expect("write");
+            SafetensorsFile::open(&p)
+                .expect_err("must fail")
+                .to_string()
+        };
+        let e = open_err(&bytes[..full - 10]);
+        assert!(e.starts_with(&p.display().to_string()), "{e}");
         assert!(
-            e.contains("bad.safetensors") && e.contains("exceeds"),
+            e.contains(&format!(
+                "truncated: {} bytes, but its header describes {full} (10 missing)",
+                full - 10
+            )),
             "{e}"
         );
+        assert!(open_err(&bytes[..20]).contains("truncated: 20 bytes, but its header alone takes"),);
+        assert!(open_err(&bytes[..5]).contains("truncated: 5 bytes, shorter than the 8-byte"));
+        assert!(open_err(&[0xff; 64]).contains("exceeds the format's limit"));
     }
 }

@@ -16,10 +16,12 @@ pub const NVFP4_GLOBAL_SCALE_DIVISOR: f32 = 2688.0;
 /// Stacked expert matrices `[E, out, in]`.
 #[derive(Clone, Debug)]
 pub enum Experts {
-    /// Dense float weights. MLX's CPU `gather_mm` only supports float32, so these are kept in
-    /// float32 whatever the activation dtype is.
+    /// Dense float weights, held in the dtype the loader gives them (the activation dtype: a
+    /// bf16 checkpoint stays bf16 with bf16 activations). MLX's CPU `gather_mm` only runs
+    /// float32, so on the CPU narrower weights are widened per call (one layer's experts at a
+    /// time, released after the call) instead of once at load.
     Dense {
-        /// `[E, out, in]`, float32.
+        /// `[E, out, in]`.
         weight: Array,
     },
     /// Affine-quantised (mlx-community layout), through `gather_qmm` mode "affine".
@@ -48,10 +50,8 @@ pub enum Experts {
 }
 
 impl Experts {
-    /// Dense experts from `[E, out, in]` (cast to float32 here; see [`Experts::Dense`]).
+    /// Dense experts from `[E, out, in]`, kept in their dtype (see [`Experts::Dense`]).
     pub fn dense(weight: Array) -> Result<Self, ModelError> {
-        let weight = weight.as_dtype(Dtype::Float32)?;
-        weight.eval()?;
         Ok(Experts::Dense { weight })
     }
 
@@ -81,9 +81,19 @@ impl Experts {
         let dtype = x.dtype();
         match self {
             Experts::Dense { weight } => {
-                let x32 = x.as_dtype(Dtype::Float32)?;
-                let wt = weight.swap_axes(-1, -2)?;
-                let y = ops::gather_mm(&x32, &wt, None, idx, false)?;
+                let compute = if weight.dtype() == Dtype::Float32 || !gather_mm_is_f32_only()? {
+                    weight.dtype()
+                } else {
+                    Dtype::Float32
+                };
+                let w = weight.as_dtype(compute)?;
+                let y = ops::gather_mm(
+                    &x.as_dtype(compute)?,
+                    &w.swap_axes(-1, -2)?,
+                    None,
+                    idx,
+                    false,
+                )?;
                 Ok(y.as_dtype(dtype)?)
             }
             Experts::Affine {
@@ -123,6 +133,14 @@ impl Experts {
             }
         }
     }
+}
+
+/// Whether `gather_mm` runs on the CPU backend, which only supports float32 for it.
+fn gather_mm_is_f32_only() -> Result<bool, ModelError> {
+    Ok(matches!(
+        mlx_rs::Device::try_default()?.get_type()?,
+        mlx_rs::DeviceType::Cpu
+    ))
 }
 
 /// Makes mlx-rs install its error handler (it does so on its first safe op), so a failing raw

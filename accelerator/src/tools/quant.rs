@@ -40,7 +40,7 @@ pub enum QuantError {
 }
 
 /// NVFP4 group size: one E4M3 scale per 16 inputs.
-pub const NVFP4_GROUP: usize = 16;
+pub use crate::checkpoint::format::NVFP4_GROUP;
 /// `global_scale = NVFP4_GLOBAL_DIVISOR × weight_scale_2` (448 · 6: E4M3 max × E2M1 max).
 pub const NVFP4_GLOBAL_DIVISOR: f32 = 2688.0;
 

@@ -8,8 +8,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::dims::{layer_types_for, DimsError, Init, ModelDims, TensorSpec};
-use super::writer::Layout;
+use crate::checkpoint::dims::{layer_types_for, DimsError, Init, ModelDims, TensorSpec};
+use crate::checkpoint::format::Layout;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -363,7 +363,7 @@ mod tests {
         let spec = TensorSpec {
             name: "x".into(),
             shape: vec![100_000],
-            role: super::super::dims::Role::Linear,
+            role: crate::checkpoint::dims::Role::Linear,
             init: Init::Normal(2.0),
         };
         let a = generate(&spec, 7);
