@@ -1,5 +1,5 @@
 //! The shapes a DiffusionGemma checkpoint must have, read from its `config.json`, and the list
-//! of its tensors (diffusiongemma.md §1.8). Writers, the converter and the layout validators all
+//! of its tensors (docs/model.md, "Tensor names"). Writers, the converter and the layout validators all
 //! work from this one inventory, so they cannot disagree about a name or a shape.
 
 use serde_json::Value;
@@ -146,7 +146,7 @@ impl ModelDims {
             rel: 0.1,
         };
         // Embedding std 3/sqrt(H): x·sqrt(H) has rms ~3 and tied logits have std ~3, so the
-        // softcap is mildly active (refbench make_ckpt.py).
+        // softcap is mildly active (docs/checkpoint-layouts.md, "Random checkpoints").
         add(
             "model.decoder.embed_tokens.weight".into(),
             vec![self.vocab, h],
@@ -323,7 +323,7 @@ pub enum Role {
     Vector,
 }
 
-/// Random initialisation (mirrors refbench/make_ckpt.py's recipes).
+/// Random initialisation (the recipes of docs/checkpoint-layouts.md, "Random checkpoints").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Init {
     Normal(f32),

@@ -1,6 +1,7 @@
 //! Random DiffusionGemma checkpoints of any size, deterministic from a seed.
 //!
-//! Presets and initialisation follow `refbench/make_ckpt.py` (tiny ≈ 4 MB … full = the real
+//! Presets and initialisation follow the recipe docs/checkpoint-layouts.md ("Random checkpoints")
+//! describes (tiny ≈ 4 MB … full = the real
 //! 26B-A4B shapes); `--set key=value` overrides any text_config field. Each tensor draws from
 //! its own generator seeded by (seed, tensor name), so a tensor's values do not depend on which
 //! other tensors exist or on the order they are written in. The values are not numpy's: the
@@ -91,7 +92,7 @@ pub enum RandomError {
     Dims(#[from] DimsError),
 }
 
-/// text_config of the released model (diffusiongemma.md §1.1), in make_ckpt.py's BASE.
+/// text_config of the released model (docs/model.md, "Configuration").
 fn base_text_config() -> Map<String, Value> {
     let v = json!({
         "model_type": "diffusion_gemma_text",
@@ -156,7 +157,7 @@ pub(crate) fn sorted(v: Value) -> Value {
 /// The text_config is written in HF's serialised spelling (`per_layer_config` for the full
 /// layers instead of `global_head_dim` / `num_global_key_value_heads`), like the config
 /// `save_pretrained` wrote for `reference/tiny-hf`; the top level and generation config are
-/// make_ckpt.py's (text-only: no vision_config).
+/// the released model's (text-only: no vision_config).
 pub fn build_config(
     preset: Preset,
     overrides: &[(String, Value)],
