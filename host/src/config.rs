@@ -351,7 +351,6 @@ pub fn today() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser as _;
 
     fn args(line: &[&str]) -> ServeArgs {
         let mut argv = vec!["hunch", "serve"];
@@ -477,7 +476,7 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused() {
-        assert!(Settings::resolve(&args(&["--request-timeout", "-1"]), &env(&[])).is_err());
+        assert!(Settings::resolve(&args(&["--request-timeout=-1"]), &env(&[])).is_err());
         assert!(Settings::resolve(&args(&["--alias", "nope"]), &env(&[])).is_err());
         assert!(Settings::resolve(&args(&["--alias", "a=b", "--alias", "a=c"]), &env(&[])).is_err());
         assert!(toml::from_str::<Layer>("nonsense = 1").is_err());
