@@ -3,7 +3,8 @@
 use crate::args::Args;
 use crate::requests::long_request;
 use crate::sidecar::{http_client, post_read, start_sidecar, MemoryUse};
-use hunch_e2e::bench::median;
+use hunch_e2e::bench::{mapped_blas, median};
+use hunch_core::ReadStats;
 use std::path::Path;
 
 pub(crate) const PROMPT_MIN: u64 = 1400;

@@ -1,6 +1,7 @@
 //! The requests the benchmark sends: long question lists and states cut from fixed sentences.
 
 use hunch_core::{Question, QuestionKind, ReadOptions, ReadRequest};
+use hunch_e2e::bench::option;
 
 /// Sentences the long prompt's instructions and states are cut from.
 pub(crate) const FILLER: &[&str] = &[

@@ -2,8 +2,8 @@
 
 use crate::args::Args;
 use crate::sidecar::{fmt_opt, http_client, post_read, start_sidecar, MemoryUse};
-use hunch_core::{ReadOutcome, ReadRequest, ReadStats};
-use hunch_e2e::bench::{median, option, percentile, read_request};
+use hunch_core::ReadStats;
+use hunch_e2e::bench::{mapped_blas, median, percentile, read_request};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
