@@ -88,14 +88,24 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     );
 
     // Refused at once while it restarts, then a new sidecar (a new process) answers.
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let logs = answered_by_a_new_sidecar(&hunch, old, Duration::from_secs(120)).await;
+    assert!(logs.contains("the sidecar exited"), "{logs}");
+}
+
+/// Posts until a read is answered, each refusal meanwhile a 503 with `Retry-After` (never "the
+/// queue is full"); then checks that a new sidecar process answered. Returns hunch's logs.
+async fn answered_by_a_new_sidecar(hunch: &Hunch, old: u32, within: Duration) -> String {
+    let deadline = Instant::now() + within;
     loop {
         let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
         if r.status() == 200 {
             break;
         }
-        assert_eq!(r.status(), 503, "{}", r.text().await.unwrap_or_default());
-        assert!(r.headers().contains_key("retry-after"));
+        let (status, retry_after) = (r.status(), r.headers().contains_key("retry-after"));
+        let body = r.text().await.unwrap_or_default();
+        assert_eq!(status, 503, "{body}");
+        assert!(retry_after, "503 without Retry-After: {body}");
+        assert!(!body.contains("queue is full"), "a dead engine reported as a full queue: {body}");
         assert!(
             Instant::now() < deadline,
             "the sidecar was not restarted; logs:\n{}",
@@ -105,8 +115,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     }
     let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
     assert_ne!(old, new, "the answer came from a new sidecar process");
-    let logs = hunch.process.logs();
-    assert!(logs.contains("the sidecar exited"), "{logs}");
+    hunch.process.logs()
 }
 
 /// The engine thread dying inside a live sidecar process (a panic in the model code) is not a
@@ -139,24 +148,7 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
     assert!(r.headers().contains_key("retry-after"));
     assert!(marker.exists(), "the injected fault did not fire (a release build?)");
 
-    let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
-    loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
-        if r.status() == 200 {
-            break;
-        }
-        let body = r.text().await.unwrap_or_default();
-        assert!(!body.contains("queue is full"), "a dead engine reported as a full queue: {body}");
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar was not restarted; logs:\n{}",
-            hunch.process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
-    assert_ne!(old, new, "the answer came from a new sidecar process");
-    let logs = hunch.process.logs();
+    let logs = answered_by_a_new_sidecar(&hunch, old, hunch_e2e::REAL_READY_TIMEOUT).await;
     assert!(logs.contains("the sidecar failed"), "{logs}");
     assert!(logs.contains("the engine thread stopped"), "{logs}");
 }

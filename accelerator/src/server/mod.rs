@@ -130,7 +130,7 @@ where
                 Ok(Ok(())) => return,
                 Ok(Err(refusal)) => refusal,
                 Err(panic) => {
-                    let message = format!("the engine thread stopped: {}", panic_text(&panic));
+                    let message = format!("the engine thread stopped: {}", panic_text(&*panic));
                     tracing::error!(%message, "engine failed");
                     mark_failed(&health, &message);
                     message
