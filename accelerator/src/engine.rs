@@ -4,7 +4,9 @@
 use crate::checkpoint::LoadOptions;
 use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
 use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
-use crate::scheduler::{measure_batch_deviation, Reply, Scheduler, SchedulerConfig, StepOutcome};
+use crate::scheduler::{
+    measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
+};
 use crate::server::ReadEngine;
 use crate::tokenizer::Tokenizer;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest};
@@ -25,6 +27,8 @@ pub struct EngineOptions {
     /// Measure the batch deviation at load (a few small forwards) so batched answers can report
     /// it.
     pub probe_batching: bool,
+    /// Count the MLX operations each step builds into `ReadStats.operations` (benchmarks).
+    pub count_operations: bool,
     /// Bytes the weights converted at load may take (`None`: the machine's available memory);
     /// a load that needs more is refused before allocating.
     pub memory_limit: Option<u64>,
@@ -40,6 +44,7 @@ impl Default for EngineOptions {
             progress: false,
             scheduler: SchedulerConfig::default(),
             probe_batching: true,
+            count_operations: false,
             memory_limit: None,
         }
     }
@@ -67,6 +72,9 @@ pub struct MlxEngine {
 impl MlxEngine {
     /// Loads `dir` (any supported layout) and its `tokenizer.json`.
     pub fn load(dir: &Path, options: &EngineOptions) -> Result<Self, EngineError> {
+        // Chosen before the first matmul (HUNCH_BLAS unless the program chose already).
+        let blas = crate::blas::active();
+        tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let tokenizer = Tokenizer::from_dir(dir)?;
         let model = DiffusionGemma::load(
             dir,
@@ -95,6 +103,7 @@ impl MlxEngine {
             message: e.to_string(),
         })?;
         let mut scheduler = Scheduler::new(&model, options.scheduler.clone());
+        scheduler.count_operations(options.count_operations);
         if options.probe_batching {
             match measure_batch_deviation(&model, scheduler.config().prefill_chunk) {
                 Ok(deviation) => {
@@ -110,6 +119,14 @@ impl MlxEngine {
                     tracing::warn!(error = %e, "batch invariance probe failed");
                 }
             }
+        }
+        let config = scheduler.config();
+        if config.batching == Batching::Auto && scheduler.request_limit() < config.max_requests {
+            tracing::info!(
+                deviation = ?scheduler.batch_deviation(),
+                "batching across requests is not measured exact here: reading one request at a \
+                 time so every answer equals the read alone (--batching on for throughput)"
+            );
         }
         Ok(MlxEngine {
             planner,
@@ -149,6 +166,11 @@ impl MlxEngine {
         &self.scheduler
     }
 
+    /// The scheduler, to change what it reports or allows (tests, tools).
+    pub fn scheduler_mut(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
+    }
+
     pub fn model(&self) -> &DiffusionGemma {
         &self.model
     }
@@ -158,28 +180,8 @@ impl MlxEngine {
     }
 }
 
-/// Debug builds only, compiled out of release builds so that no deployment can reach it: with
-/// `HUNCH_TEST_ENGINE_PANIC_ONCE=PATH` set, the engine thread panics at its first request unless
-/// PATH exists, creating PATH first (so the restarted sidecar serves). The end-to-end test of
-/// the host's supervisor uses it (`tests/tests/real_faults.rs`); a panic is how a bug in the
-/// model code would kill the thread.
-#[cfg(debug_assertions)]
-fn injected_panic_once() {
-    if let Some(path) = std::env::var_os("HUNCH_TEST_ENGINE_PANIC_ONCE") {
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path);
-        if created.is_ok() {
-            panic!("injected engine fault (HUNCH_TEST_ENGINE_PANIC_ONCE)");
-        }
-    }
-}
-
 impl ReadEngine for MlxEngine {
     fn submit(&mut self, request: ReadRequest, reply: Reply) {
-        #[cfg(debug_assertions)]
-        injected_panic_once();
         let vocab = self.model.config().vocab_size as u32;
         self.scheduler
             .submit(&self.planner, &self.settings, vocab, &request, reply);

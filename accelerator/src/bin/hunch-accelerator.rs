@@ -2,10 +2,10 @@
 //! reads to the Hunch host over loopback HTTP (docs/accelerator-protocol.md).
 
 use clap::{Parser, Subcommand};
+use hunch_accelerator::blas::{select as select_blas, BlasChoice};
 use hunch_accelerator::engine::{EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
-use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
-use hunch_accelerator::scheduler::SchedulerConfig;
+use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
 use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
 use std::io::Write;
@@ -41,11 +41,12 @@ struct ServeArgs {
     /// Model name reported to clients.
     #[arg(long)]
     name: Option<String>,
-    /// Activation dtype: float32 (parity, fastest on CPU) or bfloat16.
-    #[arg(long, default_value = "float32")]
-    dtype: ActivationDtype,
-    /// Widest read canvas in tokens: a multiple of 16 from 16 to 128 (canvases grow in steps of
-    /// 16); the checkpoint's canvas_length caps it further.
+    /// Activation dtype: `auto` (bfloat16 on a GPU, float32 on the CPU), float32 (parity,
+    /// fastest on the CPU) or bfloat16.
+    #[arg(long, default_value = "auto", value_parser = parse_dtype)]
+    dtype: DtypeArg,
+    /// Widest read canvas in tokens (multiple of 16; at most 128 and the checkpoint's
+    /// canvas_length).
     #[arg(long, default_value_t = 64)]
     canvas_cap: usize,
     /// Longest prompt a read may prefill; longer requests are refused before any work.
@@ -57,10 +58,15 @@ struct ServeArgs {
     /// Requests waiting for the engine before new ones get 503.
     #[arg(long, default_value_t = 64)]
     queue: usize,
-    /// Batching across requests: `on`, or `off` for one request at a time (the same as
-    /// `--batch-requests 1`).
-    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
-    batching: bool,
+    /// Batching across requests: `auto` batches only where the start-up probe measured it
+    /// exact (else one request at a time, so every answer equals the read alone); `on` batches
+    /// anyway (throughput; the deviation is reported); `off` reads one request at a time.
+    #[arg(long, env = "HUNCH_BATCHING", default_value = "auto")]
+    batching: Batching,
+    /// BLAS for MLX's CPU matmuls: `auto` (OpenBLAS when installed, else the MLX wheel's
+    /// reference BLAS), `openblas`, or `reference` (slow; batching on it is bit-exact).
+    #[arg(long, env = "HUNCH_BLAS", default_value = "auto")]
+    blas: BlasChoice,
     /// Requests read at once, their work sharing forward passes.
     #[arg(long, default_value_t = 16)]
     batch_requests: usize,
@@ -84,6 +90,21 @@ struct ServeArgs {
     /// before allocating. Default: the memory the machine has available.
     #[arg(long, env = "HUNCH_MEMORY_LIMIT", value_parser = parse_memory_limit)]
     memory_limit: Option<u64>,
+    /// Count the MLX operations each engine step builds and report them per read
+    /// (`stats.operations`; walks every step's graph, for benchmarks).
+    #[arg(long, env = "HUNCH_COUNT_OPS")]
+    count_ops: bool,
+}
+
+/// `--dtype`: `None` for `auto`, chosen from the device once MLX is up.
+#[derive(Clone, Copy)]
+struct DtypeArg(Option<ActivationDtype>);
+
+fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
+    match s {
+        "auto" => Ok(DtypeArg(None)),
+        other => other.parse().map(|d| DtypeArg(Some(d))),
+    }
 }
 
 fn parse_memory_limit(s: &str) -> Result<u64, String> {
@@ -134,12 +155,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             return Err(format!("{flag} must be at least 1"));
         }
     }
-    if args.canvas_cap == 0 || args.canvas_cap % CANVAS_STEP != 0 || args.canvas_cap > MAX_CANVAS_CAP {
-        return Err(format!(
-            "--canvas-cap must be a multiple of {CANVAS_STEP} from {CANVAS_STEP} to {MAX_CANVAS_CAP}, got {}",
-            args.canvas_cap
-        ));
-    }
+    // Before any MLX work: the BLAS is chosen once per process.
+    let blas = select_blas(args.blas).map_err(|e| e.to_string())?;
+    tracing::info!(%blas, "BLAS for MLX's CPU matmuls");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -165,23 +183,24 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
         let health = HealthCell::new(&name);
         let options = EngineOptions {
-            dtype: args.dtype,
+            dtype: args
+                .dtype
+                .0
+                .unwrap_or_else(ActivationDtype::for_default_device),
             canvas_cap: args.canvas_cap,
             max_prompt_tokens: args.max_prompt_tokens,
             rereads: args.rereads,
             progress: false,
             scheduler: SchedulerConfig {
-                max_requests: if args.batching {
-                    args.batch_requests
-                } else {
-                    1
-                },
+                max_requests: args.batch_requests,
+                batching: args.batching,
                 max_rows: args.batch_rows,
                 kv_budget_bytes: args.kv_budget_mb << 20,
                 prefill_chunk: args.prefill_chunk,
                 cache_bytes: args.prefix_cache_mb << 20,
             },
             probe_batching: !args.no_batch_probe,
+            count_operations: args.count_ops,
             memory_limit: args.memory_limit,
         };
         let model_dir = args.model.clone();
