@@ -5,7 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
-export HUNCH_E2E_REQUIRE_PYTHON=1
 # Policies are WebAssembly components built for wasm32-wasip2 in their own workspace.
 if [ -f policies/Cargo.toml ]; then
   cargo build --quiet --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release

@@ -6,7 +6,7 @@
 //!
 //! Needs the reference venv: `tests/reference/setup.sh .venv-reference` (CI runs it). Set
 //! `HUNCH_REFERENCE_PYTHON` to use another interpreter. Without the venv the test fails and says
-//! how to make it, unless `HUNCH_SKIP_REFERENCE=1` is set explicitly.
+//! how to make it, unless `HUNCH_TEST_SKIP=reference` says to skip it on purpose.
 
 use hunch_accelerator::checkpoint::Layout;
 use hunch_accelerator::engine::{EngineOptions, MlxEngine};
@@ -105,11 +105,17 @@ fn run_reference(python: &Path, ckpt: &Path, request: &Value, scratch: &Path) ->
 #[test]
 fn reads_match_the_python_reference_on_unseen_checkpoints() {
     let Some(python) = reference_python() else {
-        if std::env::var("HUNCH_SKIP_REFERENCE").as_deref() == Ok("1") {
-            eprintln!("HUNCH_SKIP_REFERENCE=1: reference comparison skipped");
+        // The same rule and variable as every test with a prerequisite (hunch_e2e::SKIP_VAR).
+        let skip = std::env::var("HUNCH_TEST_SKIP").unwrap_or_default();
+        if skip.split(',').any(|n| n.trim() == "reference") {
+            eprintln!("SKIPPED on purpose (HUNCH_TEST_SKIP lists reference): no reference venv");
             return;
         }
-        panic!("no reference venv: run `tests/reference/setup.sh .venv-reference` (or set HUNCH_REFERENCE_PYTHON)");
+        panic!(
+            "the reference venv (.venv-reference) is missing: run `tests/reference/setup.sh \
+             .venv-reference` (or set HUNCH_REFERENCE_PYTHON). To skip the tests that need it on \
+             purpose, set HUNCH_TEST_SKIP=reference."
+        );
     };
     // The reference runs on the MLX wheel's own BLAS; so do we (docs/mlx-on-linux.md).
     hunch_accelerator::blas::select(hunch_accelerator::blas::BlasChoice::Reference)

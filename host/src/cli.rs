@@ -61,8 +61,7 @@ pub fn main() -> ExitCode {
         } => client_runtime(|| policy_run::check(args)),
         Command::Serve(args) => {
             init_tracing();
-            let keys_env = std::env::var("HUNCH_API_KEYS").ok();
-            let settings = match Settings::resolve(&args, keys_env.as_deref()) {
+            let settings = match Settings::resolve(&args, &|name| std::env::var(name).ok()) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("hunch: {e}");

@@ -1,15 +1,21 @@
 //! `hunch` command line, environment and TOML file, resolved into one [`Settings`].
 //!
-//! Precedence: a flag (or its environment variable) over the TOML file over the defaults. Models
-//! from flags come first (the first model is the default, `jev-latest`), then the file's; within
-//! the flags, `--model`s, then `--accelerator`s, then `--upstream`s.
+//! Every `hunch serve` setting has a flag, a `HUNCH_*` environment variable and a TOML key
+//! ([`SETTINGS`]). Precedence, for every setting alike: the flag over the variable over the
+//! file's key over the default; the source that sets a setting decides its whole value (lists
+//! are not merged across sources). Models are registered sidecars (`models`) first, then
+//! `accelerators`, then `upstreams`; the first is the default (`jev-latest`).
+
+mod layer;
+mod parse;
+
+pub use layer::{FileAccelerator, FileModel, FileUpstream, Layer, CONFIG_ENV, SETTINGS};
+pub use parse::model_name_of_dir;
 
 use crate::api::Limits;
-use crate::reader::sidecar::parse_model_arg;
-use crate::reader::upstream::parse_upstream_arg;
+use crate::reader::sidecar::SIDECAR_BIN;
 use clap::{Args, Parser, Subcommand};
-use serde::Deserialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
@@ -70,138 +76,104 @@ pub enum PolicyCommand {
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// A TOML file with any of the settings below (flags win).
-    #[arg(long, env = "HUNCH_CONFIG")]
+    /// A TOML file with any of the settings below (env HUNCH_CONFIG). A setting's flag wins over
+    /// its environment variable, which wins over the file's key.
+    #[arg(long)]
     pub config: Option<PathBuf>,
     /// Address to listen on (port 0 picks a free port; the address is printed on stdout).
-    #[arg(long, env = "HUNCH_LISTEN")]
+    /// [env HUNCH_LISTEN, TOML `listen`]
+    #[arg(long)]
     pub listen: Option<String>,
-    /// A model served by an accelerator sidecar this server starts: `NAME=DIR` or `DIR`.
+    /// A model served by an accelerator sidecar this server starts: `NAME=DIR` or `DIR`
+    /// (repeatable). [env HUNCH_MODELS, comma-separated; TOML `models`]
     #[arg(long = "model", value_name = "[NAME=]DIR")]
     pub models: Vec<String>,
-    /// A model served by a sidecar started elsewhere: `NAME=URL` or `URL`.
+    /// A model served by a sidecar started elsewhere: `NAME=URL` or `URL` (repeatable).
+    /// [env HUNCH_ACCELERATORS, comma-separated; TOML `accelerators`]
     #[arg(long = "accelerator", value_name = "[NAME=]URL")]
     pub accelerators: Vec<String>,
-    /// A model served by another System One server: `NAME=URL` or `NAME=MODEL@URL`.
+    /// A model served by another System One server: `NAME=URL` or `NAME=MODEL@URL` (repeatable).
+    /// [env HUNCH_UPSTREAMS, comma-separated; TOML `upstreams`]
     #[arg(long = "upstream", value_name = "NAME=[MODEL@]URL")]
     pub upstreams: Vec<String>,
-    /// Bearer key sent to `--upstream` servers.
-    #[arg(long, env = "HUNCH_UPSTREAM_KEY", hide_env_values = true)]
+    /// Bearer key sent to upstream servers that have no key of their own.
+    /// [env HUNCH_UPSTREAM_KEY, TOML `upstream_key`]
+    #[arg(long)]
     pub upstream_key: Option<String>,
-    /// An accepted bearer key (repeatable; also `HUNCH_API_KEYS`, comma-separated). None = auth off.
+    /// PEM certificates to trust for `https://` upstreams besides the system's roots (a private
+    /// CA or a self-signed server). [env HUNCH_UPSTREAM_CA_FILE, TOML `upstream_ca_file`]
+    #[arg(long, value_name = "PEM")]
+    pub upstream_ca_file: Option<PathBuf>,
+    /// An accepted bearer key (repeatable). None = auth off.
+    /// [env HUNCH_API_KEYS, comma-separated; TOML `api_keys`]
     #[arg(long = "api-key", value_name = "KEY")]
     pub api_keys: Vec<String>,
-    /// Another name for a model: `ALIAS=MODEL` (`jev-latest` is the first model unless set here).
+    /// Another name for a model: `ALIAS=MODEL` (repeatable; `jev-latest` is the first model
+    /// unless set here). [env HUNCH_ALIASES, comma-separated; TOML `aliases`]
     #[arg(long = "alias", value_name = "ALIAS=MODEL")]
     pub aliases: Vec<String>,
     /// The sidecar binary (default: `hunch-accelerator` next to this executable).
-    #[arg(long, env = "HUNCH_ACCELERATOR_BIN")]
+    /// [env HUNCH_ACCELERATOR_BIN, TOML `accelerator_bin`]
+    #[arg(long)]
     pub accelerator_bin: Option<PathBuf>,
-    /// An extra argument for every sidecar this server starts (repeatable, e.g. `--sidecar-arg=--dtype=float32`).
+    /// An extra argument for every sidecar this server starts (repeatable, e.g.
+    /// `--sidecar-arg=--dtype=float32`). [env HUNCH_SIDECAR_ARGS, whitespace-separated; TOML
+    /// `sidecar_args`]
     #[arg(long = "sidecar-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub sidecar_args: Vec<String>,
     /// Largest request body in bytes, compressed or decompressed (413 beyond). Default 8 MiB.
-    #[arg(long, env = "HUNCH_MAX_BODY_BYTES")]
+    /// [env HUNCH_MAX_BODY_BYTES, TOML `max_body_bytes`]
+    #[arg(long)]
     pub max_body_bytes: Option<usize>,
     /// Longest a request may take, in seconds (504 beyond). Default 120.
-    #[arg(long, env = "HUNCH_REQUEST_TIMEOUT")]
+    /// [env HUNCH_REQUEST_TIMEOUT, TOML `request_timeout`]
+    #[arg(long)]
     pub request_timeout: Option<f64>,
     /// Reads running at once over all models (the accelerator batches them). Default 16.
-    #[arg(long, env = "HUNCH_MAX_CONCURRENT_READS")]
+    /// [env HUNCH_MAX_CONCURRENT_READS, TOML `max_concurrent_reads`]
+    #[arg(long)]
     pub max_concurrent_reads: Option<usize>,
     /// Reads waiting for a slot before new ones get 503 + Retry-After. Default 64.
-    #[arg(long, env = "HUNCH_MAX_QUEUED_READS")]
+    /// [env HUNCH_MAX_QUEUED_READS, TOML `max_queued_reads`]
+    #[arg(long)]
     pub max_queued_reads: Option<usize>,
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C. Default 30.
-    #[arg(long, env = "HUNCH_SHUTDOWN_GRACE")]
+    /// [env HUNCH_SHUTDOWN_GRACE, TOML `shutdown_grace`]
+    #[arg(long)]
     pub shutdown_grace: Option<f64>,
-    /// With no model configured, serve nothing instead of the demo model.
-    #[arg(long, env = "HUNCH_NO_DEMO")]
-    pub no_demo: bool,
+    /// With no model configured, serve nothing instead of the demo model (`--no-demo=false`
+    /// turns a lower layer's setting off). [env HUNCH_NO_DEMO, TOML `no_demo`]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = parse_no_demo)]
+    pub no_demo: Option<bool>,
     /// A directory of decision policies (`NAME.wasm` + optional `NAME.toml`), watched: changes
     /// take effect without a restart. Without it, policies deployed over HTTP live in memory.
-    #[arg(long, env = "HUNCH_POLICIES")]
+    /// [env HUNCH_POLICIES, TOML `policies`]
+    #[arg(long)]
     pub policies: Option<PathBuf>,
     /// The key for deploying policies over HTTP (`PUT`/`DELETE /v1/policies/NAME`, sent as
-    /// `X-Admin-Key`). None = deployments over HTTP are off.
-    #[arg(long, env = "HUNCH_ADMIN_KEY", hide_env_values = true)]
+    /// `X-Admin-Key`). None = deployments over HTTP are off. [env HUNCH_ADMIN_KEY, TOML
+    /// `admin_key`]
+    #[arg(long)]
     pub admin_key: Option<String>,
     /// How a request's questions are read: `isolated` (default; each question alone, so an answer
     /// does not depend on the other questions; costs a prefill of the state per question) or
     /// `joint` (one prompt for all, the reference read). Requests may override it with
-    /// `x_questions`, policies in `NAME.toml` (docs/read.md).
-    #[arg(long, env = "HUNCH_QUESTIONS", value_name = "isolated|joint")]
+    /// `x_questions`, policies in `NAME.toml` (docs/read.md). [env HUNCH_QUESTIONS, TOML
+    /// `questions`]
+    #[arg(long, value_name = "isolated|joint")]
     pub questions: Option<hunch_core::QuestionMode>,
     /// Answer cache size in MiB: isolated answers kept by model, state, question and seed
-    /// settings, served without a read. 0 (default) = off.
-    #[arg(long, env = "HUNCH_ANSWER_CACHE_MB", value_name = "MIB")]
+    /// settings, served without a read. 0 (default) = off. [env HUNCH_ANSWER_CACHE_MB, TOML
+    /// `answer_cache_mb`]
+    #[arg(long, value_name = "MIB")]
     pub answer_cache_mb: Option<u64>,
     #[command(flatten)]
     pub decision_log: crate::decision::settings::DecisionLogArgs,
 }
 
-/// The TOML file.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub listen: Option<String>,
-    #[serde(default)]
-    pub api_keys: Vec<String>,
-    pub upstream_key: Option<String>,
-    pub max_body_bytes: Option<usize>,
-    pub request_timeout: Option<f64>,
-    pub max_concurrent_reads: Option<usize>,
-    pub max_queued_reads: Option<usize>,
-    pub shutdown_grace: Option<f64>,
-    pub accelerator_bin: Option<PathBuf>,
-    #[serde(default)]
-    pub sidecar_args: Vec<String>,
-    #[serde(default)]
-    pub models: Vec<FileModel>,
-    #[serde(default)]
-    pub accelerators: Vec<FileAccelerator>,
-    #[serde(default)]
-    pub upstreams: Vec<FileUpstream>,
-    /// alias → model name.
-    #[serde(default)]
-    pub aliases: std::collections::BTreeMap<String, String>,
-    pub policies: Option<PathBuf>,
-    pub admin_key: Option<String>,
-    /// `isolated` or `joint`.
-    pub questions: Option<hunch_core::QuestionMode>,
-    pub answer_cache_mb: Option<u64>,
-    /// `[decision_log]`: see `crate::decision::settings`.
-    pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileModel {
-    pub name: Option<String>,
-    pub dir: PathBuf,
-    pub description: Option<String>,
-    pub release_date: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileAccelerator {
-    pub name: Option<String>,
-    pub url: String,
-    pub description: Option<String>,
-    pub release_date: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileUpstream {
-    pub name: String,
-    pub url: String,
-    /// The `model` sent upstream (default: `name`).
-    pub model: Option<String>,
-    pub key: Option<String>,
-    pub description: Option<String>,
-    pub release_date: Option<String>,
+fn parse_no_demo(value: &str) -> Result<bool, ConfigError> {
+    parse::parse_bool(value)
 }
 
 /// Where a model's reads go.
@@ -236,7 +208,10 @@ pub struct Settings {
     pub api_keys: Vec<String>,
     pub models: Vec<ModelSource>,
     pub aliases: Vec<(String, String)>,
-    pub accelerator_bin: Option<PathBuf>,
+    /// `--upstream-ca-file`: trusted for every `https://` upstream.
+    pub upstream_ca_file: Option<PathBuf>,
+    /// The sidecar binary (`--accelerator-bin`, else `hunch-accelerator` next to `hunch`).
+    pub accelerator_bin: PathBuf,
     pub sidecar_args: Vec<String>,
     pub shutdown_grace: Duration,
     /// Serve the generated demo model when no model is configured.
@@ -265,17 +240,6 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-pub fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Toml {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })
-}
-
 fn seconds(value: f64, what: &str) -> Result<Duration, ConfigError> {
     Duration::try_from_secs_f64(value)
         .ok()
@@ -283,122 +247,87 @@ fn seconds(value: f64, what: &str) -> Result<Duration, ConfigError> {
         .ok_or_else(|| ConfigError::Invalid(format!("{what} must be a positive number of seconds")))
 }
 
-/// `[NAME=]URL`: a name only when what precedes `=` is not part of the URL.
-fn split_named_url(arg: &str) -> (Option<String>, String) {
-    match arg.split_once('=') {
-        Some((name, url)) if !name.contains("://") && !name.is_empty() => {
-            (Some(name.to_string()), url.to_string())
-        }
-        _ => (None, arg.to_string()),
-    }
+/// `hunch-accelerator` next to the running executable: where a build puts it.
+fn sidecar_next_to_this_executable() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(SIDECAR_BIN)))
+        .unwrap_or_else(|| PathBuf::from(SIDECAR_BIN))
 }
 
 impl Settings {
-    /// Flags + environment (`api_keys_env` is `HUNCH_API_KEYS`) + the file they name.
-    pub fn resolve(args: &ServeArgs, api_keys_env: Option<&str>) -> Result<Settings, ConfigError> {
-        let file = match &args.config {
-            Some(path) => load_file(path)?,
-            None => FileConfig::default(),
+    /// The flags, the environment through `env` (the process environment in `hunch serve`) and
+    /// the TOML file that either names.
+    pub fn resolve(
+        args: &ServeArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let flags = Layer::from_flags(args)?;
+        let environment = Layer::from_env(env)?;
+        let config = args.config.clone().or_else(|| {
+            env(CONFIG_ENV)
+                .filter(|v| !v.trim().is_empty())
+                .map(PathBuf::from)
+        });
+        let file = match &config {
+            Some(path) => Layer::from_file(path)?,
+            None => Layer::default(),
         };
-        Self::merge(args, api_keys_env, file)
+        Self::from_layer(flags.over(environment).over(file), &args.decision_log)
     }
 
-    pub fn merge(
-        args: &ServeArgs,
-        api_keys_env: Option<&str>,
-        file: FileConfig,
+    /// The settings one merged layer gives, with the defaults for what it leaves unset. The
+    /// decision log's flags (which clap reads with their variables) go over the file's
+    /// `[decision_log]` table.
+    pub fn from_layer(
+        layer: Layer,
+        decision_log_flags: &crate::decision::settings::DecisionLogArgs,
     ) -> Result<Settings, ConfigError> {
+        let decision_log = crate::decision::settings::DecisionLogSettings::merge(
+            decision_log_flags,
+            layer.decision_log.clone(),
+        )
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let defaults = Limits::default();
         let limits = Limits {
-            max_body_bytes: args
-                .max_body_bytes
-                .or(file.max_body_bytes)
-                .unwrap_or(defaults.max_body_bytes),
-            request_timeout: match args.request_timeout.or(file.request_timeout) {
+            max_body_bytes: layer.max_body_bytes.unwrap_or(defaults.max_body_bytes),
+            request_timeout: match layer.request_timeout {
                 Some(s) => seconds(s, "request_timeout")?,
                 None => defaults.request_timeout,
             },
-            max_concurrent_reads: args
+            max_concurrent_reads: layer
                 .max_concurrent_reads
-                .or(file.max_concurrent_reads)
                 .unwrap_or(defaults.max_concurrent_reads),
-            max_queued_reads: args
-                .max_queued_reads
-                .or(file.max_queued_reads)
-                .unwrap_or(defaults.max_queued_reads),
+            max_queued_reads: layer.max_queued_reads.unwrap_or(defaults.max_queued_reads),
         };
         if limits.max_concurrent_reads == 0 {
             return Err(ConfigError::Invalid(
                 "max_concurrent_reads must be at least 1".into(),
             ));
         }
-        let decision_log = crate::decision::settings::DecisionLogSettings::merge(
-            &args.decision_log,
-            file.decision_log.clone(),
-        )
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-        let shutdown_grace = match args.shutdown_grace.or(file.shutdown_grace) {
+        let shutdown_grace = match layer.shutdown_grace {
             Some(s) => seconds(s, "shutdown_grace")?,
             None => Duration::from_secs(30),
         };
+        let api_keys = layer
+            .api_keys
+            .unwrap_or_default()
+            .into_iter()
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect();
 
-        let mut api_keys: Vec<String> = args.api_keys.clone();
-        if let Some(env) = api_keys_env {
-            api_keys.extend(
-                env.split(',')
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-                    .map(String::from),
-            );
-        }
-        api_keys.extend(file.api_keys.iter().cloned());
-
-        let upstream_key = args.upstream_key.clone().or(file.upstream_key.clone());
+        let upstream_key = layer.upstream_key;
         let mut models = Vec::new();
-        for arg in &args.models {
-            let (name, dir) = parse_model_arg(arg);
+        for m in layer.models.unwrap_or_default() {
             models.push(ModelSource {
-                name: Some(name),
-                description: None,
-                release_date: None,
-                source: Source::Sidecar { dir },
-            });
-        }
-        for arg in &args.accelerators {
-            let (name, url) = split_named_url(arg);
-            models.push(ModelSource {
-                name,
-                description: None,
-                release_date: None,
-                source: Source::Accelerator { url },
-            });
-        }
-        for arg in &args.upstreams {
-            let (name, remote_model, url) =
-                parse_upstream_arg(arg).map_err(ConfigError::Invalid)?;
-            models.push(ModelSource {
-                name: Some(name),
-                description: None,
-                release_date: None,
-                source: Source::Upstream {
-                    url,
-                    remote_model,
-                    key: upstream_key.clone(),
-                },
-            });
-        }
-        for m in file.models {
-            let name = m
-                .name
-                .unwrap_or_else(|| parse_model_arg(&m.dir.to_string_lossy()).0);
-            models.push(ModelSource {
-                name: Some(name),
+                name: Some(m.name.unwrap_or_else(|| model_name_of_dir(&m.dir))),
                 description: m.description,
                 release_date: m.release_date,
                 source: Source::Sidecar { dir: m.dir },
             });
         }
-        for a in file.accelerators {
+        for a in layer.accelerators.unwrap_or_default() {
             models.push(ModelSource {
                 name: a.name,
                 description: a.description,
@@ -406,9 +335,7 @@ impl Settings {
                 source: Source::Accelerator { url: a.url },
             });
         }
-        for u in file.upstreams {
-            crate::http_url::check("upstreams.url", &u.url)
-                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        for u in layer.upstreams.unwrap_or_default() {
             models.push(ModelSource {
                 name: Some(u.name.clone()),
                 description: u.description,
@@ -421,48 +348,28 @@ impl Settings {
             });
         }
 
-        let mut aliases = Vec::new();
-        for arg in &args.aliases {
-            let (alias, target) = arg
-                .split_once('=')
-                .filter(|(a, t)| !a.is_empty() && !t.is_empty())
-                .ok_or_else(|| {
-                    ConfigError::Invalid(format!("--alias wants ALIAS=MODEL, got {arg:?}"))
-                })?;
-            aliases.push((alias.to_string(), target.to_string()));
-        }
-        aliases.extend(file.aliases);
-
-        let mut sidecar_args = file.sidecar_args;
-        sidecar_args.extend(args.sidecar_args.iter().cloned());
-
         Ok(Settings {
-            listen: args
+            listen: layer
                 .listen
-                .clone()
-                .or(file.listen)
                 .unwrap_or_else(|| "127.0.0.1:8080".to_string()),
             limits,
             api_keys,
             models,
-            aliases,
-            accelerator_bin: args.accelerator_bin.clone().or(file.accelerator_bin),
-            sidecar_args,
+            aliases: layer.aliases.unwrap_or_default().into_iter().collect(),
+            upstream_ca_file: layer.upstream_ca_file,
+            accelerator_bin: layer
+                .accelerator_bin
+                .unwrap_or_else(sidecar_next_to_this_executable),
+            sidecar_args: layer.sidecar_args.unwrap_or_default(),
             shutdown_grace,
-            demo: !args.no_demo,
-            policies: args.policies.clone().or(file.policies),
-            admin_key: args
-                .admin_key
-                .clone()
-                .or(file.admin_key)
-                .filter(|k| !k.trim().is_empty()),
-            questions: args
+            demo: !layer.no_demo.unwrap_or(false),
+            policies: layer.policies,
+            admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
+            questions: layer
                 .questions
-                .or(file.questions)
                 .unwrap_or(hunch_core::QuestionMode::Isolated),
-            answer_cache_bytes: args
+            answer_cache_bytes: layer
                 .answer_cache_mb
-                .or(file.answer_cache_mb)
                 .unwrap_or(0)
                 .saturating_mul(1 << 20),
             decision_log,
@@ -480,58 +387,142 @@ pub fn today() -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn args(line: &[&str]) -> ServeArgs {
+        let mut argv = vec!["hunch", "serve"];
+        argv.extend_from_slice(line);
+        match Cli::try_parse_from(argv).expect("valid flags").command {
+            Command::Serve(args) => args,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        move |name| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    }
+
+    fn file(text: &str) -> (tempfile::TempDir, String) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("hunch.toml");
+        std::fs::write(&path, text).expect("write config");
+        let path = path.to_string_lossy().into_owned();
+        (dir, path)
+    }
+
+    const FILE: &str = r#"
+        listen = "0.0.0.0:9000"
+        request_timeout = 5
+        api_keys = ["from-file"]
+        sidecar_args = ["--dtype=float32"]
+        no_demo = true
+        [[models]]
+        name = "filed"
+        dir = "/m/filed"
+        [[upstreams]]
+        name = "remote"
+        url = "http://127.0.0.1:1"
+        key = "k"
+        [aliases]
+        fast = "filed"
+    "#;
+
     #[test]
-    fn flags_win_over_the_file_and_models_keep_order() {
-        let file: FileConfig = toml::from_str(
-            r#"
-            listen = "0.0.0.0:9000"
-            request_timeout = 5
-            api_keys = ["from-file"]
-            [[upstreams]]
-            name = "remote"
-            url = "http://127.0.0.1:1"
-            key = "k"
-            [aliases]
-            fast = "local"
-            "#,
+    fn a_flag_wins_over_its_variable_which_wins_over_the_file() {
+        let (_dir, path) = file(FILE);
+        let s = Settings::resolve(
+            &args(&["--config", &path, "--listen", "127.0.0.1:0", "--api-key", "a"]),
+            &env(&[
+                ("HUNCH_LISTEN", "127.0.0.1:1"),
+                ("HUNCH_API_KEYS", "b, c"),
+                ("HUNCH_REQUEST_TIMEOUT", "7"),
+                ("HUNCH_SIDECAR_ARGS", "--dtype=bfloat16 --queue 8"),
+            ]),
         )
         .unwrap();
-        let args = ServeArgs {
-            listen: Some("127.0.0.1:0".into()),
-            models: vec!["local=/m/dg".into()],
-            accelerators: vec!["http://127.0.0.1:5".into()],
-            api_keys: vec!["a".into()],
-            ..ServeArgs::default()
-        };
-        let s = Settings::merge(&args, Some("b, c"), file).unwrap();
         assert_eq!(s.listen, "127.0.0.1:0");
-        assert_eq!(s.limits.request_timeout, Duration::from_secs(5));
-        assert_eq!(s.api_keys, vec!["a", "b", "c", "from-file"]);
-        assert_eq!(s.models[0].name.as_deref(), Some("local"));
-        assert_eq!(s.models[1].name, None);
+        // Lists are not merged: the flags' keys replace the variable's and the file's.
+        assert_eq!(s.api_keys, vec!["a"]);
+        assert_eq!(s.limits.request_timeout, Duration::from_secs(7));
+        assert_eq!(s.sidecar_args, vec!["--dtype=bfloat16", "--queue", "8"]);
+        assert!(!s.demo);
+        assert_eq!(s.aliases, vec![("fast".to_string(), "filed".to_string())]);
+    }
+
+    #[test]
+    fn the_variable_wins_over_the_file_for_lists_too() {
+        let (_dir, path) = file(FILE);
+        let s = Settings::resolve(
+            &args(&["--sidecar-arg=--queue=2"]),
+            &env(&[
+                ("HUNCH_CONFIG", path.as_str()),
+                ("HUNCH_API_KEYS", "b, c"),
+                ("HUNCH_NO_DEMO", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(s.listen, "0.0.0.0:9000", "the file named by HUNCH_CONFIG is read");
+        assert_eq!(s.api_keys, vec!["b", "c"]);
+        assert_eq!(s.sidecar_args, vec!["--queue=2"]);
+        assert!(s.demo, "HUNCH_NO_DEMO=false overrides the file's no_demo = true");
+    }
+
+    #[test]
+    fn models_come_from_the_source_that_sets_each_kind_in_kind_order() {
+        let (_dir, path) = file(FILE);
+        let s = Settings::resolve(
+            &args(&["--config", &path, "--upstream", "up=jev-latest@https://h"]),
+            &env(&[("HUNCH_ACCELERATORS", "http://127.0.0.1:5")]),
+        )
+        .unwrap();
+        let names: Vec<_> = s.models.iter().map(|m| m.name.clone()).collect();
+        // The file's model, the variable's accelerator (named by its /health), the flag's
+        // upstream, which replaced the file's.
+        assert_eq!(names, vec![Some("filed".into()), None, Some("up".into())]);
         assert_eq!(
             s.models[2].source,
+            Source::Upstream {
+                url: "https://h".into(),
+                remote_model: "jev-latest".into(),
+                key: None
+            }
+        );
+        let s = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap();
+        assert_eq!(
+            s.models[1].source,
             Source::Upstream {
                 url: "http://127.0.0.1:1".into(),
                 remote_model: "remote".into(),
                 key: Some("k".into())
             }
         );
-        assert_eq!(s.aliases, vec![("fast".to_string(), "local".to_string())]);
+    }
+
+    #[test]
+    fn the_sidecar_binary_is_read_from_the_variable_in_the_settings() {
+        let s = Settings::resolve(&args(&[]), &env(&[("HUNCH_ACCELERATOR_BIN", "/x/sidecar")]))
+            .unwrap();
+        assert_eq!(s.accelerator_bin, PathBuf::from("/x/sidecar"));
+        let s = Settings::resolve(&args(&[]), &env(&[])).unwrap();
+        assert!(s.accelerator_bin.ends_with(SIDECAR_BIN));
     }
 
     #[test]
     fn bad_values_are_refused() {
-        let args = ServeArgs {
-            request_timeout: Some(-1.0),
-            ..ServeArgs::default()
-        };
-        assert!(Settings::merge(&args, None, FileConfig::default()).is_err());
-        assert!(toml::from_str::<FileConfig>("nonsense = 1").is_err());
+        assert!(Settings::resolve(&args(&["--request-timeout=-1"]), &env(&[])).is_err());
+        assert!(Settings::resolve(&args(&["--alias", "nope"]), &env(&[])).is_err());
+        assert!(Settings::resolve(&args(&["--alias", "a=b", "--alias", "a=c"]), &env(&[])).is_err());
+        assert!(toml::from_str::<Layer>("nonsense = 1").is_err());
+        let (_dir, path) = file("listen = 5");
+        let err = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("hunch.toml"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::api::{router_with, ApiKeys, AppState};
 use crate::config::{today, ModelSource, Settings, Source};
 use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
-use crate::reader::sidecar::{default_binary, Sidecar, SidecarConfig};
+use crate::reader::sidecar::{Sidecar, SidecarConfig};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
 use crate::reader::{ModelEntry, Registry};
 use anyhow::Context;
@@ -30,10 +30,7 @@ pub const DEMO_MODEL: &str = "hunch-demo";
 /// command works on a fresh machine: `hunch-accelerator demo` writes it once (deterministic,
 /// real HF layout, cached) and prints its directory.
 async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
-    let binary = settings
-        .accelerator_bin
-        .clone()
-        .unwrap_or_else(default_binary);
+    let binary = settings.accelerator_bin.clone();
     anyhow::ensure!(
         binary.is_file(),
         "no model configured and no sidecar binary at {} to make the demo model (build \
@@ -96,10 +93,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                     "model {name}: {} is not a directory",
                     dir.display()
                 );
-                let binary = settings
-                    .accelerator_bin
-                    .clone()
-                    .unwrap_or_else(default_binary);
+                let binary = settings.accelerator_bin.clone();
                 anyhow::ensure!(
                     binary.is_file(),
                     "model {name}: no sidecar binary at {} (build hunch-accelerator, or set \
@@ -152,8 +146,9 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                     remote_model: remote_model.clone(),
                     key: key.clone(),
                     timeout: read_timeout,
+                    ca_file: settings.upstream_ca_file.clone(),
                 })
-                .map_err(anyhow::Error::msg)?;
+                .with_context(|| format!("upstream {name}"))?;
                 (name, Arc::new(reader))
             }
         };

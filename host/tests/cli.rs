@@ -50,3 +50,22 @@ fn a_missing_model_directory_or_sidecar_binary_fails_at_startup() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no sidecar binary"));
 }
+
+#[test]
+fn an_unreadable_upstream_ca_file_fails_at_startup_naming_it() {
+    let out = hunch()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "up=https://127.0.0.1:9",
+            "--upstream-ca-file",
+            "/definitely/not/a/ca.pem",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/definitely/not/a/ca.pem"), "{stderr}");
+}

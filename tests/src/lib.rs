@@ -35,6 +35,34 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The one variable that lets a test whose prerequisite is missing skip on purpose: a
+/// comma-separated list of prerequisite names (`python` for the `.venv` of
+/// `scripts/python-env.sh`; `reference` for `.venv-reference`, read by the accelerator's
+/// `reference_read` test). Unlisted, a missing prerequisite fails its test.
+pub const SKIP_VAR: &str = "HUNCH_TEST_SKIP";
+
+/// Whether `HUNCH_TEST_SKIP` lists `name`.
+pub fn skip_listed(name: &str) -> bool {
+    std::env::var(SKIP_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .any(|n| n.trim() == name)
+}
+
+/// What a test does when its prerequisite `name` (`what`, made by `setup`) is missing: it fails
+/// saying how to make it and how to skip on purpose, unless `HUNCH_TEST_SKIP` lists `name`; then
+/// it says so and the caller returns.
+pub fn missing_prerequisite(name: &str, what: &str, setup: &str) {
+    if skip_listed(name) {
+        eprintln!("SKIPPED on purpose ({SKIP_VAR} lists {name}): {what} is missing");
+        return;
+    }
+    panic!(
+        "{what} is missing: {setup}. To skip the tests that need it on purpose, set \
+         {SKIP_VAR}={name}."
+    );
+}
+
 pub fn hunch_bin() -> PathBuf {
     std::env::var_os("HUNCH_BIN")
         .map(PathBuf::from)

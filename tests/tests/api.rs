@@ -45,6 +45,35 @@ async fn every_answer_type_in_request_order_with_the_real_model_name() {
     assert!(body["usage"]["output_tokens"].is_u64());
 }
 
+/// The host maps each answer back to the caller's id whatever the ids are (empty, 5000
+/// characters, non-ASCII) and wherever the question sits. The fixture's answers depend only on
+/// the state and the question's own text, so this checks the host's mapping, not whether a model's
+/// answer depends on the other questions (that is the read's business, `docs/read.md`).
+#[tokio::test]
+async fn answers_are_mapped_back_to_the_callers_ids_in_any_order() {
+    let hunch = start_hunch_with_fixture("dg-test", &[]).await;
+    let (_, _, a) = post(&hunch.url, &sample_request()).await;
+    let mut renamed = sample_request();
+    let qs = renamed["questions"].as_object().unwrap().clone();
+    let mut reordered = serde_json::Map::new();
+    reordered.insert(
+        "a whole new question".into(),
+        json!({"type": "noul", "criteria": {"false": "nothing"}}),
+    );
+    reordered.insert("ȕrgency 🔥".into(), qs["urgency"].clone());
+    reordered.insert("x".repeat(5000), qs["team"].clone());
+    reordered.insert("".into(), qs["billing"].clone());
+    renamed["questions"] = Value::Object(reordered);
+    let (status, _, b) = post(&hunch.url, &renamed).await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(a["answers"]["urgency"], b["answers"]["ȕrgency 🔥"]);
+    assert_eq!(
+        a["answers"]["team"],
+        b["answers"]["x".repeat(5000).as_str()]
+    );
+    assert_eq!(a["answers"]["billing"], b["answers"][""]);
+}
+
 #[tokio::test]
 async fn single_option_questions_need_no_read_and_legends_echo_objects() {
     let hunch = start_hunch_with_fixture("dg-test", &[]).await;

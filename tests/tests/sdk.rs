@@ -5,23 +5,24 @@
 //! The server is `start_hunch_for_clients`: the REAL accelerator on the generated tiny checkpoint
 //! by default, or the server `HUNCH_E2E_SERVE_ARGS` describes (see tests/src/lib.rs).
 //!
-//! They need the venv made by `scripts/python-env.sh`. Without it these tests say so and pass,
-//! unless `HUNCH_E2E_REQUIRE_PYTHON=1` (CI sets it), which makes a missing venv a failure.
+//! They need the venv made by `scripts/python-env.sh`. Without it they fail and say how to make
+//! it, unless `HUNCH_TEST_SKIP=python` says to skip them on purpose.
 
-use hunch_e2e::{start_hunch_for_clients, target_dir, workspace_root};
+use hunch_e2e::{missing_prerequisite, start_hunch_for_clients, target_dir, workspace_root};
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The venv's interpreter; `None` (the test returns) only when `HUNCH_TEST_SKIP` lists
+/// `python`. A missing venv otherwise fails the test, saying how to make it.
 fn venv_python() -> Option<PathBuf> {
     let python = workspace_root().join(".venv/bin/python");
     if python.exists() {
         return Some(python);
     }
-    if std::env::var("HUNCH_E2E_REQUIRE_PYTHON").is_ok_and(|v| v == "1") {
-        panic!("no .venv: run scripts/python-env.sh first");
-    }
-    eprintln!(
-        "SKIPPED: no .venv (run scripts/python-env.sh to test with the official SDK and jevbench)"
+    missing_prerequisite(
+        "python",
+        "the Python venv with the official SDK and jevbench (.venv)",
+        "run scripts/python-env.sh",
     );
     None
 }

@@ -107,3 +107,71 @@ async fn upstream_errors_map_to_ours() {
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
 }
+
+/// An HTTPS front for the plain-HTTP server at `backend` (`host:port`): rustls with a
+/// certificate for 127.0.0.1 made now, forwarding the decrypted bytes. Returns its port and the
+/// certificate (PEM), which no system trusts.
+async fn tls_front(backend: String) -> (u16, String) {
+    use tokio_rustls::rustls;
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()])
+        .expect("a self-signed certificate");
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(made.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![made.cert.der().clone()], key)
+    .expect("a server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, backend) = (acceptor.clone(), backend.clone());
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake: nothing to forward.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if let Ok(mut plain) = tokio::net::TcpStream::connect(&backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                }
+            });
+        }
+    });
+    (port, made.cert.pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_is_read_over_tls_trusting_the_ca_file_only_when_given() {
+    let a = start_hunch_with_fixture("dg-a", &["--api-key", "a-key"]).await;
+    let (port, pem) = tls_front(a.url.trim_start_matches("http://").to_string()).await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, pem).expect("write the CA file");
+    let upstream = format!("relay=jev-latest@https://127.0.0.1:{port}");
+
+    let trusting = start_hunch(&[
+        "--upstream",
+        &upstream,
+        "--upstream-key",
+        "a-key",
+        "--upstream-ca-file",
+        ca.to_str().expect("a UTF-8 path"),
+    ]);
+    wait_ready(&trusting.url, Duration::from_secs(10)).await;
+    let (status, body) = post(&trusting.url, &sample_request()).await;
+    assert_eq!(status, 200, "{body}\n{}", trusting.process.logs());
+    assert_eq!(body["model"], "relay");
+
+    // The same upstream without the CA file: the certificate is not trusted, the read is refused
+    // as unavailable (never answered over an unverified connection).
+    let untrusting = start_hunch(&["--upstream", &upstream, "--upstream-key", "a-key"]);
+    wait_ready(&untrusting.url, Duration::from_secs(10)).await;
+    let (status, body) = post(&untrusting.url, &sample_request()).await;
+    assert_eq!(status, 503, "{body}");
+}

@@ -1,7 +1,8 @@
 //! `ApiError`: the one place that maps failures to HTTP statuses and TypeSafe's error bodies.
 //!
 //! Validation failures are FastAPI-shaped (`{"detail": [{"loc", "msg", "type"}]}`); everything
-//! else is `{"detail": {"error_type", "message"}}`. Only failures that can succeed on a retry are
+//! else is `{"detail": {"error_type", "message"}}` (plus the fields an [`ApiError::Other`]
+//! carries). The policy endpoints use this same type (`api/policies.rs`). Only failures that can succeed on a retry are
 //! 5xx: the SDK retries every 5xx, so a request that can never succeed must be a 4xx.
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -104,6 +105,16 @@ pub enum ApiError {
     /// 500: a bug or a broken reader output. Logged.
     #[error("{message}")]
     Internal { message: String },
+    /// Any other failure with its own `error_type` (the policy endpoints'), extra `detail`
+    /// fields (`limit`, `policy_error`, …) and, when a retry may help, a `Retry-After`.
+    #[error("{message}")]
+    Other {
+        status: u16,
+        error_type: String,
+        message: String,
+        fields: serde_json::Map<String, Value>,
+        retry_after_seconds: Option<u64>,
+    },
 }
 
 impl ApiError {
@@ -116,6 +127,42 @@ impl ApiError {
             error_type: error_type.into(),
             message: message.into(),
         }
+    }
+
+    /// A failure with its own status and `error_type`.
+    pub fn new(status: StatusCode, error_type: &str, message: impl Into<String>) -> Self {
+        ApiError::Other {
+            status: status.as_u16(),
+            error_type: error_type.into(),
+            message: message.into(),
+            fields: serde_json::Map::new(),
+            retry_after_seconds: None,
+        }
+    }
+
+    /// Adds a field to the `detail` object of an error made by [`ApiError::new`].
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        if let ApiError::Other { fields, .. } = &mut self {
+            fields.insert(key.to_string(), value);
+        }
+        self
+    }
+
+    /// The id of the decision that failed, in `detail` (errors of a decision carry it).
+    pub fn with_decision(self, id: &str) -> Self {
+        self.with("decision_id", json!(id))
+    }
+
+    /// Sends `Retry-After` with an error made by [`ApiError::new`].
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        if let ApiError::Other {
+            retry_after_seconds,
+            ..
+        } = &mut self
+        {
+            *retry_after_seconds = Some(seconds);
+        }
+        self
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -141,10 +188,14 @@ impl ApiError {
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Other { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
         }
     }
 
-    fn error_type(&self) -> &str {
+    /// The `error_type` clients see.
+    pub fn error_type(&self) -> &str {
         match self {
             ApiError::Validation(_) => "validation_error",
             ApiError::BadRequest { error_type, .. } | ApiError::NotFound { error_type, .. } => {
@@ -157,6 +208,7 @@ impl ApiError {
             ApiError::Unavailable { .. } => "unavailable",
             ApiError::Timeout => "timeout",
             ApiError::Internal { .. } => "internal_error",
+            ApiError::Other { error_type, .. } => error_type,
         }
     }
 
@@ -164,6 +216,18 @@ impl ApiError {
     pub fn body(&self) -> Value {
         match self {
             ApiError::Validation(errors) => json!({ "detail": errors }),
+            ApiError::Other {
+                error_type,
+                message,
+                fields,
+                ..
+            } => {
+                let mut detail = serde_json::Map::new();
+                detail.insert("error_type".into(), json!(error_type));
+                detail.insert("message".into(), json!(message));
+                detail.extend(fields.clone());
+                json!({ "detail": detail })
+            }
             other => json!({
                 "detail": { "error_type": other.error_type(), "message": other.to_string() }
             }),
@@ -178,17 +242,25 @@ impl IntoResponse for ApiError {
         }
         let mut response = (self.status(), Json(self.body())).into_response();
         let headers = response.headers_mut();
-        match &self {
+        let retry_after = match &self {
             ApiError::Unavailable {
                 retry_after_seconds,
                 ..
-            } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
-                headers.insert(
-                    "retry-after-ms",
-                    HeaderValue::from(retry_after_seconds.saturating_mul(1000)),
-                );
-            }
+            } => Some(*retry_after_seconds),
+            ApiError::Other {
+                retry_after_seconds,
+                ..
+            } => *retry_after_seconds,
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            headers.insert(
+                "retry-after-ms",
+                HeaderValue::from(seconds.saturating_mul(1000)),
+            );
+        }
+        match &self {
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
@@ -271,5 +343,20 @@ mod tests {
             from_read_error(ReadError::Timeout, &ids).status(),
             StatusCode::GATEWAY_TIMEOUT
         );
+    }
+
+    #[test]
+    fn other_errors_carry_their_type_fields_and_retry_hint() {
+        let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "try later")
+            .with("limit", json!("fuel"))
+            .retry_after(2);
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            e.body(),
+            json!({"detail": {"error_type": "busy", "message": "try later", "limit": "fuel"}})
+        );
+        let response = e.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(response.headers()["retry-after-ms"], "2000");
     }
 }

@@ -3,6 +3,7 @@
 //! [`router`] builds the whole app from an [`AppState`]; [`router_with`] lets another module (the
 //! policies) add `/v1/...` routes that get the same auth, timeout, request ids and metrics.
 
+pub mod auth;
 pub mod body;
 pub mod error;
 pub mod health;
@@ -19,6 +20,7 @@ use crate::reader::{AnswerSettings, GatedReader, ModelEntry, ReadGate, Registry}
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
+pub use auth::ApiKeys;
 use error::ApiError;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,46 +47,6 @@ impl Default for Limits {
             max_concurrent_reads: 16,
             max_queued_reads: 64,
         }
-    }
-}
-
-/// Bearer keys. Empty = auth off: any `Authorization` header (or none) is accepted.
-#[derive(Debug, Clone, Default)]
-pub struct ApiKeys(Vec<Vec<u8>>);
-
-impl ApiKeys {
-    pub fn new(keys: impl IntoIterator<Item = String>) -> Self {
-        ApiKeys(
-            keys.into_iter()
-                .map(|k| k.trim().to_string())
-                .filter(|k| !k.is_empty())
-                .map(String::into_bytes)
-                .collect(),
-        )
-    }
-
-    pub fn enabled(&self) -> bool {
-        !self.0.is_empty()
-    }
-
-    /// Whether `authorization` carries one of the keys. Every key is compared in constant time,
-    /// and all of them are compared, so timing says nothing about which key nearly matched.
-    pub fn allows(&self, authorization: Option<&str>) -> bool {
-        use subtle::ConstantTimeEq;
-        if !self.enabled() {
-            return true;
-        }
-        let Some(presented) = authorization.and_then(|h| {
-            let (scheme, token) = h.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        }) else {
-            return false;
-        };
-        let mut ok = subtle::Choice::from(0u8);
-        for key in &self.0 {
-            ok |= key.as_slice().ct_eq(presented.as_bytes());
-        }
-        ok.into()
     }
 }
 
@@ -186,23 +148,5 @@ async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> ApiError
     ApiError::NotFound {
         error_type: "not_found".into(),
         message: format!("no route {method} {}", uri.path()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_need_bearer_and_an_exact_match() {
-        let keys = ApiKeys::new(["secret".to_string(), "other".to_string()]);
-        assert!(keys.allows(Some("Bearer secret")));
-        assert!(keys.allows(Some("bearer other")));
-        assert!(!keys.allows(Some("Bearer secre")));
-        assert!(!keys.allows(Some("secret")));
-        assert!(!keys.allows(None));
-        let off = ApiKeys::new(Vec::<String>::new());
-        assert!(off.allows(Some("Bearer anything")));
-        assert!(off.allows(None));
     }
 }

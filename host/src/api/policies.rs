@@ -1,19 +1,21 @@
 //! `/v1/policies`: list, describe, run, deploy and remove decision policies.
 //!
-//! Every error goes through [`PolicyApiError`], the one place that maps runtime errors to status
-//! codes and JSON bodies, in the server's error shape: `{"detail": {"error_type", "message", …}}`
-//! (policy errors add fields such as `limit`).
+//! Every error is the API's one [`ApiError`]; the `From` impls below map the policy runtime's
+//! errors to its statuses and bodies (`{"detail": {"error_type", "message", …}}`, policy errors
+//! adding fields such as `limit`).
 
 use crate::api::middleware::RequestId;
 use crate::decision::policy_run::{self, ShadowGate, ShadowJob};
 use crate::decision::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
 use crate::decision::{api as decision_api, DecisionLog};
+use crate::api::auth::{bearer_token, matches_any};
+use crate::api::error::ApiError;
 use crate::policy::invoke::PolicyFailure;
 use crate::policy::registry::Stage;
 use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -48,68 +50,15 @@ pub fn router<S: Clone + Send + Sync + 'static>(api: Arc<PolicyApi>) -> Router<S
         .with_state(api)
 }
 
-/// An error response.
-#[derive(Debug)]
-pub struct PolicyApiError {
-    status: StatusCode,
-    body: Value,
-    retry_after: Option<u64>,
-}
-
-impl PolicyApiError {
-    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
-        PolicyApiError {
-            status,
-            body: json!({"detail": {"error_type": kind, "message": message.into()}}),
-            retry_after: None,
-        }
-    }
-
-    pub fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The `error_type` clients see.
-    pub fn error_type(&self) -> &str {
-        self.body["detail"]["error_type"]
-            .as_str()
-            .unwrap_or("internal")
-    }
-
-    /// Errors of a decision carry its id too.
-    pub fn with_decision(self, id: &str) -> Self {
-        self.with("decision_id", json!(id))
-    }
-
-    fn with(mut self, key: &str, value: Value) -> Self {
-        if let Some(obj) = self.body["detail"].as_object_mut() {
-            obj.insert(key.to_string(), value);
-        }
-        self
-    }
-}
-
-impl IntoResponse for PolicyApiError {
-    fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body)).into_response();
-        if let Some(secs) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-        }
-        response
-    }
-}
-
-impl From<InvokeError> for PolicyApiError {
+impl From<InvokeError> for ApiError {
     fn from(e: InvokeError) -> Self {
         let message = e.to_string();
         match e {
             InvokeError::NotFound(_) => {
-                PolicyApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }
             InvokeError::InvalidInput(details) => {
-                PolicyApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
                     .with("details", json!(details))
             }
             InvokeError::Limit(l) => {
@@ -120,14 +69,14 @@ impl From<InvokeError> for PolicyApiError {
                 } else {
                     StatusCode::UNPROCESSABLE_ENTITY
                 };
-                PolicyApiError::new(status, "limit_exceeded", message)
+                ApiError::new(status, "limit_exceeded", message)
                     .with("limit", json!(l.limit.as_str()))
                     .with("limit_value", json!(l.limit_value))
             }
             InvokeError::Trap(_) => {
-                PolicyApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "policy_trapped", message)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "policy_trapped", message)
             }
-            InvokeError::Forbidden(_) => PolicyApiError::new(
+            InvokeError::Forbidden(_) => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "policy_forbidden_capability",
                 message,
@@ -144,42 +93,40 @@ impl From<InvokeError> for PolicyApiError {
                     },
                     _ => StatusCode::UNPROCESSABLE_ENTITY,
                 };
-                PolicyApiError::new(status, "policy_declined", message)
+                ApiError::new(status, "policy_declined", message)
                     .with("policy_error", json!(failure))
             }
-            InvokeError::InvalidOutput(_) => PolicyApiError::new(
+            InvokeError::InvalidOutput(_) => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "policy_invalid_output",
                 message,
             ),
             InvokeError::Busy => {
-                let mut e = PolicyApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message);
-                e.retry_after = Some(1);
-                e
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(1)
             }
             InvokeError::Internal(_) => {
                 tracing::error!(error = %message, "policy invocation failed");
-                PolicyApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
             }
         }
     }
 }
 
-impl From<RegistryError> for PolicyApiError {
+impl From<RegistryError> for ApiError {
     fn from(e: RegistryError) -> Self {
         let message = e.to_string();
         match e {
             RegistryError::InvalidName(_) => {
-                PolicyApiError::new(StatusCode::BAD_REQUEST, "invalid_name", message)
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_name", message)
             }
             RegistryError::NotFound(_) => {
-                PolicyApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
             }
             RegistryError::Load(_) => {
-                PolicyApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
             }
             RegistryError::Conflict(_) => {
-                PolicyApiError::new(StatusCode::CONFLICT, "conflict", message)
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
             }
         }
     }
@@ -192,9 +139,9 @@ async fn list(State(api): State<Arc<PolicyApi>>) -> Json<Value> {
 async fn describe(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Result<Json<Value>, ApiError> {
     let summary = api.registry.summary(&name).ok_or_else(|| {
-        PolicyApiError::new(
+        ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
             format!("no policy named `{name}`"),
@@ -221,7 +168,7 @@ async fn decide(
     let input: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
-            let error = PolicyApiError::new(
+            let error = ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
                 format!("the body is not JSON: {e}"),
@@ -234,7 +181,7 @@ async fn decide(
     };
     let route_key = headers.get(ROUTE_KEY_HEADER).and_then(|v| v.to_str().ok());
     let Some(route) = api.registry.route(&name, &input, route_key) else {
-        let error = PolicyApiError::from(InvokeError::NotFound(name.clone()));
+        let error = ApiError::from(InvokeError::NotFound(name.clone()));
         return decision_api::with_id(error.with_decision(&decision.id).into_response(), &decision);
     };
     if route.shadow.is_some() {
@@ -264,7 +211,7 @@ async fn decide(
             .await
             .is_err()
         {
-            let error = PolicyApiError::new(
+            let error = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unrecorded",
                 "the decision could not be recorded in the required decision log",
@@ -282,7 +229,7 @@ async fn decide(
             body["stage"] = json!(route.stage.as_str());
             Json(body).into_response()
         }
-        Err(e) => PolicyApiError::from(e.clone())
+        Err(e) => ApiError::from(e.clone())
             .with_decision(&decision.id)
             .into_response(),
     };
@@ -367,9 +314,9 @@ impl DeployParams {
     }
 }
 
-fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), PolicyApiError> {
+fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &api.admin_key else {
-        return Err(PolicyApiError::new(
+        return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
             "deployments over HTTP are disabled: start the server with --admin-key",
@@ -377,32 +324,27 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), PolicyApiError>
     };
     // `X-Admin-Key` first: when API keys are on, `Authorization` carries the caller's API key.
     let candidates = [
-        headers.get("x-admin-key").and_then(|v| v.to_str().ok()),
+        headers
+            .get("x-admin-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim),
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ")),
+            .and_then(bearer_token),
     ];
     let ok = candidates.iter().flatten().fold(false, |acc, key| {
-        acc | constant_time_eq(key.trim().as_bytes(), expected.as_bytes())
+        acc | matches_any([expected.as_bytes()], key)
     });
     if ok {
         Ok(())
     } else {
-        Err(PolicyApiError::new(
+        Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             "PUT, DELETE, promote and rollback need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)",
         ))
     }
-}
-
-/// Compares without an early exit, so response timing does not leak the key's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn deploy(
@@ -411,11 +353,11 @@ async fn deploy(
     Query(params): Query<DeployParams>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), PolicyApiError> {
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     authorize(&api, &headers)?;
     let toml_text = match params.to_config() {
         Some(c) => Some(toml::to_string(&c).map_err(|e| {
-            PolicyApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
         })?),
         None => None,
     };
@@ -429,7 +371,7 @@ async fn deploy(
             return Ok((StatusCode::OK, Json(json!(api.registry.summary(&name)))));
         }
         Some(other) => {
-            return Err(PolicyApiError::new(
+            return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_stage",
                 format!("stage must be `active` or `candidate`, got `{other}`"),
@@ -459,13 +401,13 @@ async fn remove(
     Path(name): Path<String>,
     Query(params): Query<RemoveParams>,
     headers: HeaderMap,
-) -> Result<StatusCode, PolicyApiError> {
+) -> Result<StatusCode, ApiError> {
     authorize(&api, &headers)?;
     match params.stage.as_deref() {
         Some("candidate") => api.registry.remove_candidate(&name).await?,
         None | Some("active") => api.registry.remove(&name).await?,
         Some(other) => {
-            return Err(PolicyApiError::new(
+            return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_stage",
                 format!("stage must be `active` or `candidate`, got `{other}`"),
@@ -481,7 +423,7 @@ async fn promote(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Result<Json<Value>, ApiError> {
     authorize(&api, &headers)?;
     api.registry.promote(&name).await?;
     api.decisions.rollouts.reset(&name);
@@ -493,7 +435,7 @@ async fn rollback(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, PolicyApiError> {
+) -> Result<Json<Value>, ApiError> {
     authorize(&api, &headers)?;
     api.registry.rollback(&name).await?;
     api.decisions.rollouts.reset(&name);
@@ -503,13 +445,6 @@ async fn rollback(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_compare_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"ab"));
-    }
 
     #[test]
     fn deploy_params_become_a_config_only_when_given() {

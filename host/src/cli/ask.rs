@@ -21,7 +21,7 @@ use std::time::Duration;
 Questions are named q1, q2, … in the order given, unless written ID=QUESTION. A choice option
 may carry a description as NAME=DESCRIPTION.")]
 pub struct AskArgs {
-    /// A running server, `http://` (no TLS client yet).
+    /// A running server, `http://` or `https://` (TLS trusts the system's roots).
     #[arg(long, value_name = "URL", conflicts_with = "load")]
     pub server: Option<String>,
     /// The bearer key sent to `--server`.

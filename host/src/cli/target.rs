@@ -13,7 +13,8 @@ use tokio::task::JoinHandle;
 /// `--server URL` or a model loaded here.
 #[derive(Debug, Clone, Default, Args)]
 pub struct TargetArgs {
-    /// A running Hunch (or any System One) server, `http://` (no TLS client yet).
+    /// A running Hunch (or any System One) server, `http://` or `https://` (TLS trusts the
+    /// system's roots).
     #[arg(long, value_name = "URL", conflicts_with_all = ["models", "config", "policies"])]
     pub server: Option<String>,
     /// The bearer key sent to `--server`.
@@ -97,10 +98,10 @@ impl Target {
             accelerator_bin: args.accelerator_bin.clone(),
             sidecar_args: args.sidecar_args.clone(),
             policies: args.policies.clone(),
-            no_demo: true,
+            no_demo: Some(true),
             ..ServeArgs::default()
         };
-        let mut settings = Settings::resolve(&serve, None)?;
+        let mut settings = Settings::resolve(&serve, &|name| std::env::var(name).ok())?;
         // Only this process talks to it, over loopback: no keys, no deployments.
         settings.api_keys.clear();
         settings.admin_key = None;

@@ -2,7 +2,7 @@
 //! recorded, write its event, and run a shadow candidate after the answer, reusing the active
 //! decision's reads and counting whether the two agree.
 
-use crate::api::policies::PolicyApiError;
+use crate::api::error::ApiError;
 use crate::decision::event::{DecisionEvent, ErrorRecord, LimitHit, PolicyRef};
 use crate::decision::recorder::{BookReader, ReadBook};
 use crate::decision::rollout::Agreement;
@@ -42,7 +42,7 @@ pub fn policy_event(
     let error = outcome
         .as_ref()
         .err()
-        .map(|e| PolicyApiError::from(e.clone()));
+        .map(|e| ApiError::from(e.clone()));
     let mut event = decision.event(error.as_ref().map_or(200, |e| e.status().as_u16()));
     event.policy = Some(policy_ref(policy, stage));
     event.model = model.map(|m| log.model_ref(m));
@@ -75,8 +75,8 @@ pub fn agreement(active: &Outcome, candidate: &Outcome) -> Agreement {
         (Ok(a), Ok(c)) if a.output == c.output => Agreement::Agree,
         (Ok(_), Ok(_)) => Agreement::Disagree,
         (Err(a), Err(c))
-            if PolicyApiError::from(a.clone()).error_type()
-                == PolicyApiError::from(c.clone()).error_type() =>
+            if ApiError::from(a.clone()).error_type()
+                == ApiError::from(c.clone()).error_type() =>
         {
             Agreement::Agree
         }

@@ -299,7 +299,7 @@ async fn replay_one(
             result_masks.apply(&mut masked);
             Ok(masked.result.unwrap_or(Value::Null))
         }
-        Err(err) => Err(crate::api::policies::PolicyApiError::from(err.clone())
+        Err(err) => Err(crate::api::error::ApiError::from(err.clone())
             .error_type()
             .to_string()),
     };

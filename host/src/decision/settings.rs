@@ -6,15 +6,32 @@ use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The decision log's settings: flag, environment variable, TOML key (in `[decision_log]`).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("--decision-log", "HUNCH_DECISION_LOG", "decision_log.path"),
+    ("--decision-log-max-bytes", "HUNCH_DECISION_LOG_MAX_BYTES", "decision_log.max_bytes"),
+    ("--decision-log-rotate-seconds", "HUNCH_DECISION_LOG_ROTATE_SECONDS", "decision_log.rotate_seconds"),
+    ("--decision-log-keep", "HUNCH_DECISION_LOG_KEEP", "decision_log.keep"),
+    ("--decision-log-required", "HUNCH_DECISION_LOG_REQUIRED", "decision_log.required"),
+    ("--decision-log-omit-state", "HUNCH_DECISION_LOG_OMIT_STATE", "decision_log.omit_state"),
+    ("--decision-log-url", "HUNCH_DECISION_LOG_URL", "decision_log.url"),
+    ("--decision-log-url-key", "HUNCH_DECISION_LOG_URL_KEY", "decision_log.url_key"),
+    ("--decision-log-batch-bytes", "HUNCH_DECISION_LOG_BATCH_BYTES", "decision_log.batch_bytes"),
+    ("--decision-log-buffer", "HUNCH_DECISION_LOG_BUFFER", "decision_log.buffer"),
+];
+
 #[derive(Debug, Clone, Default, Args)]
 pub struct DecisionLogArgs {
     /// Write one JSON line per decision to this file (`-`: stdout). Rotated by size and age.
+    /// [env HUNCH_DECISION_LOG, TOML `decision_log.path`]
     #[arg(long = "decision-log", env = "HUNCH_DECISION_LOG", value_name = "PATH")]
     pub decision_log: Option<PathBuf>,
     /// Rotate the decision log file when it would grow past this many bytes. Default 100 MiB.
+    /// [env HUNCH_DECISION_LOG_MAX_BYTES, TOML `decision_log.max_bytes`]
     #[arg(long, env = "HUNCH_DECISION_LOG_MAX_BYTES", value_name = "BYTES")]
     pub decision_log_max_bytes: Option<u64>,
     /// Rotate the decision log file when it is this many seconds old (0: never). Default 0.
+    /// [env HUNCH_DECISION_LOG_ROTATE_SECONDS, TOML `decision_log.rotate_seconds`]
     #[arg(
         long,
         env = "HUNCH_DECISION_LOG_ROTATE_SECONDS",
@@ -22,32 +39,39 @@ pub struct DecisionLogArgs {
     )]
     pub decision_log_rotate_seconds: Option<u64>,
     /// Rotated decision log files kept; older ones are deleted. Default 10.
+    /// [env HUNCH_DECISION_LOG_KEEP, TOML `decision_log.keep`]
     #[arg(long, env = "HUNCH_DECISION_LOG_KEEP", value_name = "N")]
     pub decision_log_keep: Option<usize>,
     /// Answer 503 for a decision whose event cannot be written and flushed to the file before the
     /// response.
+    /// [env HUNCH_DECISION_LOG_REQUIRED, TOML `decision_log.required`]
     #[arg(long, env = "HUNCH_DECISION_LOG_REQUIRED")]
     pub decision_log_required: bool,
     /// Leave state text out of decision events (its sha256 stays, enough to replay).
+    /// [env HUNCH_DECISION_LOG_OMIT_STATE, TOML `decision_log.omit_state`]
     #[arg(long, env = "HUNCH_DECISION_LOG_OMIT_STATE")]
     pub decision_log_omit_state: bool,
-    /// POST decision events as gzip JSON arrays to this URL (http://; no TLS client yet).
+    /// POST decision events as gzip JSON arrays to this URL (http:// or https://).
+    /// [env HUNCH_DECISION_LOG_URL, TOML `decision_log.url`]
     #[arg(long, env = "HUNCH_DECISION_LOG_URL", value_name = "URL")]
     pub decision_log_url: Option<String>,
     /// Bearer key sent to `--decision-log-url`.
+    /// [env HUNCH_DECISION_LOG_URL_KEY, TOML `decision_log.url_key`]
     #[arg(long, env = "HUNCH_DECISION_LOG_URL_KEY", hide_env_values = true)]
     pub decision_log_url_key: Option<String>,
     /// Largest batch POSTed to the URL, in bytes of JSON before gzip. Default 1 MiB.
+    /// [env HUNCH_DECISION_LOG_BATCH_BYTES, TOML `decision_log.batch_bytes`]
     #[arg(long, env = "HUNCH_DECISION_LOG_BATCH_BYTES", value_name = "BYTES")]
     pub decision_log_batch_bytes: Option<usize>,
     /// Events held for the URL (or the file) while it is slow or down; more are dropped and
     /// counted. Default 10000.
+    /// [env HUNCH_DECISION_LOG_BUFFER, TOML `decision_log.buffer`]
     #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER", value_name = "EVENTS")]
     pub decision_log_buffer: Option<usize>,
 }
 
 /// `[decision_log]` in the TOML file.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionLogFile {
     pub path: Option<PathBuf>,

@@ -15,6 +15,10 @@ pub mod limits;
 pub mod registry;
 pub mod scaffold;
 pub mod service;
+/// Test support (a reader that answers at once, the policies built for tests): compiled only
+/// into this crate's unit tests and, through the `testing` feature, into the test and benchmark
+/// builds that ask for it; never into the server.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod watch;
 

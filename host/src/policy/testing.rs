@@ -1,7 +1,9 @@
-//! Test doubles for the policy runtime (also used by the benchmark): a reader that answers at
-//! once, uniformly or from a script.
+//! Test support for the policy runtime (tests and the benchmark; behind the `testing` feature, so
+//! never in the server): a reader that answers at once, uniformly or from a script, and the
+//! example policies built for `wasm32-wasip2`.
 
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest, Reader, Usage};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 type Script = dyn Fn(&ReadRequest, usize) -> Vec<f64> + Send + Sync;
@@ -64,21 +66,36 @@ impl Reader for InstantReader {
     }
 }
 
+/// Why the example policies could not be had.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PolicyBuildError {
+    #[error("cannot run cargo to build the policies: {0}")]
+    Cargo(String),
+    #[error(
+        "building the policies for wasm32-wasip2 failed ({0}); the target is installed with \
+         `rustup target add wasm32-wasip2`"
+    )]
+    Build(String),
+    #[error("cannot read the built policy {path}: {message}")]
+    Read { path: PathBuf, message: String },
+}
+
 /// Builds the policies workspace (`policies/Cargo.toml`) for `wasm32-wasip2` once per process
 /// and returns the directory holding the `.wasm` files (`example_policy("invoice_vat")`…).
 ///
 /// Cargo's own lock and incremental build make concurrent and repeated calls cheap. Set
 /// `HUNCH_POLICY_WASM_DIR` to use prebuilt files instead (CI builds them in a separate step).
-pub fn built_policies_dir() -> Result<std::path::PathBuf, String> {
+pub fn built_policies_dir() -> Result<PathBuf, PolicyBuildError> {
     use std::sync::OnceLock;
-    static DIR: OnceLock<Result<std::path::PathBuf, String>> = OnceLock::new();
+    static DIR: OnceLock<Result<PathBuf, PolicyBuildError>> = OnceLock::new();
     DIR.get_or_init(|| {
         if let Some(dir) = std::env::var_os("HUNCH_POLICY_WASM_DIR") {
             return Ok(dir.into());
         }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        // The repository this test build was compiled from.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .parent()
-            .ok_or("no workspace root")?
+            .unwrap_or(Path::new(env!("CARGO_MANIFEST_DIR")))
             .to_path_buf();
         let target_dir = root.join("policies").join("target");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -93,9 +110,9 @@ pub fn built_policies_dir() -> Result<std::path::PathBuf, String> {
             .env_remove("RUSTFLAGS")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
             .status()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
+            .map_err(|e| PolicyBuildError::Cargo(e.to_string()))?;
         if !status.success() {
-            return Err(format!("building the policies failed: {status}"));
+            return Err(PolicyBuildError::Build(status.to_string()));
         }
         Ok(target_dir.join("wasm32-wasip2").join("release"))
     })
@@ -103,9 +120,12 @@ pub fn built_policies_dir() -> Result<std::path::PathBuf, String> {
 }
 
 /// The bytes of a built policy (`name` as cargo names the file: `invoice_vat`, `hostile`…).
-pub fn built_policy(name: &str) -> Result<Vec<u8>, String> {
+pub fn built_policy(name: &str) -> Result<Vec<u8>, PolicyBuildError> {
     let path = built_policies_dir()?.join(format!("{name}.wasm"));
-    std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    std::fs::read(&path).map_err(|e| PolicyBuildError::Read {
+        message: e.to_string(),
+        path,
+    })
 }
 
 /// Appends a custom section to a component: a different content hash (a new version) with the

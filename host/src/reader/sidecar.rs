@@ -6,7 +6,7 @@
 
 use super::accelerator::{AcceleratorClient, HealthState};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -36,17 +36,6 @@ pub struct SidecarConfig {
     /// Extra arguments after `serve … --name NAME` (e.g. `--dtype float32`).
     pub extra_args: Vec<String>,
     pub read_timeout: Duration,
-}
-
-/// Where the sidecar binary is: `HUNCH_ACCELERATOR_BIN`, else next to the running executable.
-pub fn default_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("HUNCH_ACCELERATOR_BIN") {
-        return PathBuf::from(path);
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(SIDECAR_BIN)))
-        .unwrap_or_else(|| PathBuf::from(SIDECAR_BIN))
 }
 
 /// What the supervisor knows about its sidecar now.
@@ -379,42 +368,5 @@ async fn supervise(
             _ = shutdown.changed() => break,
         }
         backoff = (backoff * 2).min(BACKOFF_MAX);
-    }
-}
-
-/// `NAME=DIR` or just `DIR` (named after the directory).
-pub fn parse_model_arg(arg: &str) -> (String, PathBuf) {
-    match arg.split_once('=') {
-        Some((name, dir)) if !name.is_empty() && !name.contains('/') => {
-            (name.to_string(), PathBuf::from(dir))
-        }
-        _ => {
-            let dir = PathBuf::from(arg);
-            let name = Path::new(arg.trim_end_matches('/'))
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| arg.to_string());
-            (name, dir)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn model_args_name_or_dir() {
-        assert_eq!(
-            parse_model_arg("jev=/models/dg"),
-            ("jev".to_string(), PathBuf::from("/models/dg"))
-        );
-        assert_eq!(
-            parse_model_arg("/models/diffusiongemma-1b/"),
-            (
-                "diffusiongemma-1b".to_string(),
-                PathBuf::from("/models/diffusiongemma-1b/")
-            )
-        );
     }
 }

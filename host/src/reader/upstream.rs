@@ -9,6 +9,7 @@ use hunch_core::{
     Reader, Usage,
 };
 use serde_json::{json, Map, Value};
+use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Clone)]
@@ -21,28 +22,32 @@ pub struct UpstreamConfig {
     pub remote_model: String,
     pub key: Option<String>,
     pub timeout: Duration,
+    /// PEM certificates trusted for `https://` upstreams besides the system's roots (a private
+    /// CA, a self-signed server).
+    pub ca_file: Option<PathBuf>,
+}
+
+/// Why an upstream reader cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot read the upstream CA file {path}: {source}")]
+    ReadCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the upstream CA file {path} holds no PEM certificate{}", .reason.as_ref().map(|r| format!(" ({r})")).unwrap_or_default())]
+    BadCa {
+        path: PathBuf,
+        reason: Option<reqwest::Error>,
+    },
+    #[error("cannot build an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
 }
 
 pub struct UpstreamReader {
     config: UpstreamConfig,
     endpoint: String,
     http: reqwest::Client,
-}
-
-/// `NAME=URL` or `NAME=MODEL@URL` (the upstream's model name defaults to NAME).
-pub fn parse_upstream_arg(arg: &str) -> Result<(String, String, String), String> {
-    let (name, rest) = arg
-        .split_once('=')
-        .filter(|(n, r)| !n.is_empty() && !r.is_empty())
-        .ok_or_else(|| format!("--upstream wants NAME=URL or NAME=MODEL@URL, got {arg:?}"))?;
-    let (model, url) = match rest.split_once('@') {
-        Some((model, url)) if !url.contains('@') && !model.contains("://") => {
-            (model.to_string(), url.to_string())
-        }
-        _ => (name.to_string(), rest.to_string()),
-    };
-    crate::http_url::check("--upstream", &url).map_err(|e| e.to_string())?;
-    Ok((name.to_string(), model, url))
 }
 
 fn internal_id(index: usize) -> String {
@@ -201,11 +206,19 @@ fn map_error(status: u16, headers: &reqwest::header::HeaderMap, raw: &[u8]) -> R
 }
 
 impl UpstreamReader {
-    pub fn new(config: UpstreamConfig) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
+    /// A reader of `config.url`. `https://` URLs are verified against the system's root
+    /// certificates and those of `config.ca_file`.
+    pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+            .use_rustls_tls()
+            .tls_built_in_native_certs(true);
+        if let Some(path) = &config.ca_file {
+            for certificate in read_ca_file(path)? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder.build().map_err(UpstreamError::Client)?;
         let endpoint = format!("{}/v1/systemone", config.url.trim_end_matches('/'));
         Ok(UpstreamReader {
             config,
@@ -213,6 +226,26 @@ impl UpstreamReader {
             http,
         })
     }
+}
+
+/// The PEM certificates of a CA file; at least one.
+fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, UpstreamError> {
+    let pem = std::fs::read(path).map_err(|source| UpstreamError::ReadCa {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let certificates =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| UpstreamError::BadCa {
+            path: path.to_path_buf(),
+            reason: Some(e),
+        })?;
+    if certificates.is_empty() {
+        return Err(UpstreamError::BadCa {
+            path: path.to_path_buf(),
+            reason: None,
+        });
+    }
+    Ok(certificates)
 }
 
 #[async_trait::async_trait]
@@ -289,20 +322,6 @@ impl Reader for UpstreamReader {
 mod tests {
     use super::*;
     use hunch_core::ChoiceOption;
-
-    #[test]
-    fn upstream_args() {
-        assert_eq!(
-            parse_upstream_arg("up=http://h:1").unwrap(),
-            ("up".into(), "up".into(), "http://h:1".into())
-        );
-        assert_eq!(
-            parse_upstream_arg("up=jev-latest@http://h:1").unwrap(),
-            ("up".into(), "jev-latest".into(), "http://h:1".into())
-        );
-        assert!(parse_upstream_arg("nourl").is_err());
-        assert!(parse_upstream_arg("a=ftp://x").is_err());
-    }
 
     #[test]
     fn requests_use_internal_ids_and_answers_give_probabilities_only() {

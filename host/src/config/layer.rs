@@ -1,0 +1,425 @@
+//! One source of settings: the flags, the environment or the TOML file, each read into the same
+//! [`Layer`] so that precedence is one rule for every setting: the highest layer that sets a
+//! setting decides its whole value (a list from the flags replaces the environment's and the
+//! file's; it is not merged with them).
+//!
+//! Adding a setting: a field here, a flag in `ServeArgs`, a line in [`SETTINGS`], its reading in
+//! [`Layer::from_flags`] and [`Layer::from_env`], and its use in `Settings::from_layer`. The unit
+//! tests check that every flag has its variable and key and that `--help` names both.
+
+use super::parse::{parse_alias_arg, parse_bool, parse_model_arg, parse_upstream_arg, split_named_url};
+use super::{ConfigError, ServeArgs};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every `hunch serve` setting: its flag, its environment variable, its TOML key. The file itself
+/// (`--config`, `HUNCH_CONFIG`) is the one setting with no key.
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("--listen", "HUNCH_LISTEN", "listen"),
+    ("--model", "HUNCH_MODELS", "models"),
+    ("--accelerator", "HUNCH_ACCELERATORS", "accelerators"),
+    ("--upstream", "HUNCH_UPSTREAMS", "upstreams"),
+    ("--upstream-key", "HUNCH_UPSTREAM_KEY", "upstream_key"),
+    ("--upstream-ca-file", "HUNCH_UPSTREAM_CA_FILE", "upstream_ca_file"),
+    ("--api-key", "HUNCH_API_KEYS", "api_keys"),
+    ("--alias", "HUNCH_ALIASES", "aliases"),
+    ("--accelerator-bin", "HUNCH_ACCELERATOR_BIN", "accelerator_bin"),
+    ("--sidecar-arg", "HUNCH_SIDECAR_ARGS", "sidecar_args"),
+    ("--max-body-bytes", "HUNCH_MAX_BODY_BYTES", "max_body_bytes"),
+    ("--request-timeout", "HUNCH_REQUEST_TIMEOUT", "request_timeout"),
+    ("--max-concurrent-reads", "HUNCH_MAX_CONCURRENT_READS", "max_concurrent_reads"),
+    ("--max-queued-reads", "HUNCH_MAX_QUEUED_READS", "max_queued_reads"),
+    ("--shutdown-grace", "HUNCH_SHUTDOWN_GRACE", "shutdown_grace"),
+    ("--no-demo", "HUNCH_NO_DEMO", "no_demo"),
+    ("--policies", "HUNCH_POLICIES", "policies"),
+    ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
+    ("--questions", "HUNCH_QUESTIONS", "questions"),
+    ("--answer-cache-mb", "HUNCH_ANSWER_CACHE_MB", "answer_cache_mb"),
+];
+
+/// The environment variable naming the TOML file.
+pub const CONFIG_ENV: &str = "HUNCH_CONFIG";
+
+/// Settings as one source gives them; `None` = this source does not set it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub listen: Option<String>,
+    pub models: Option<Vec<FileModel>>,
+    pub accelerators: Option<Vec<FileAccelerator>>,
+    pub upstreams: Option<Vec<FileUpstream>>,
+    pub upstream_key: Option<String>,
+    pub upstream_ca_file: Option<PathBuf>,
+    pub api_keys: Option<Vec<String>>,
+    /// alias → model name.
+    pub aliases: Option<BTreeMap<String, String>>,
+    pub accelerator_bin: Option<PathBuf>,
+    pub sidecar_args: Option<Vec<String>>,
+    pub max_body_bytes: Option<usize>,
+    pub request_timeout: Option<f64>,
+    pub max_concurrent_reads: Option<usize>,
+    pub max_queued_reads: Option<usize>,
+    pub shutdown_grace: Option<f64>,
+    pub no_demo: Option<bool>,
+    pub policies: Option<PathBuf>,
+    pub admin_key: Option<String>,
+    /// `isolated` or `joint`.
+    pub questions: Option<hunch_core::QuestionMode>,
+    pub answer_cache_mb: Option<u64>,
+    /// `[decision_log]`, in the file only: its flags are clap's, each with its variable
+    /// (`crate::decision::settings`), and go over this table.
+    pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileModel {
+    pub name: Option<String>,
+    pub dir: PathBuf,
+    pub description: Option<String>,
+    pub release_date: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAccelerator {
+    pub name: Option<String>,
+    pub url: String,
+    pub description: Option<String>,
+    pub release_date: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUpstream {
+    pub name: String,
+    pub url: String,
+    /// The `model` sent upstream (default: `name`).
+    pub model: Option<String>,
+    pub key: Option<String>,
+    pub description: Option<String>,
+    pub release_date: Option<String>,
+}
+
+impl FileModel {
+    fn from_arg(arg: &str) -> FileModel {
+        let (name, dir) = parse_model_arg(arg);
+        FileModel {
+            name: Some(name),
+            dir,
+            description: None,
+            release_date: None,
+        }
+    }
+}
+
+impl FileAccelerator {
+    fn from_arg(arg: &str) -> FileAccelerator {
+        let (name, url) = split_named_url(arg);
+        FileAccelerator {
+            name,
+            url,
+            description: None,
+            release_date: None,
+        }
+    }
+}
+
+impl FileUpstream {
+    fn from_arg(arg: &str) -> Result<FileUpstream, ConfigError> {
+        let (name, model, url) = parse_upstream_arg(arg)?;
+        Ok(FileUpstream {
+            name,
+            url,
+            model: Some(model),
+            key: None,
+            description: None,
+            release_date: None,
+        })
+    }
+}
+
+/// A repeatable flag: `None` when not given, so that a lower layer decides.
+fn given<T: Clone>(values: &[T]) -> Option<Vec<T>> {
+    (!values.is_empty()).then(|| values.to_vec())
+}
+
+fn aliases_from<'a>(
+    args: impl IntoIterator<Item = &'a str>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut aliases = BTreeMap::new();
+    for arg in args {
+        let (alias, target) = parse_alias_arg(arg)?;
+        if aliases.insert(alias.clone(), target).is_some() {
+            return Err(ConfigError::Invalid(format!("alias {alias:?} is given twice")));
+        }
+    }
+    Ok(aliases)
+}
+
+impl Layer {
+    /// The command line's settings.
+    pub fn from_flags(args: &ServeArgs) -> Result<Layer, ConfigError> {
+        Ok(Layer {
+            listen: args.listen.clone(),
+            models: given(&args.models)
+                .map(|m| m.iter().map(|a| FileModel::from_arg(a)).collect()),
+            accelerators: given(&args.accelerators)
+                .map(|a| a.iter().map(|a| FileAccelerator::from_arg(a)).collect()),
+            upstreams: given(&args.upstreams)
+                .map(|u| u.iter().map(|a| FileUpstream::from_arg(a)).collect())
+                .transpose()?,
+            upstream_key: args.upstream_key.clone(),
+            upstream_ca_file: args.upstream_ca_file.clone(),
+            api_keys: given(&args.api_keys),
+            aliases: given(&args.aliases)
+                .map(|a| aliases_from(a.iter().map(String::as_str)))
+                .transpose()?,
+            accelerator_bin: args.accelerator_bin.clone(),
+            sidecar_args: given(&args.sidecar_args),
+            max_body_bytes: args.max_body_bytes,
+            request_timeout: args.request_timeout,
+            max_concurrent_reads: args.max_concurrent_reads,
+            max_queued_reads: args.max_queued_reads,
+            shutdown_grace: args.shutdown_grace,
+            no_demo: args.no_demo,
+            policies: args.policies.clone(),
+            admin_key: args.admin_key.clone(),
+            questions: args.questions,
+            answer_cache_mb: args.answer_cache_mb,
+            decision_log: None,
+        })
+    }
+
+    /// The environment's settings, through `lookup` (the process environment in `hunch serve`).
+    /// An empty variable counts as unset. Lists are comma-separated, except `HUNCH_SIDECAR_ARGS`
+    /// (separated by whitespace, as arguments are).
+    pub fn from_env(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
+        let var = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let list = |name: &str| {
+            var(name).map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+        };
+        fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> Result<Option<T>, ConfigError> {
+            value
+                .map(|v| {
+                    v.parse().map_err(|_| {
+                        ConfigError::Invalid(format!("{name}={v:?} is not a number"))
+                    })
+                })
+                .transpose()
+        }
+        Ok(Layer {
+            listen: var("HUNCH_LISTEN"),
+            models: list("HUNCH_MODELS")
+                .map(|m| m.iter().map(|a| FileModel::from_arg(a)).collect()),
+            accelerators: list("HUNCH_ACCELERATORS")
+                .map(|a| a.iter().map(|a| FileAccelerator::from_arg(a)).collect()),
+            upstreams: list("HUNCH_UPSTREAMS")
+                .map(|u| u.iter().map(|a| FileUpstream::from_arg(a)).collect())
+                .transpose()?,
+            upstream_key: var("HUNCH_UPSTREAM_KEY"),
+            upstream_ca_file: var("HUNCH_UPSTREAM_CA_FILE").map(PathBuf::from),
+            api_keys: list("HUNCH_API_KEYS"),
+            aliases: list("HUNCH_ALIASES")
+                .map(|a| aliases_from(a.iter().map(String::as_str)))
+                .transpose()?,
+            accelerator_bin: var("HUNCH_ACCELERATOR_BIN").map(PathBuf::from),
+            sidecar_args: var("HUNCH_SIDECAR_ARGS")
+                .map(|v| v.split_whitespace().map(String::from).collect()),
+            max_body_bytes: number("HUNCH_MAX_BODY_BYTES", var("HUNCH_MAX_BODY_BYTES"))?,
+            request_timeout: number("HUNCH_REQUEST_TIMEOUT", var("HUNCH_REQUEST_TIMEOUT"))?,
+            max_concurrent_reads: number(
+                "HUNCH_MAX_CONCURRENT_READS",
+                var("HUNCH_MAX_CONCURRENT_READS"),
+            )?,
+            max_queued_reads: number("HUNCH_MAX_QUEUED_READS", var("HUNCH_MAX_QUEUED_READS"))?,
+            shutdown_grace: number("HUNCH_SHUTDOWN_GRACE", var("HUNCH_SHUTDOWN_GRACE"))?,
+            no_demo: var("HUNCH_NO_DEMO")
+                .map(|v| {
+                    parse_bool(&v).map_err(|e| ConfigError::Invalid(format!("HUNCH_NO_DEMO: {e}")))
+                })
+                .transpose()?,
+            policies: var("HUNCH_POLICIES").map(PathBuf::from),
+            admin_key: var("HUNCH_ADMIN_KEY"),
+            questions: var("HUNCH_QUESTIONS")
+                .map(|v| {
+                    v.parse()
+                        .map_err(|e| ConfigError::Invalid(format!("HUNCH_QUESTIONS: {e}")))
+                })
+                .transpose()?,
+            answer_cache_mb: number("HUNCH_ANSWER_CACHE_MB", var("HUNCH_ANSWER_CACHE_MB"))?,
+            decision_log: None,
+        })
+    }
+
+    /// The TOML file's settings.
+    pub fn from_file(path: &Path) -> Result<Layer, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Toml {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Each setting from `self` where it is set, else from `lower`.
+    pub fn over(self, lower: Layer) -> Layer {
+        macro_rules! pick {
+            ($($field:ident),* $(,)?) => {
+                Layer { $($field: self.$field.or(lower.$field)),* }
+            };
+        }
+        pick!(
+            listen,
+            models,
+            accelerators,
+            upstreams,
+            upstream_key,
+            upstream_ca_file,
+            api_keys,
+            aliases,
+            accelerator_bin,
+            sidecar_args,
+            max_body_bytes,
+            request_timeout,
+            max_concurrent_reads,
+            max_queued_reads,
+            shutdown_grace,
+            no_demo,
+            policies,
+            admin_key,
+            questions,
+            answer_cache_mb,
+            decision_log,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// A valid value for each variable, as a user would write it.
+    fn sample(env: &str) -> &'static str {
+        match env {
+            "HUNCH_MODELS" => "a=/m/a,/m/b",
+            "HUNCH_ACCELERATORS" => "x=http://127.0.0.1:1",
+            "HUNCH_UPSTREAMS" => "up=jev-latest@https://example.com",
+            "HUNCH_API_KEYS" => "k1, k2",
+            "HUNCH_ALIASES" => "fast=a",
+            "HUNCH_SIDECAR_ARGS" => "--dtype=bfloat16 --queue 8",
+            "HUNCH_MAX_BODY_BYTES" | "HUNCH_MAX_CONCURRENT_READS" | "HUNCH_MAX_QUEUED_READS" => "7",
+            "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" => "2.5",
+            "HUNCH_NO_DEMO" => "1",
+            "HUNCH_QUESTIONS" => "joint",
+            "HUNCH_ANSWER_CACHE_MB" => "64",
+            _ => "some-value",
+        }
+    }
+
+    #[test]
+    fn every_flag_has_a_variable_and_a_key_and_its_help_names_both() {
+        let command = crate::config::Cli::command();
+        let serve = command
+            .find_subcommand("serve")
+            .expect("a serve subcommand");
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "config" {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let (_, env, key) = SETTINGS
+                .iter()
+                .chain(crate::decision::settings::SETTINGS)
+                .find(|(f, _, _)| *f == flag)
+                .unwrap_or_else(|| panic!("{flag} is missing from SETTINGS"));
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default()
+                + &arg.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(help.contains(env), "--help of {flag} does not name {env}");
+            assert!(help.contains(&format!("`{key}`")), "--help of {flag} does not name `{key}`");
+        }
+    }
+
+    #[test]
+    fn every_variable_and_every_key_sets_its_setting() {
+        for (flag, env, key) in SETTINGS {
+            let value = sample(env);
+            let from_env = Layer::from_env(&|name| (name == *env).then(|| value.to_string()))
+                .unwrap_or_else(|e| panic!("{env}={value}: {e}"));
+            assert_ne!(from_env, Layer::default(), "{env} sets nothing");
+            let toml_value = match *key {
+                "models" => "[{ dir = \"/m\" }]".to_string(),
+                "accelerators" => "[{ url = \"http://h:1\" }]".to_string(),
+                "upstreams" => "[{ name = \"u\", url = \"http://h:1\" }]".to_string(),
+                "api_keys" | "sidecar_args" => "[\"a\"]".to_string(),
+                "aliases" => "{ fast = \"a\" }".to_string(),
+                "no_demo" => "true".to_string(),
+                "questions" => "\"joint\"".to_string(),
+                "answer_cache_mb" => "64".to_string(),
+                "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
+                "request_timeout" | "shutdown_grace" => "2.5".into(),
+                _ => "\"v\"".to_string(),
+            };
+            let from_file: Layer = toml::from_str(&format!("{key} = {toml_value}"))
+                .unwrap_or_else(|e| panic!("{key} ({flag}): {e}"));
+            assert_ne!(from_file, Layer::default(), "{key} sets nothing");
+        }
+    }
+
+    #[test]
+    fn lists_in_the_environment_parse_like_their_flags() {
+        let env = |name: &str| {
+            Some(
+                match name {
+                    "HUNCH_MODELS" => "a=/m/a,/m/b",
+                    "HUNCH_SIDECAR_ARGS" => " --dtype=bfloat16  --queue 8 ",
+                    "HUNCH_API_KEYS" => "k1, ,k2",
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        };
+        let layer = Layer::from_env(&env).unwrap();
+        let models = layer.models.unwrap();
+        assert_eq!(models[0].name.as_deref(), Some("a"));
+        assert_eq!(models[1].name.as_deref(), Some("b"));
+        assert_eq!(
+            layer.sidecar_args.unwrap(),
+            vec!["--dtype=bfloat16", "--queue", "8"]
+        );
+        assert_eq!(layer.api_keys.unwrap(), vec!["k1", "k2"]);
+    }
+
+    #[test]
+    fn a_bad_variable_is_refused_by_name() {
+        let err = Layer::from_env(&|name| {
+            (name == "HUNCH_MAX_BODY_BYTES").then(|| "lots".to_string())
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("HUNCH_MAX_BODY_BYTES"), "{err}");
+        let err = Layer::from_env(&|name| (name == "HUNCH_NO_DEMO").then(|| "maybe".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("HUNCH_NO_DEMO"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_variable_is_unset() {
+        let layer = Layer::from_env(&|_| Some("  ".to_string())).unwrap();
+        assert_eq!(layer, Layer::default());
+    }
+}
