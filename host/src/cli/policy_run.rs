@@ -319,8 +319,9 @@ async fn run_inner(args: &RunArgs) -> Result<(Invocation, Limits), PolicyRunErro
         remote_model: model,
         key: target.api_key.clone(),
         timeout: loaded.policy.limits.timeout() + Duration::from_secs(1),
+        ca_file: None,
     })
-    .map_err(PolicyRunError::Reader)?;
+    .map_err(|e| PolicyRunError::Reader(e.to_string()))?;
     let result = loaded.policy.invoke(Some(Arc::new(reader)), &input).await;
     target.shutdown().await;
     let invocation = result.map_err(PolicyRunError::Invoke)?;

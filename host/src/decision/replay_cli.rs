@@ -77,7 +77,9 @@ fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, String> {
         remote_model: args.model.clone(),
         key: args.key.clone(),
         timeout: Duration::from_secs(300),
-    })?;
+        ca_file: None,
+    })
+    .map_err(|e| e.to_string())?;
     Ok(Some(Arc::new(reader)))
 }
 
