@@ -109,6 +109,58 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     assert!(logs.contains("the sidecar exited"), "{logs}");
 }
 
+/// The engine thread dying inside a live sidecar process (a panic in the model code) is not a
+/// process exit: the sidecar must say `failed` on `/health`, and the host's supervisor must
+/// restart it. The fault is injected through a hook compiled into debug builds only.
+#[cfg(debug_assertions)]
+#[tokio::test]
+async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted() {
+    let marker_dir = tempfile::tempdir().expect("a temp dir");
+    let marker = marker_dir.path().join("engine-panicked");
+    let model = format!("{}={}", hunch_e2e::TINY_MODEL, tiny_checkpoint().display());
+    let hunch = hunch_e2e::start_hunch_with(
+        &["--model", &model],
+        &[
+            (
+                "HUNCH_ACCELERATOR_BIN",
+                hunch_e2e::accelerator_bin().to_string_lossy().into_owned(),
+            ),
+            (
+                "HUNCH_TEST_ENGINE_PANIC_ONCE",
+                marker.to_string_lossy().into_owned(),
+            ),
+        ],
+    );
+    hunch_e2e::wait_ready_or_logs(&hunch, hunch_e2e::REAL_READY_TIMEOUT).await;
+    let old = sidecar_pid(hunch.process.pid()).expect("hunch runs a hunch-accelerator child");
+
+    let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+    assert_eq!(r.status(), 503, "{}", hunch.process.logs());
+    assert!(r.headers().contains_key("retry-after"));
+    assert!(marker.exists(), "the injected fault did not fire (a release build?)");
+
+    let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
+    loop {
+        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        let body = r.text().await.unwrap_or_default();
+        assert!(!body.contains("queue is full"), "a dead engine reported as a full queue: {body}");
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar was not restarted; logs:\n{}",
+            hunch.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
+    assert_ne!(old, new, "the answer came from a new sidecar process");
+    let logs = hunch.process.logs();
+    assert!(logs.contains("the sidecar failed"), "{logs}");
+    assert!(logs.contains("the engine thread stopped"), "{logs}");
+}
+
 /// A copy of the e2e checkpoint in a fresh directory under `target/`, to break.
 fn broken_copy(name: &str) -> PathBuf {
     let dir = target_dir()

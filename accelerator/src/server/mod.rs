@@ -88,50 +88,83 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// Starts the engine thread: `load` runs on it (so the model is created on the thread that uses
-/// it) and reports progress into `health`; then it serves jobs until the queue closes.
+/// it) and reports progress into `health`; then it serves jobs until the queue closes. If the
+/// thread cannot start or panics (while loading or serving), `health` says `failed` with why, so
+/// the host's supervisor restarts the sidecar, and reads queued meanwhile get 503.
 pub fn spawn_engine<E, L>(health: HealthCell, queue: usize, load: L) -> mpsc::Sender<Job>
 where
     E: ReadEngine,
     L: FnOnce(&HealthCell) -> Result<E, String> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
+    let thread_health = health.clone();
     let spawned = std::thread::Builder::new()
         .name("hunch-engine".into())
         .spawn(move || {
-            let mut engine = match load(&health) {
-                Ok(engine) => {
-                    let info = engine.info();
-                    health.update(|h| {
-                        h.info = info;
-                        h.state = Phase::Ready;
-                        h.progress = 1.0;
-                        h.message = "ready".into();
-                    });
-                    tracing::info!("model ready");
-                    engine
-                }
-                Err(message) => {
-                    tracing::error!(%message, "model failed to load");
-                    health.update(|h| {
-                        h.state = Phase::Failed;
-                        h.message = message.clone();
-                    });
-                    // Keep answering so clients get a clear error instead of a hang.
-                    while let Some((_, reply)) = rx.blocking_recv() {
-                        let _ = reply.send(Err(ReadError::Unavailable {
-                            message: format!("model failed to load: {message}"),
-                            retry_after_seconds: 60,
-                        }));
+            let health = thread_health;
+            let run = std::panic::AssertUnwindSafe(|| {
+                let mut engine = match load(&health) {
+                    Ok(engine) => {
+                        let info = engine.info();
+                        health.update(|h| {
+                            h.info = info;
+                            h.state = Phase::Ready;
+                            h.progress = 1.0;
+                            h.message = "ready".into();
+                        });
+                        tracing::info!("model ready");
+                        engine
                     }
-                    return;
+                    Err(message) => {
+                        tracing::error!(%message, "model failed to load");
+                        mark_failed(&health, &message);
+                        return Err(format!("model failed to load: {message}"));
+                    }
+                };
+                serve_jobs(&mut engine, &mut rx);
+                Ok(())
+            });
+            let refusal = match std::panic::catch_unwind(run) {
+                Ok(Ok(())) => return,
+                Ok(Err(refusal)) => refusal,
+                Err(panic) => {
+                    let message = format!("the engine thread stopped: {}", panic_text(&*panic));
+                    tracing::error!(%message, "engine failed");
+                    mark_failed(&health, &message);
+                    message
                 }
             };
-            serve_jobs(&mut engine, &mut rx);
+            // Keep answering so clients get a clear error instead of a hang.
+            while let Some((_, reply)) = rx.blocking_recv() {
+                let _ = reply.send(Err(ReadError::Unavailable {
+                    message: refusal.clone(),
+                    retry_after_seconds: 60,
+                }));
+            }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the engine thread");
+        mark_failed(&health, &format!("cannot start the engine thread: {e}"));
     }
     tx
+}
+
+fn mark_failed(health: &HealthCell, message: &str) {
+    health.update(|h| {
+        h.state = Phase::Failed;
+        h.message = message.to_string();
+    });
+}
+
+/// What a panic said, when it said it with a string (as `panic!` and `expect` do).
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        text.to_string()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic".to_string()
+    }
 }
 
 /// The engine loop: admit requests while the engine has room (blocking only when nothing is in
@@ -288,9 +321,14 @@ async fn read_handler(
         }));
     }
     let (reply, answer) = oneshot::channel();
-    state.jobs.try_send((request, reply)).map_err(|_| {
+    state.jobs.try_send((request, reply)).map_err(|e| {
+        let message = match e {
+            mpsc::error::TrySendError::Full(_) => "the accelerator's queue is full",
+            // The engine thread is gone; health says failed and the host restarts the sidecar.
+            mpsc::error::TrySendError::Closed(_) => "the engine stopped",
+        };
         ErrorResponse(ReadError::Unavailable {
-            message: "the accelerator's queue is full".into(),
+            message: message.into(),
             retry_after_seconds: RETRY_AFTER_SECONDS,
         })
     })?;
@@ -307,6 +345,7 @@ async fn read_handler(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Posts `body` to `/read` of a router with a body limit of `limit` bytes over a raw
@@ -343,5 +382,104 @@ mod tests {
         // Malformed JSON under the limit stays a 422.
         let answer = post_read(1024, "{").await;
         assert!(answer.starts_with("HTTP/1.1 422"), "{answer}");
+    }
+
+    /// An engine whose first batch of work panics, as a bug in the model code would.
+    #[derive(Default)]
+    struct PanicsOnWork {
+        pending: Vec<Reply>,
+    }
+
+    impl ReadEngine for PanicsOnWork {
+        fn submit(&mut self, _request: ReadRequest, reply: Reply) {
+            self.pending.push(reply);
+        }
+        fn has_room(&self) -> bool {
+            true
+        }
+        fn set_queued(&mut self, _queued: usize) {}
+        fn step(&mut self) -> StepOutcome {
+            if self.pending.is_empty() {
+                return StepOutcome::Idle;
+            }
+            panic!("injected engine fault");
+        }
+    }
+
+    fn request() -> ReadRequest {
+        ReadRequest {
+            state: "s".into(),
+            questions: Vec::new(),
+            options: Default::default(),
+        }
+    }
+
+    async fn read(state: &AppState) -> Result<Json<ReadOutcome>, ErrorResponse> {
+        read_handler(State(state.clone()), Ok(Json(request()))).await
+    }
+
+    async fn wait_for(health: &HealthCell, phase: Phase) {
+        let start = Instant::now();
+        while health.get().state != phase {
+            assert!(start.elapsed() < Duration::from_secs(30), "never {phase:?}: {:?}", health.get());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn an_engine_thread_that_panics_marks_the_sidecar_failed_and_refuses_reads() {
+        let health = HealthCell::new("m");
+        let jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| Ok(PanicsOnWork::default()));
+        let state = AppState {
+            health: health.clone(),
+            jobs,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        };
+        wait_for(&health, Phase::Ready).await;
+        let Err(ErrorResponse(first)) = read(&state).await else {
+            panic!("the read whose work panicked was answered");
+        };
+        assert!(matches!(first, ReadError::Unavailable { .. }), "{first:?}");
+        wait_for(&health, Phase::Failed).await;
+        assert!(
+            health.get().message.contains("injected engine fault"),
+            "{:?}",
+            health.get()
+        );
+        let Err(ErrorResponse(next)) = read(&state).await else {
+            panic!("a read after the engine died was answered");
+        };
+        let ReadError::Unavailable { message, .. } = next else {
+            panic!("not a 503: {next:?}");
+        };
+        assert!(!message.contains("queue is full"), "{message}");
+        assert!(message.contains("engine thread stopped"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_loading_marks_the_sidecar_failed() {
+        let health = HealthCell::new("m");
+        let _jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| -> Result<PanicsOnWork, String> {
+            panic!("injected load fault")
+        });
+        wait_for(&health, Phase::Failed).await;
+        assert!(health.get().message.contains("injected load fault"));
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_is_not_a_full_queue() {
+        let health = HealthCell::new("m");
+        health.update(|h| h.state = Phase::Ready);
+        let (jobs, receiver) = mpsc::channel::<Job>(1);
+        drop(receiver);
+        let state = AppState {
+            health,
+            jobs,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+        };
+        let Err(ErrorResponse(ReadError::Unavailable { message, .. })) = read(&state).await else {
+            panic!("not a 503");
+        };
+        assert_eq!(message, "the engine stopped");
     }
 }
