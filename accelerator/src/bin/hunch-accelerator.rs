@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use hunch_accelerator::blas::{select as select_blas, BlasChoice};
 use hunch_accelerator::engine::{EngineOptions, MlxEngine};
 use hunch_accelerator::model::ActivationDtype;
+use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
 use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
@@ -47,7 +48,7 @@ struct ServeArgs {
     dtype: DtypeArg,
     /// Widest read canvas in tokens (multiple of 16; at most 128 and the checkpoint's
     /// canvas_length).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = parse_canvas_cap)]
     canvas_cap: usize,
     /// Longest prompt a read may prefill; longer requests are refused before any work.
     #[arg(long, default_value_t = 12_288)]
@@ -109,6 +110,19 @@ fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
         "auto" => Ok(DtypeArg(None)),
         other => other.parse().map(|d| DtypeArg(Some(d))),
     }
+}
+
+/// `--canvas-cap`: canvases grow in steps of 16 tokens, up to the widest the read plans for.
+fn parse_canvas_cap(s: &str) -> Result<usize, String> {
+    let cap: usize = s
+        .parse()
+        .map_err(|_| format!("not a number of tokens: {s:?}"))?;
+    if cap == 0 || cap % CANVAS_STEP != 0 || cap > MAX_CANVAS_CAP {
+        return Err(format!(
+            "must be a multiple of {CANVAS_STEP} from {CANVAS_STEP} to {MAX_CANVAS_CAP}, got {cap}"
+        ));
+    }
+    Ok(cap)
 }
 
 fn parse_memory_limit(s: &str) -> Result<u64, String> {
@@ -237,4 +251,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("serving: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_canvas_cap_is_a_multiple_of_the_step_within_the_widest_canvas() {
+        assert_eq!(parse_canvas_cap("64"), Ok(64));
+        assert_eq!(parse_canvas_cap("128"), Ok(128));
+        for bad in ["0", "15", "65", "144", "wide"] {
+            let err = parse_canvas_cap(bad).unwrap_err();
+            assert!(err.contains("multiple of 16") || err.contains("not a number"), "{bad}: {err}");
+        }
+    }
 }
