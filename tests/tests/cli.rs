@@ -424,6 +424,16 @@ async fn policy_run_and_check(server: &Hunch, wasm: &Path) {
     assert_eq!(status, 200, "{direct}");
     assert_eq!(decision(&got), decision(&direct));
     assert!(got["limits"]["fuel"].as_u64().unwrap() > 0);
+    // Every model read, in the decision log's record format: parsed by the type the log and
+    // `hunch replay` use, each with a distribution per rendered question.
+    let records: Vec<hunch::decision::event::ReadEvent> =
+        serde_json::from_value(got["read_records"].clone()).expect("decision-log read records");
+    assert!(!records.is_empty());
+    for r in &records {
+        let distributions = r.distributions.as_ref().expect("a distribution per question");
+        assert_eq!(distributions.len(), r.questions.len());
+        assert_eq!(r.state_sha256.len(), 64);
+    }
 
     let table = hunch(&["policy", "run", &w, &e, "--server", &server.url]);
     let out = text(&table.stdout);
@@ -431,6 +441,12 @@ async fn policy_run_and_check(server: &Hunch, wasm: &Path) {
     assert!(out.starts_with("decision (ticket-router "), "{out}");
     assert!(out.contains("read 1 ("), "{out}");
     assert!(out.contains("limits: fuel "), "{out}");
+    let logged = out
+        .split("model reads as the decision log records them")
+        .nth(1)
+        .expect("the read records section");
+    let first = logged.lines().nth(1).expect("a record line");
+    serde_json::from_str::<hunch::decision::event::ReadEvent>(first).expect("a record");
 
     let bad_input = hunch(&["policy", "run", &w, "-", "--server", &server.url]);
     assert_eq!(bad_input.status.code(), Some(1));

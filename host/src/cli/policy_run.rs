@@ -8,6 +8,8 @@
 
 use crate::cli::render;
 use crate::cli::target::{Target, TargetArgs};
+use crate::decision::event::ReadEvent;
+use crate::decision::recorder::{ReadLog, RecordingReader};
 use crate::policy::invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 use crate::policy::registry::valid_name;
 use crate::policy::{build_engine, EngineSettings, Limits};
@@ -238,7 +240,21 @@ fn read_input(input: &str) -> Result<Value, PolicyRunError> {
 }
 
 /// The invocation report for a terminal.
-fn report(invocation: &Invocation, limits: &Limits) -> String {
+/// What a local run gives: the decision, the model reads exactly as the decision log records
+/// them (`reads` of a decision event, one per model read: an isolated policy read of n
+/// questions is n model reads), and the limits it ran under.
+struct RunOutcome {
+    invocation: Invocation,
+    records: Vec<ReadEvent>,
+    limits: Limits,
+}
+
+fn report(outcome: &RunOutcome) -> String {
+    let RunOutcome {
+        invocation,
+        records,
+        limits,
+    } = outcome;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -293,10 +309,18 @@ fn report(invocation: &Invocation, limits: &Limits) -> String {
         t.read_ms
     );
     let _ = writeln!(out, "limits: {}", limits_line(limits));
+    let _ = writeln!(
+        out,
+        "\nmodel reads as the decision log records them ({}):",
+        records.len()
+    );
+    for record in records {
+        let _ = writeln!(out, "{}", serde_json::to_string(record).unwrap_or_default());
+    }
     out
 }
 
-async fn run_inner(args: &RunArgs) -> Result<(Invocation, Limits), PolicyRunError> {
+async fn run_inner(args: &RunArgs) -> Result<RunOutcome, PolicyRunError> {
     let input = read_input(&args.input)?;
     let loaded = load(&args.wasm, args.policy_config.as_deref()).await?;
     if let Some(w) = &loaded.name_warning {
@@ -322,22 +346,30 @@ async fn run_inner(args: &RunArgs) -> Result<(Invocation, Limits), PolicyRunErro
         ca_file: None,
     })
     .map_err(|e| PolicyRunError::Reader(e.to_string()))?;
-    let result = loaded.policy.invoke(Some(Arc::new(reader)), &input).await;
+    let log = ReadLog::default();
+    let recording = RecordingReader::new(Arc::new(reader), log.clone(), false);
+    let result = loaded.policy.invoke(Some(Arc::new(recording)), &input).await;
     target.shutdown().await;
     let invocation = result.map_err(PolicyRunError::Invoke)?;
-    Ok((invocation, loaded.policy.limits))
+    let records = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(RunOutcome {
+        invocation,
+        records,
+        limits: loaded.policy.limits,
+    })
 }
 
 /// `hunch policy run`.
 pub async fn run(args: RunArgs) -> ExitCode {
     match run_inner(&args).await {
-        Ok((invocation, limits)) => {
+        Ok(outcome) => {
             if args.json {
-                let mut value = json!(invocation);
-                value["limits"] = json!(limits);
+                let mut value = json!(outcome.invocation);
+                value["limits"] = json!(outcome.limits);
+                value["read_records"] = json!(outcome.records);
                 println!("{value:#}");
             } else {
-                print!("{}", report(&invocation, &limits));
+                print!("{}", report(&outcome));
             }
             ExitCode::SUCCESS
         }
