@@ -2,7 +2,7 @@
 //! [`ReadRequest`]s. Lives on the sidecar's engine thread.
 
 use crate::checkpoint::LoadOptions;
-use crate::model::{ActivationDtype, DiffusionGemma, PromptCache};
+use crate::model::{ActivationDtype, DiffusionGemma, ModelError, PromptCache};
 use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
 use crate::scheduler::{
     measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
@@ -255,10 +255,8 @@ impl Denoiser for ModelDenoiser<'_> {
         self.model.config().vocab_size as u32
     }
 
-    fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, String> {
-        self.model
-            .prefill_chunked(prompt_ids, self.chunk)
-            .map_err(|e| e.to_string())
+    fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, ModelError> {
+        self.model.prefill_chunked(prompt_ids, self.chunk)
     }
 
     fn slot_logits(
@@ -266,21 +264,16 @@ impl Denoiser for ModelDenoiser<'_> {
         prefill: &PromptCache,
         canvases: &[Vec<u32>],
         positions: &[usize],
-    ) -> Result<SlotLogits, String> {
-        let logits = self
-            .model
-            .denoise_at(prefill, canvases, positions)
-            .map_err(|e| e.to_string())?;
+    ) -> Result<SlotLogits, ModelError> {
+        let logits = self.model.denoise_at(prefill, canvases, positions)?;
         let values = logits
             .try_as_slice::<f32>()
-            .map_err(|e| format!("reading logits: {e:?}"))?
+            .map_err(|_| ModelError::Shape("logits are not contiguous float32"))?
             .to_vec();
         let vocab = self.model.config().vocab_size as usize;
-        let expected = canvases.len() * positions.len() * vocab;
-        if values.len() != expected {
-            return Err(format!(
-                "decoder returned {} logits, expected {expected}",
-                values.len()
+        if values.len() != canvases.len() * positions.len() * vocab {
+            return Err(ModelError::Shape(
+                "the decoder returned a logit count other than canvases x positions x vocab",
             ));
         }
         Ok(SlotLogits {

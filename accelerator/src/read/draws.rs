@@ -2,6 +2,7 @@
 //! label distribution and entropy, the re-read rule, and the mean over draws.
 
 use super::plan::Slot;
+use crate::model::ModelError;
 use super::rng::PythonRandom;
 
 /// The reference's default noise seed.
@@ -148,8 +149,26 @@ pub enum SlotRows<'a> {
     /// [`read_summary`] cannot settle.
     Reduced {
         summaries: &'a [SlotSummary],
-        full_row: &'a dyn Fn(usize) -> Result<Vec<f32>, String>,
+        full_row: &'a dyn Fn(usize) -> Result<Vec<f32>, ModelError>,
     },
+}
+
+/// Why a decoder pass's rows could not be read as slots: rows the pass did not return (a bug in
+/// how the read was planned or batched) or the model failing to fetch a full row.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotRowError {
+    #[error("no logits row {0}")]
+    MissingRow(usize),
+    #[error("no slot summary {0}")]
+    MissingSummary(usize),
+    #[error("slot summary {index} has {found} label logits, the slot {expected} labels")]
+    LabelCount {
+        index: usize,
+        found: usize,
+        expected: usize,
+    },
+    #[error("fetching a full logits row: {0}")]
+    FullRow(#[from] ModelError),
 }
 
 impl SlotRows<'_> {
@@ -167,25 +186,25 @@ impl SlotRows<'_> {
         index: usize,
         label_ids: &[u32],
         vocab: usize,
-    ) -> Result<SlotReading, String> {
+    ) -> Result<SlotReading, SlotRowError> {
         match self {
             SlotRows::Full(values) => values
                 .get(index * vocab..(index + 1) * vocab)
                 .map(|row| read_slot(row, label_ids))
-                .ok_or_else(|| format!("no logits row {index}")),
+                .ok_or(SlotRowError::MissingRow(index)),
             SlotRows::Reduced {
                 summaries,
                 full_row,
             } => {
                 let summary = summaries
                     .get(index)
-                    .ok_or_else(|| format!("no slot summary {index}"))?;
+                    .ok_or(SlotRowError::MissingSummary(index))?;
                 if summary.label_logits.len() != label_ids.len() {
-                    return Err(format!(
-                        "slot summary {index} has {} label logits, the slot {} labels",
-                        summary.label_logits.len(),
-                        label_ids.len()
-                    ));
+                    return Err(SlotRowError::LabelCount {
+                        index,
+                        found: summary.label_logits.len(),
+                        expected: label_ids.len(),
+                    });
                 }
                 match read_summary(summary, label_ids) {
                     Some(reading)

@@ -19,6 +19,7 @@ use draws::{
     draw_seeds, group_seed, mean_distribution, needs_reread, noised_canvas, reread_seeds,
     SlotReading, SlotRows, DEFAULT_SEED, MAX_DRAWS,
 };
+use crate::model::ModelError;
 use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest, ReadStats};
 pub use plan::{
     PlanError, PlanSettings, PlannedRead, Planner, ReadPlan, ReadTokenizer, Slot, MAX_CANVAS_CAP,
@@ -47,7 +48,7 @@ pub trait Denoiser {
     type Prefill;
     /// Noise ids are drawn from `[0, vocab_size)`.
     fn vocab_size(&self) -> u32;
-    fn prefill(&self, prompt_ids: &[u32]) -> Result<Self::Prefill, String>;
+    fn prefill(&self, prompt_ids: &[u32]) -> Result<Self::Prefill, ModelError>;
     /// One first-step decoder pass (no self-conditioning) over `canvases` (all the same width),
     /// returning the softcapped fp32 logits at `positions` of every canvas.
     fn slot_logits(
@@ -55,7 +56,7 @@ pub trait Denoiser {
         prefill: &Self::Prefill,
         canvases: &[Vec<u32>],
         positions: &[usize],
-    ) -> Result<SlotLogits, String>;
+    ) -> Result<SlotLogits, ModelError>;
 }
 
 /// Per-model read switches.
@@ -265,7 +266,7 @@ impl RequestProgress {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<_, _>>()
-            .map_err(ReadError::internal)?;
+            .map_err(|e: draws::SlotRowError| ReadError::internal(e.to_string()))?;
         let reread = matches!(state.stage, Stage::FirstDraw)
             && rereads
             && batch.first().is_some_and(|first| needs_reread(first));
@@ -344,7 +345,7 @@ pub fn execute<T: ReadTokenizer, D: Denoiser>(
         let t = Instant::now();
         let prefill = model
             .prefill(progress.prompt_ids(read))
-            .map_err(ReadError::internal)?;
+            .map_err(|e| ReadError::internal(e.to_string()))?;
         progress.stats.prefill_seconds += t.elapsed().as_secs_f64();
         progress.prefilled(read)?;
         let t = Instant::now();
@@ -355,7 +356,7 @@ pub fn execute<T: ReadTokenizer, D: Denoiser>(
         {
             let logits = model
                 .slot_logits(&prefill, &canvases, &positions)
-                .map_err(ReadError::internal)?;
+                .map_err(|e| ReadError::internal(e.to_string()))?;
             progress.drawn(read, SlotRows::Full(&logits.values))?;
         }
         progress.stats.denoise_seconds += t.elapsed().as_secs_f64();
@@ -364,13 +365,16 @@ pub fn execute<T: ReadTokenizer, D: Denoiser>(
 }
 
 impl ReadTokenizer for crate::tokenizer::Tokenizer {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        crate::tokenizer::Tokenizer::encode(self, text).map_err(|e| e.to_string())
+    fn encode(&self, text: &str) -> Result<Vec<u32>, crate::tokenizer::TokenizerError> {
+        crate::tokenizer::Tokenizer::encode(self, text)
     }
 
-    fn chat_prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, String> {
+    fn chat_prompt_ids(
+        &self,
+        system: &str,
+        user: &str,
+    ) -> Result<Vec<u32>, crate::tokenizer::TokenizerError> {
         crate::tokenizer::Tokenizer::encode(self, &crate::tokenizer::render_chat(system, user))
-            .map_err(|e| e.to_string())
     }
 
     fn token_id(&self, token: &str) -> Option<u32> {

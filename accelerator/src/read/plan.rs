@@ -2,6 +2,7 @@
 //! group the prompt ids, the canvas and each question's slot. Everything that can make a request
 //! fail is found here, before the model is touched.
 
+use crate::tokenizer::TokenizerError;
 use super::prompt::{
     answer_text, choice_label_candidates, python_strip, score_labels, system_text, AnswerFormat,
     LineStyle, PromptQuestion, EMPTY_THOUGHT, TURN_CLOSE,
@@ -17,9 +18,9 @@ pub const MAX_CANVAS_CAP: usize = 128;
 pub trait ReadTokenizer {
     /// Token ids of `text` without added special tokens; special-token texts in it map to their
     /// single ids.
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError>;
     /// The chat prompt (system + user, generation prompt, thinking off) as token ids.
-    fn chat_prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, String>;
+    fn chat_prompt_ids(&self, system: &str, user: &str) -> Result<Vec<u32>, TokenizerError>;
     /// The id of a special token by its text.
     fn token_id(&self, token: &str) -> Option<u32>;
     /// The padding id that fills the canvas after the turn close.
@@ -115,7 +116,7 @@ impl<T: ReadTokenizer> Planner<T> {
     pub fn new(tokenizer: T, settings: PlanSettings) -> Result<Self, PlanError> {
         let head = tokenizer
             .encode(EMPTY_THOUGHT)
-            .map_err(PlanError::Tokenizer)?;
+            .map_err(|e| PlanError::Tokenizer(e.to_string()))?;
         let turn_close = tokenizer
             .token_id(TURN_CLOSE)
             .ok_or_else(|| PlanError::Tokenizer(format!("no {TURN_CLOSE} token")))?;
@@ -145,7 +146,7 @@ impl<T: ReadTokenizer> Planner<T> {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, PlanError> {
-        self.tokenizer.encode(text).map_err(PlanError::Tokenizer)
+        self.tokenizer.encode(text).map_err(|e| PlanError::Tokenizer(e.to_string()))
     }
 
     /// What this model can answer: the contract's limits, fewer options when the tokenizer has
@@ -223,7 +224,7 @@ impl<T: ReadTokenizer> Planner<T> {
             let prompt_ids = self
                 .tokenizer
                 .chat_prompt_ids(&system, state)
-                .map_err(PlanError::Tokenizer)?;
+                .map_err(|e| PlanError::Tokenizer(e.to_string()))?;
             if prompt_ids.len() > self.settings.max_prompt_tokens {
                 return Err(PlanError::PromptTooLong {
                     tokens: prompt_ids.len(),
@@ -395,13 +396,13 @@ impl<T: ReadTokenizer> Planner<T> {
 /// candidate is kept when `"q1: " + label` tokenises to the same prefix as `"q1: A"` and one
 /// final token not seen before.
 fn single_token_labels<T: ReadTokenizer>(tokenizer: &T) -> Result<Vec<String>, PlanError> {
-    let base = tokenizer.encode("q1: A").map_err(PlanError::Tokenizer)?;
+    let base = tokenizer.encode("q1: A").map_err(|e| PlanError::Tokenizer(e.to_string()))?;
     let mut labels = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for label in choice_label_candidates() {
         let ids = tokenizer
             .encode(&format!("q1: {label}"))
-            .map_err(PlanError::Tokenizer)?;
+            .map_err(|e| PlanError::Tokenizer(e.to_string()))?;
         let same_shape = ids.len() == base.len()
             && !ids.is_empty()
             && ids[..ids.len() - 1] == base[..base.len() - 1];

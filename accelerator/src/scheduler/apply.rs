@@ -119,7 +119,7 @@ impl Scheduler {
                     if timed.insert((*request, false)) {
                         active.progress.stats.denoise_seconds += seconds;
                     }
-                    let fetch = |row: usize| output.full_row(i, row).map_err(|e| e.to_string());
+                    let fetch = |row: usize| output.full_row(i, row);
                     let result = output
                         .slot_summaries(i)
                         .map_err(|e| ReadError::internal(format!("reading logits: {e}")))

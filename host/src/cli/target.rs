@@ -30,8 +30,9 @@ pub struct TargetArgs {
     /// With a local model: a `hunch serve` TOML file (models, limits, sidecar arguments…).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The sidecar binary for a local model (default: `hunch-accelerator` next to this one).
-    #[arg(long, env = "HUNCH_ACCELERATOR_BIN")]
+    /// The sidecar binary for a local model (default: `HUNCH_ACCELERATOR_BIN`, the config file's
+    /// `accelerator_bin`, else `hunch-accelerator` next to this one; read as `hunch serve` does).
+    #[arg(long)]
     pub accelerator_bin: Option<PathBuf>,
     /// An extra argument for the local model's sidecar (repeatable).
     #[arg(long = "sidecar-arg", value_name = "ARG", allow_hyphen_values = true)]

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Loading and reading at real width (issue 10, item 4), per layout and activation dtype, next to
+# mlx_vlm on the same HF checkpoints. Not a test: it prints a table and asserts nothing.
+#
+# A 30-layer 26B-A4B checkpoint (18.8-52 GB) is not something this benchmark generates; instead
+# it writes full-width checkpoints (all 262,144 vocabulary rows, 128 experts, the real head
+# dimensions: `hunch-ckpt random --preset full`) with 1 and with 2 layers, and times both. The
+# difference is one layer's cost; what is left of the 1-layer time is the part that does not grow
+# with depth (embedding, final norm, the tied head over the whole vocabulary). The 30-layer
+# estimate is that fixed part plus 30 layers. Memory: resident bytes added by loading, after the
+# load and at its peak, against the checkpoint's bytes on disk (1.0 = the weights as stored).
+#
+#   scripts/bench-load.sh                         # hf nvfp4 affine x bfloat16 float32, + mlx_vlm on hf
+# Env: LAYOUTS ("hf nvfp4 affine"), DTYPES ("bfloat16 float32"), REFERENCE (1: also mlx_vlm on the
+# hf checkpoints; 0: not), BENCH_ARGS (passed to both sides, default one prompt of 256 tokens and
+# one decoder pass of one 64-token canvas, 2 repetitions after a warm-up), WORK (target/bench-load),
+# KEEP (1: keep the generated checkpoints, several GB each), REFBENCH (../shared/refbench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+layouts=(${LAYOUTS:-hf nvfp4 affine})
+dtypes=(${DTYPES:-bfloat16 float32})
+reference="${REFERENCE:-1}"
+args=(${BENCH_ARGS:---prompt-lens 256 --batches 1 --widths 64 --reps 2 --warmup 1})
+work="${WORK:-target/bench-load}"
+refbench="${REFBENCH:-../shared/refbench}"
+out="$work/results.jsonl"
+mkdir -p "$work"
+rm -f "$out"
+cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
+if [ "$reference" = 1 ]; then
+  [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
+  .venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
+    || .venv-reference/bin/pip install -q transformers pillow requests
+  mlx_vlm_src="$(.venv-reference/bin/python -c 'import importlib.util,os; s=importlib.util.find_spec("mlx_vlm"); print(os.path.dirname(s.submodule_search_locations[0]))')"
+fi
+for layout in "${layouts[@]}"; do
+  for layers in 1 2; do
+    ckpt="$work/$layout-l$layers"
+    if [ ! -f "$ckpt/config.json" ]; then
+      echo "writing $ckpt ..." >&2
+      target/release/hunch-ckpt random --preset full --set "num_hidden_layers=$layers" \
+        --layout "$layout" --out "$ckpt" >/dev/null
+    fi
+    for dtype in "${dtypes[@]}"; do
+      echo "hunch   $layout $dtype $layers layer(s) ..." >&2
+      target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+        --tag "hunch:$layout:$dtype:$layers" --out "$out" >/dev/null
+      if [ "$reference" = 1 ] && [ "$layout" = hf ]; then
+        echo "mlx_vlm $layout $dtype $layers layer(s) ..." >&2
+        MLX_VLM_SRC="$mlx_vlm_src" .venv-reference/bin/python "$refbench/ref_bench.py" \
+          --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --no-check \
+          --tag "mlx_vlm:$layout:$dtype:$layers" --out "$out" >/dev/null
+      fi
+    done
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$ckpt"
+  done
+done
+python3 scripts/bench_load_table.py "$out"
