@@ -91,10 +91,11 @@ const RETRY_AFTER_SECONDS: u64 = 1;
 /// it) and reports progress into `health`; then it serves jobs until the queue closes. If the
 /// thread cannot start or panics (while loading or serving), `health` says `failed` with why, so
 /// the host's supervisor restarts the sidecar, and reads queued meanwhile get 503.
-pub fn spawn_engine<E, L>(health: HealthCell, queue: usize, load: L) -> mpsc::Sender<Job>
+pub fn spawn_engine<E, L, Why>(health: HealthCell, queue: usize, load: L) -> mpsc::Sender<Job>
 where
     E: ReadEngine,
-    L: FnOnce(&HealthCell) -> Result<E, String> + Send + 'static,
+    Why: std::fmt::Display,
+    L: FnOnce(&HealthCell) -> Result<E, Why> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
     let thread_health = health.clone();
@@ -115,7 +116,8 @@ where
                         tracing::info!("model ready");
                         engine
                     }
-                    Err(message) => {
+                    Err(why) => {
+                        let message = why.to_string();
                         tracing::error!(%message, "model failed to load");
                         mark_failed(&health, &message);
                         return Err(format!("model failed to load: {message}"));
@@ -429,7 +431,7 @@ mod tests {
     #[tokio::test]
     async fn an_engine_thread_that_panics_marks_the_sidecar_failed_and_refuses_reads() {
         let health = HealthCell::new("m");
-        let jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| Ok(PanicsOnWork::default()));
+        let jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| Ok::<_, String>(PanicsOnWork::default()));
         let state = AppState {
             health: health.clone(),
             jobs,

@@ -66,7 +66,11 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(registry: Registry, limits: Limits, keys: ApiKeys) -> Result<Self, String> {
+    pub fn new(
+        registry: Registry,
+        limits: Limits,
+        keys: ApiKeys,
+    ) -> Result<Self, validate::SchemaError> {
         let metrics = Arc::new(Metrics::new());
         Ok(AppState {
             registry: Arc::new(registry),

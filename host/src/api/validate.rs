@@ -64,13 +64,21 @@ impl std::fmt::Debug for RequestValidator {
     }
 }
 
+/// The shipped request schema is broken: a build bug, found at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("the shipped request schema is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("the shipped request schema does not compile: {0}")]
+    DoesNotCompile(String),
+}
+
 impl RequestValidator {
     /// Compiles the shipped schema. Fails only if the schema file itself is broken (a build bug).
-    pub fn new() -> Result<Self, String> {
-        let schema: Value = serde_json::from_str(REQUEST_SCHEMA)
-            .map_err(|e| format!("the shipped request schema is not JSON: {e}"))?;
+    pub fn new() -> Result<Self, SchemaError> {
+        let schema: Value = serde_json::from_str(REQUEST_SCHEMA)?;
         let schema = jsonschema::validator_for(&schema)
-            .map_err(|e| format!("the shipped request schema does not compile: {e}"))?;
+            .map_err(|e| SchemaError::DoesNotCompile(e.to_string()))?;
         Ok(RequestValidator { schema })
     }
 

@@ -24,14 +24,25 @@ pub struct AcceleratorClient {
     info: Arc<RwLock<Option<ModelInfo>>>,
 }
 
+/// Why the sidecar could not be asked, or its answer not understood.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceleratorError {
+    #[error("cannot build an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    #[error("health check failed: {0}")]
+    Health(#[source] reqwest::Error),
+    #[error("health answer is not understood: {0}")]
+    HealthAnswer(#[source] reqwest::Error),
+}
+
 impl AcceleratorClient {
     /// `base` is `http://HOST:PORT` (a trailing slash is ignored). `read_timeout` bounds one read.
-    pub fn new(name: &str, base: &str, read_timeout: Duration) -> Result<Self, String> {
+    pub fn new(name: &str, base: &str, read_timeout: Duration) -> Result<Self, AcceleratorError> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+            .map_err(AcceleratorError::Client)?;
         Ok(AcceleratorClient {
             name: name.to_string(),
             base: base.trim_end_matches('/').to_string(),
@@ -59,18 +70,18 @@ impl AcceleratorClient {
     }
 
     /// Asks the sidecar how it is, and learns its model's limits and fingerprint when it says.
-    pub async fn health(&self) -> Result<Health, String> {
+    pub async fn health(&self) -> Result<Health, AcceleratorError> {
         let response = self
             .http
             .get(format!("{}{HEALTH_PATH}", self.base))
             .timeout(HEALTH_TIMEOUT)
             .send()
             .await
-            .map_err(|e| format!("health check failed: {e}"))?;
+            .map_err(AcceleratorError::Health)?;
         let health = response
             .json::<Health>()
             .await
-            .map_err(|e| format!("health answer is not understood: {e}"))?;
+            .map_err(AcceleratorError::HealthAnswer)?;
         if let Ok(mut info) = self.info.write() {
             // A restarted sidecar may serve another checkpoint: forget what the old one said.
             *info = health.info.clone();

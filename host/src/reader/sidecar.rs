@@ -321,7 +321,7 @@ async fn supervise(
                 match AcceleratorClient::new(&config.name, &url, config.read_timeout) {
                     Err(e) => {
                         let _ = child.start_kill();
-                        Ended::Failed(e)
+                        Ended::Failed(e.to_string())
                     }
                     Ok(client) => {
                         shared.set(
