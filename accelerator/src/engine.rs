@@ -2,8 +2,8 @@
 //! [`ReadRequest`]s. Lives on the sidecar's engine thread.
 
 use crate::checkpoint::LoadOptions;
-use crate::model::{ActivationDtype, DiffusionGemma, ModelError, PromptCache};
-use crate::read::{Denoiser, PlanSettings, Planner, ReadSettings, SlotLogits, MAX_CANVAS_CAP};
+use crate::model::{ActivationDtype, DiffusionGemma};
+use crate::read::{PlanSettings, Planner, ReadSettings, MAX_CANVAS_CAP};
 use crate::scheduler::{
     measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
 };
@@ -240,47 +240,56 @@ impl ReadEngine for MlxEngine {
     }
 }
 
-/// [`DiffusionGemma`] as the read's [`Denoiser`], prefilling in chunks of `chunk` tokens: the
-/// one-read-at-a-time path ([`crate::read::execute`]) that the scheduler's answers are checked
-/// against.
-pub struct ModelDenoiser<'a> {
-    pub model: &'a DiffusionGemma,
-    pub chunk: usize,
-}
+/// The model as the one-read-at-a-time path's denoiser (tests only, feature `testing`).
+#[cfg(any(test, feature = "testing"))]
+mod model_denoiser {
+    use crate::model::{DiffusionGemma, ModelError, PromptCache};
+    use crate::read::{Denoiser, SlotLogits};
 
-impl Denoiser for ModelDenoiser<'_> {
-    type Prefill = PromptCache;
-
-    fn vocab_size(&self) -> u32 {
-        self.model.config().vocab_size as u32
+    /// [`DiffusionGemma`] as the read's [`Denoiser`], prefilling in chunks of `chunk` tokens: the
+    /// one-read-at-a-time path ([`crate::read::execute`]) that the scheduler's answers are checked
+    /// against.
+    pub struct ModelDenoiser<'a> {
+        pub model: &'a DiffusionGemma,
+        pub chunk: usize,
     }
 
-    fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, ModelError> {
-        self.model.prefill_chunked(prompt_ids, self.chunk)
-    }
+    impl Denoiser for ModelDenoiser<'_> {
+        type Prefill = PromptCache;
 
-    fn slot_logits(
-        &self,
-        prefill: &PromptCache,
-        canvases: &[Vec<u32>],
-        positions: &[usize],
-    ) -> Result<SlotLogits, ModelError> {
-        let logits = self.model.denoise_at(prefill, canvases, positions)?;
-        let values = logits
-            .try_as_slice::<f32>()
-            .map_err(|_| ModelError::Shape("logits are not contiguous float32"))?
-            .to_vec();
-        let vocab = self.model.config().vocab_size as usize;
-        if values.len() != canvases.len() * positions.len() * vocab {
-            return Err(ModelError::Shape(
-                "the decoder returned a logit count other than canvases x positions x vocab",
-            ));
+        fn vocab_size(&self) -> u32 {
+            self.model.config().vocab_size as u32
         }
-        Ok(SlotLogits {
-            draws: canvases.len(),
-            slots: positions.len(),
-            vocab,
-            values,
-        })
+
+        fn prefill(&self, prompt_ids: &[u32]) -> Result<PromptCache, ModelError> {
+            self.model.prefill_chunked(prompt_ids, self.chunk)
+        }
+
+        fn slot_logits(
+            &self,
+            prefill: &PromptCache,
+            canvases: &[Vec<u32>],
+            positions: &[usize],
+        ) -> Result<SlotLogits, ModelError> {
+            let logits = self.model.denoise_at(prefill, canvases, positions)?;
+            let values = logits
+                .try_as_slice::<f32>()
+                .map_err(|_| ModelError::Shape("logits are not contiguous float32"))?
+                .to_vec();
+            let vocab = self.model.config().vocab_size as usize;
+            if values.len() != canvases.len() * positions.len() * vocab {
+                return Err(ModelError::Shape(
+                    "the decoder returned a logit count other than canvases x positions x vocab",
+                ));
+            }
+            Ok(SlotLogits {
+                draws: canvases.len(),
+                slots: positions.len(),
+                vocab,
+                values,
+            })
+        }
     }
 }
+#[cfg(any(test, feature = "testing"))]
+pub use model_denoiser::ModelDenoiser;

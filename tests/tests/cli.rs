@@ -430,7 +430,10 @@ async fn policy_run_and_check(server: &Hunch, wasm: &Path) {
         serde_json::from_value(got["read_records"].clone()).expect("decision-log read records");
     assert!(!records.is_empty());
     for r in &records {
-        let distributions = r.distributions.as_ref().expect("a distribution per question");
+        let distributions = r
+            .distributions
+            .as_ref()
+            .expect("a distribution per question");
         assert_eq!(distributions.len(), r.questions.len());
         assert_eq!(r.state_sha256.len(), 64);
     }

@@ -605,10 +605,16 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
         if dropped > 0 {
             break;
         }
-        assert!(sent < 500, "a hanging collector with a 2-event queue dropped nothing");
+        assert!(
+            sent < 500,
+            "a hanging collector with a 2-event queue dropped nothing"
+        );
     }
     // The file sink beside it lost nothing.
-    assert_eq!(events(&dir.path().join("ok.ndjson"), sent).await.len(), sent);
+    assert_eq!(
+        events(&dir.path().join("ok.ndjson"), sent).await.len(),
+        sent
+    );
     drop(hunch);
 
     // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.

@@ -137,7 +137,10 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
     let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
     assert_eq!(r.status(), 503, "{}", hunch.process.logs());
     assert!(r.headers().contains_key("retry-after"));
-    assert!(marker.exists(), "the injected fault did not fire (a release build?)");
+    assert!(
+        marker.exists(),
+        "the injected fault did not fire (a release build?)"
+    );
 
     let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
     loop {
@@ -146,7 +149,10 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
             break;
         }
         let body = r.text().await.unwrap_or_default();
-        assert!(!body.contains("queue is full"), "a dead engine reported as a full queue: {body}");
+        assert!(
+            !body.contains("queue is full"),
+            "a dead engine reported as a full queue: {body}"
+        );
         assert!(
             Instant::now() < deadline,
             "the sidecar was not restarted; logs:\n{}",

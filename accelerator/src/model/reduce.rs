@@ -222,6 +222,9 @@ mod tests {
             summaries: &summaries,
             full_row: &fetch,
         };
-        assert_eq!(rows.read(0, labels, vocab).unwrap(), read_slot(&values, labels));
+        assert_eq!(
+            rows.read(0, labels, vocab).unwrap(),
+            read_slot(&values, labels)
+        );
     }
 }

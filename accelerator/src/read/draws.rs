@@ -2,8 +2,8 @@
 //! label distribution and entropy, the re-read rule, and the mean over draws.
 
 use super::plan::Slot;
-use crate::model::ModelError;
 use super::rng::PythonRandom;
+use crate::model::ModelError;
 
 /// The reference's default noise seed.
 pub const DEFAULT_SEED: u64 = 42;

@@ -2,11 +2,11 @@
 //! group the prompt ids, the canvas and each question's slot. Everything that can make a request
 //! fail is found here, before the model is touched.
 
-use crate::tokenizer::TokenizerError;
 use super::prompt::{
     answer_text, choice_label_candidates, python_strip, score_labels, system_text, AnswerFormat,
     LineStyle, PromptQuestion, EMPTY_THOUGHT, TURN_CLOSE,
 };
+use crate::tokenizer::TokenizerError;
 use hunch_core::{Question, QuestionKind, QuestionLimits, QuestionMode, MAX_CHOICE_OPTIONS};
 /// Canvas widths are multiples of this.
 pub const CANVAS_STEP: usize = 16;
@@ -146,7 +146,9 @@ impl<T: ReadTokenizer> Planner<T> {
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, PlanError> {
-        self.tokenizer.encode(text).map_err(|e| PlanError::Tokenizer(e.to_string()))
+        self.tokenizer
+            .encode(text)
+            .map_err(|e| PlanError::Tokenizer(e.to_string()))
     }
 
     /// What this model can answer: the contract's limits, fewer options when the tokenizer has
@@ -396,7 +398,9 @@ impl<T: ReadTokenizer> Planner<T> {
 /// candidate is kept when `"q1: " + label` tokenises to the same prefix as `"q1: A"` and one
 /// final token not seen before.
 fn single_token_labels<T: ReadTokenizer>(tokenizer: &T) -> Result<Vec<String>, PlanError> {
-    let base = tokenizer.encode("q1: A").map_err(|e| PlanError::Tokenizer(e.to_string()))?;
+    let base = tokenizer
+        .encode("q1: A")
+        .map_err(|e| PlanError::Tokenizer(e.to_string()))?;
     let mut labels = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for label in choice_label_candidates() {
