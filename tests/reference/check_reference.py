@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Self-checks of the reference read harness (no tokenizer needed):
 
-1. the noise RNG (random.Random(seed) + randrange) against the test vectors of the brief (§3.4);
+1. the noise RNG (random.Random(seed) + randrange) against the known test vectors (docs/read.md);
 2. the model path of reference_read.py (mlx_vlm import, loading, prefill, batched decoder pass)
    against the transformers golden logits stored with a checkpoint (prompt_ids.npy,
-   canvas_ids.npy, denoiser_logits.npy), e.g. shared/reference/tiny-hf.
+   canvas_ids.npy, denoiser_logits.npy), e.g. the repository's tiny-hf test checkpoint.
 
     check_reference.py [--ckpt DIR] [--tol 1e-3]
 Prints one JSON object; exits 1 when a check fails.

@@ -128,7 +128,7 @@ class Tok:
             text = self.render(messages)
         else:
             # what Gemma's chat template renders for these two messages (contents trimmed), with
-            # add_generation_prompt=True and enable_thinking=False (§1.7 of the brief)
+            # add_generation_prompt=True and enable_thinking=False (docs/model.md, "Chat format")
             text = (f"<bos><|turn>system\n{system.strip()}<turn|>\n"
                     f"<|turn>user\n{state.strip()}<turn|>\n"
                     f"<|turn>model\n<|channel>thought\n<channel|>")

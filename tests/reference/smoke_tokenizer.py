@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Throwaway tokenizer for a smoke run of reference_read.py on shared/reference/tiny-hf (which has
+"""Throwaway tokenizer for a smoke run of reference_read.py on a tiny HF checkpoint without a tokenizer (which has
 none). NOT the project's tiny tokenizer (the e2e tests generate theirs in Rust): only enough to
 exercise the harness end to end.
 
