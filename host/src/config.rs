@@ -349,9 +349,7 @@ impl Settings {
         }
 
         Ok(Settings {
-            listen: layer
-                .listen
-                .unwrap_or_else(|| "127.0.0.1:8080".to_string()),
+            listen: layer.listen.unwrap_or_else(|| "127.0.0.1:8080".to_string()),
             limits,
             api_keys,
             models,
@@ -368,10 +366,7 @@ impl Settings {
             questions: layer
                 .questions
                 .unwrap_or(hunch_core::QuestionMode::Isolated),
-            answer_cache_bytes: layer
-                .answer_cache_mb
-                .unwrap_or(0)
-                .saturating_mul(1 << 20),
+            answer_cache_bytes: layer.answer_cache_mb.unwrap_or(0).saturating_mul(1 << 20),
             decision_log,
         })
     }
@@ -386,7 +381,6 @@ pub fn today() -> String {
     let (y, m, d) = crate::decision::event::civil_from_days(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -438,7 +432,14 @@ mod tests {
     fn a_flag_wins_over_its_variable_which_wins_over_the_file() {
         let (_dir, path) = file(FILE);
         let s = Settings::resolve(
-            &args(&["--config", &path, "--listen", "127.0.0.1:0", "--api-key", "a"]),
+            &args(&[
+                "--config",
+                &path,
+                "--listen",
+                "127.0.0.1:0",
+                "--api-key",
+                "a",
+            ]),
             &env(&[
                 ("HUNCH_LISTEN", "127.0.0.1:1"),
                 ("HUNCH_API_KEYS", "b, c"),
@@ -468,10 +469,16 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(s.listen, "0.0.0.0:9000", "the file named by HUNCH_CONFIG is read");
+        assert_eq!(
+            s.listen, "0.0.0.0:9000",
+            "the file named by HUNCH_CONFIG is read"
+        );
         assert_eq!(s.api_keys, vec!["b", "c"]);
         assert_eq!(s.sidecar_args, vec!["--queue=2"]);
-        assert!(s.demo, "HUNCH_NO_DEMO=false overrides the file's no_demo = true");
+        assert!(
+            s.demo,
+            "HUNCH_NO_DEMO=false overrides the file's no_demo = true"
+        );
     }
 
     #[test]
@@ -518,7 +525,9 @@ mod tests {
     fn bad_values_are_refused() {
         assert!(Settings::resolve(&args(&["--request-timeout=-1"]), &env(&[])).is_err());
         assert!(Settings::resolve(&args(&["--alias", "nope"]), &env(&[])).is_err());
-        assert!(Settings::resolve(&args(&["--alias", "a=b", "--alias", "a=c"]), &env(&[])).is_err());
+        assert!(
+            Settings::resolve(&args(&["--alias", "a=b", "--alias", "a=c"]), &env(&[])).is_err()
+        );
         assert!(toml::from_str::<Layer>("nonsense = 1").is_err());
         let (_dir, path) = file("listen = 5");
         let err = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap_err();

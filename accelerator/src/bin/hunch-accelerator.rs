@@ -263,7 +263,10 @@ mod tests {
         assert_eq!(parse_canvas_cap("128"), Ok(128));
         for bad in ["0", "15", "65", "144", "wide"] {
             let err = parse_canvas_cap(bad).unwrap_err();
-            assert!(err.contains("multiple of 16") || err.contains("not a number"), "{bad}: {err}");
+            assert!(
+                err.contains("multiple of 16") || err.contains("not a number"),
+                "{bad}: {err}"
+            );
         }
     }
 }

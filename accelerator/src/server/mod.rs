@@ -421,7 +421,11 @@ mod tests {
     async fn wait_for(health: &HealthCell, phase: Phase) {
         let start = Instant::now();
         while health.get().state != phase {
-            assert!(start.elapsed() < Duration::from_secs(30), "never {phase:?}: {:?}", health.get());
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "never {phase:?}: {:?}",
+                health.get()
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -429,7 +433,9 @@ mod tests {
     #[tokio::test]
     async fn an_engine_thread_that_panics_marks_the_sidecar_failed_and_refuses_reads() {
         let health = HealthCell::new("m");
-        let jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| Ok(PanicsOnWork::default()));
+        let jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| {
+            Ok(PanicsOnWork::default())
+        });
         let state = AppState {
             health: health.clone(),
             jobs,
@@ -459,9 +465,11 @@ mod tests {
     #[tokio::test]
     async fn a_panic_while_loading_marks_the_sidecar_failed() {
         let health = HealthCell::new("m");
-        let _jobs = spawn_engine(health.clone(), 4, |_: &HealthCell| -> Result<PanicsOnWork, String> {
-            panic!("injected load fault")
-        });
+        let _jobs = spawn_engine(
+            health.clone(),
+            4,
+            |_: &HealthCell| -> Result<PanicsOnWork, String> { panic!("injected load fault") },
+        );
         wait_for(&health, Phase::Failed).await;
         assert!(health.get().message.contains("injected load fault"));
     }

@@ -17,10 +17,10 @@ pub mod validate;
 
 use crate::metrics::Metrics;
 use crate::reader::{AnswerSettings, GatedReader, ModelEntry, ReadGate, Registry};
+pub use auth::ApiKeys;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
-pub use auth::ApiKeys;
 use error::ApiError;
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,12 +4,12 @@
 //! errors to its statuses and bodies (`{"detail": {"error_type", "message", …}}`, policy errors
 //! adding fields such as `limit`).
 
+use crate::api::auth::{bearer_token, matches_any};
+use crate::api::error::ApiError;
 use crate::api::middleware::RequestId;
 use crate::decision::policy_run::{self, ShadowGate, ShadowJob};
 use crate::decision::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
 use crate::decision::{api as decision_api, DecisionLog};
-use crate::api::auth::{bearer_token, matches_any};
-use crate::api::error::ApiError;
 use crate::policy::invoke::PolicyFailure;
 use crate::policy::registry::Stage;
 use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
@@ -54,9 +54,7 @@ impl From<InvokeError> for ApiError {
     fn from(e: InvokeError) -> Self {
         let message = e.to_string();
         match e {
-            InvokeError::NotFound(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
-            }
+            InvokeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
             InvokeError::InvalidInput(details) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
                     .with("details", json!(details))
@@ -125,9 +123,7 @@ impl From<RegistryError> for ApiError {
             RegistryError::Load(_) => {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
             }
-            RegistryError::Conflict(_) => {
-                ApiError::new(StatusCode::CONFLICT, "conflict", message)
-            }
+            RegistryError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
         }
     }
 }

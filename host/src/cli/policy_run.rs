@@ -348,7 +348,10 @@ async fn run_inner(args: &RunArgs) -> Result<RunOutcome, PolicyRunError> {
     .map_err(|e| PolicyRunError::Reader(e.to_string()))?;
     let log = ReadLog::default();
     let recording = RecordingReader::new(Arc::new(reader), log.clone(), false);
-    let result = loaded.policy.invoke(Some(Arc::new(recording)), &input).await;
+    let result = loaded
+        .policy
+        .invoke(Some(Arc::new(recording)), &input)
+        .await;
     target.shutdown().await;
     let invocation = result.map_err(PolicyRunError::Invoke)?;
     let records = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));

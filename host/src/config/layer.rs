@@ -7,7 +7,9 @@
 //! [`Layer::from_flags`] and [`Layer::from_env`], and its use in `Settings::from_layer`. The unit
 //! tests check that every flag has its variable and key and that `--help` names both.
 
-use super::parse::{parse_alias_arg, parse_bool, parse_model_arg, parse_upstream_arg, split_named_url};
+use super::parse::{
+    parse_alias_arg, parse_bool, parse_model_arg, parse_upstream_arg, split_named_url,
+};
 use super::{ConfigError, ServeArgs};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -21,21 +23,45 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--accelerator", "HUNCH_ACCELERATORS", "accelerators"),
     ("--upstream", "HUNCH_UPSTREAMS", "upstreams"),
     ("--upstream-key", "HUNCH_UPSTREAM_KEY", "upstream_key"),
-    ("--upstream-ca-file", "HUNCH_UPSTREAM_CA_FILE", "upstream_ca_file"),
+    (
+        "--upstream-ca-file",
+        "HUNCH_UPSTREAM_CA_FILE",
+        "upstream_ca_file",
+    ),
     ("--api-key", "HUNCH_API_KEYS", "api_keys"),
     ("--alias", "HUNCH_ALIASES", "aliases"),
-    ("--accelerator-bin", "HUNCH_ACCELERATOR_BIN", "accelerator_bin"),
+    (
+        "--accelerator-bin",
+        "HUNCH_ACCELERATOR_BIN",
+        "accelerator_bin",
+    ),
     ("--sidecar-arg", "HUNCH_SIDECAR_ARGS", "sidecar_args"),
     ("--max-body-bytes", "HUNCH_MAX_BODY_BYTES", "max_body_bytes"),
-    ("--request-timeout", "HUNCH_REQUEST_TIMEOUT", "request_timeout"),
-    ("--max-concurrent-reads", "HUNCH_MAX_CONCURRENT_READS", "max_concurrent_reads"),
-    ("--max-queued-reads", "HUNCH_MAX_QUEUED_READS", "max_queued_reads"),
+    (
+        "--request-timeout",
+        "HUNCH_REQUEST_TIMEOUT",
+        "request_timeout",
+    ),
+    (
+        "--max-concurrent-reads",
+        "HUNCH_MAX_CONCURRENT_READS",
+        "max_concurrent_reads",
+    ),
+    (
+        "--max-queued-reads",
+        "HUNCH_MAX_QUEUED_READS",
+        "max_queued_reads",
+    ),
     ("--shutdown-grace", "HUNCH_SHUTDOWN_GRACE", "shutdown_grace"),
     ("--no-demo", "HUNCH_NO_DEMO", "no_demo"),
     ("--policies", "HUNCH_POLICIES", "policies"),
     ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
     ("--questions", "HUNCH_QUESTIONS", "questions"),
-    ("--answer-cache-mb", "HUNCH_ANSWER_CACHE_MB", "answer_cache_mb"),
+    (
+        "--answer-cache-mb",
+        "HUNCH_ANSWER_CACHE_MB",
+        "answer_cache_mb",
+    ),
 ];
 
 /// The environment variable naming the TOML file.
@@ -152,7 +178,9 @@ fn aliases_from<'a>(
     for arg in args {
         let (alias, target) = parse_alias_arg(arg)?;
         if aliases.insert(alias.clone(), target).is_some() {
-            return Err(ConfigError::Invalid(format!("alias {alias:?} is given twice")));
+            return Err(ConfigError::Invalid(format!(
+                "alias {alias:?} is given twice"
+            )));
         }
     }
     Ok(aliases)
@@ -163,8 +191,7 @@ impl Layer {
     pub fn from_flags(args: &ServeArgs) -> Result<Layer, ConfigError> {
         Ok(Layer {
             listen: args.listen.clone(),
-            models: given(&args.models)
-                .map(|m| m.iter().map(|a| FileModel::from_arg(a)).collect()),
+            models: given(&args.models).map(|m| m.iter().map(|a| FileModel::from_arg(a)).collect()),
             accelerators: given(&args.accelerators)
                 .map(|a| a.iter().map(|a| FileAccelerator::from_arg(a)).collect()),
             upstreams: given(&args.upstreams)
@@ -210,12 +237,14 @@ impl Layer {
                     .collect::<Vec<_>>()
             })
         };
-        fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> Result<Option<T>, ConfigError> {
+        fn number<T: std::str::FromStr>(
+            name: &str,
+            value: Option<String>,
+        ) -> Result<Option<T>, ConfigError> {
             value
                 .map(|v| {
-                    v.parse().map_err(|_| {
-                        ConfigError::Invalid(format!("{name}={v:?} is not a number"))
-                    })
+                    v.parse()
+                        .map_err(|_| ConfigError::Invalid(format!("{name}={v:?} is not a number")))
                 })
                 .transpose()
         }
@@ -349,9 +378,15 @@ mod tests {
                 .find(|(f, _, _)| *f == flag)
                 .unwrap_or_else(|| panic!("{flag} is missing from SETTINGS"));
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default()
-                + &arg.get_long_help().map(|h| h.to_string()).unwrap_or_default();
+                + &arg
+                    .get_long_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
             assert!(help.contains(env), "--help of {flag} does not name {env}");
-            assert!(help.contains(&format!("`{key}`")), "--help of {flag} does not name `{key}`");
+            assert!(
+                help.contains(&format!("`{key}`")),
+                "--help of {flag} does not name `{key}`"
+            );
         }
     }
 
@@ -407,10 +442,9 @@ mod tests {
 
     #[test]
     fn a_bad_variable_is_refused_by_name() {
-        let err = Layer::from_env(&|name| {
-            (name == "HUNCH_MAX_BODY_BYTES").then(|| "lots".to_string())
-        })
-        .unwrap_err();
+        let err =
+            Layer::from_env(&|name| (name == "HUNCH_MAX_BODY_BYTES").then(|| "lots".to_string()))
+                .unwrap_err();
         assert!(err.to_string().contains("HUNCH_MAX_BODY_BYTES"), "{err}");
         let err = Layer::from_env(&|name| (name == "HUNCH_NO_DEMO").then(|| "maybe".to_string()))
             .unwrap_err();

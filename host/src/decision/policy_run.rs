@@ -39,10 +39,7 @@ pub fn policy_event(
     input: &Value,
     outcome: &Outcome,
 ) -> DecisionEvent {
-    let error = outcome
-        .as_ref()
-        .err()
-        .map(|e| ApiError::from(e.clone()));
+    let error = outcome.as_ref().err().map(|e| ApiError::from(e.clone()));
     let mut event = decision.event(error.as_ref().map_or(200, |e| e.status().as_u16()));
     event.policy = Some(policy_ref(policy, stage));
     event.model = model.map(|m| log.model_ref(m));
@@ -75,8 +72,7 @@ pub fn agreement(active: &Outcome, candidate: &Outcome) -> Agreement {
         (Ok(a), Ok(c)) if a.output == c.output => Agreement::Agree,
         (Ok(_), Ok(_)) => Agreement::Disagree,
         (Err(a), Err(c))
-            if ApiError::from(a.clone()).error_type()
-                == ApiError::from(c.clone()).error_type() =>
+            if ApiError::from(a.clone()).error_type() == ApiError::from(c.clone()).error_type() =>
         {
             Agreement::Agree
         }

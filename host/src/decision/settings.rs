@@ -9,15 +9,51 @@ use std::time::Duration;
 /// The decision log's settings: flag, environment variable, TOML key (in `[decision_log]`).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--decision-log", "HUNCH_DECISION_LOG", "decision_log.path"),
-    ("--decision-log-max-bytes", "HUNCH_DECISION_LOG_MAX_BYTES", "decision_log.max_bytes"),
-    ("--decision-log-rotate-seconds", "HUNCH_DECISION_LOG_ROTATE_SECONDS", "decision_log.rotate_seconds"),
-    ("--decision-log-keep", "HUNCH_DECISION_LOG_KEEP", "decision_log.keep"),
-    ("--decision-log-required", "HUNCH_DECISION_LOG_REQUIRED", "decision_log.required"),
-    ("--decision-log-omit-state", "HUNCH_DECISION_LOG_OMIT_STATE", "decision_log.omit_state"),
-    ("--decision-log-url", "HUNCH_DECISION_LOG_URL", "decision_log.url"),
-    ("--decision-log-url-key", "HUNCH_DECISION_LOG_URL_KEY", "decision_log.url_key"),
-    ("--decision-log-batch-bytes", "HUNCH_DECISION_LOG_BATCH_BYTES", "decision_log.batch_bytes"),
-    ("--decision-log-buffer", "HUNCH_DECISION_LOG_BUFFER", "decision_log.buffer"),
+    (
+        "--decision-log-max-bytes",
+        "HUNCH_DECISION_LOG_MAX_BYTES",
+        "decision_log.max_bytes",
+    ),
+    (
+        "--decision-log-rotate-seconds",
+        "HUNCH_DECISION_LOG_ROTATE_SECONDS",
+        "decision_log.rotate_seconds",
+    ),
+    (
+        "--decision-log-keep",
+        "HUNCH_DECISION_LOG_KEEP",
+        "decision_log.keep",
+    ),
+    (
+        "--decision-log-required",
+        "HUNCH_DECISION_LOG_REQUIRED",
+        "decision_log.required",
+    ),
+    (
+        "--decision-log-omit-state",
+        "HUNCH_DECISION_LOG_OMIT_STATE",
+        "decision_log.omit_state",
+    ),
+    (
+        "--decision-log-url",
+        "HUNCH_DECISION_LOG_URL",
+        "decision_log.url",
+    ),
+    (
+        "--decision-log-url-key",
+        "HUNCH_DECISION_LOG_URL_KEY",
+        "decision_log.url_key",
+    ),
+    (
+        "--decision-log-batch-bytes",
+        "HUNCH_DECISION_LOG_BATCH_BYTES",
+        "decision_log.batch_bytes",
+    ),
+    (
+        "--decision-log-buffer",
+        "HUNCH_DECISION_LOG_BUFFER",
+        "decision_log.buffer",
+    ),
 ];
 
 #[derive(Debug, Clone, Default, Args)]
