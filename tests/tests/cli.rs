@@ -7,6 +7,7 @@
 //! order inside one test.
 
 use hunch::policy::testing::built_policy;
+use hunch_e2e::http::post_json;
 use hunch_e2e::{accelerator_bin, hunch_bin, start_hunch_real, tiny_checkpoint, Hunch, TINY_MODEL};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -49,14 +50,8 @@ fn line(id: &str, url: &str, body: &Value) -> String {
 }
 
 async fn post(server: &Hunch, url: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{url}", server.url))
-        .json(body)
-        .send()
-        .await
-        .expect("the request is sent");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    let (status, _, body) = post_json(&format!("{}{url}", server.url), body, &[]).await;
+    (status, body)
 }
 
 /// Output lines by `custom_id` (`None` ids under the line's `id`), asserting each is whole JSON.
@@ -430,7 +425,10 @@ async fn policy_run_and_check(server: &Hunch, wasm: &Path) {
         serde_json::from_value(got["read_records"].clone()).expect("decision-log read records");
     assert!(!records.is_empty());
     for r in &records {
-        let distributions = r.distributions.as_ref().expect("a distribution per question");
+        let distributions = r
+            .distributions
+            .as_ref()
+            .expect("a distribution per question");
         assert_eq!(distributions.len(), r.questions.len());
         assert_eq!(r.state_sha256.len(), 64);
     }

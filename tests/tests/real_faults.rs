@@ -3,6 +3,7 @@
 //! answer 503 + `Retry-After` (never hang), restart the sidecar, and say which file is wrong and
 //! why.
 
+use hunch_e2e::http::{metric, post_systemone};
 use hunch_e2e::{
     copy_checkpoint, sidecar_pid, start_hunch_real, start_hunch_real_unready, target_dir,
     tiny_checkpoint, Hunch,
@@ -10,28 +11,6 @@ use hunch_e2e::{
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{url}/v1/systemone"))
-        .json(body)
-        .send()
-        .await
-        .expect("request sent")
-}
-
-async fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
-}
 
 /// A read that keeps the real engine busy for a while: a long state, many questions, 64 draws.
 fn slow_request() -> Value {
@@ -55,7 +34,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     let url = hunch.url.clone();
     let in_flight = tokio::spawn(async move {
         let started = Instant::now();
-        let r = post(&url, &slow_request()).await;
+        let r = post_systemone(&url, &slow_request()).await;
         let status = r.status().as_u16();
         let retry_after = r.headers().get("retry-after").cloned();
         let body: Value = r.json().await.unwrap_or(Value::Null);
@@ -63,7 +42,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     });
     // Kill it only once the read really is with the sidecar.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&hunch.url, "hunch_reads_in_flight").await < 1.0 {
+    while metric::<f64>(&hunch.url, "hunch_reads_in_flight").await < 1.0 {
         assert!(Instant::now() < deadline, "the read never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -90,7 +69,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     // Refused at once while it restarts, then a new sidecar (a new process) answers.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         if r.status() == 200 {
             break;
         }
@@ -134,19 +113,25 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
     hunch_e2e::wait_ready_or_logs(&hunch, hunch_e2e::REAL_READY_TIMEOUT).await;
     let old = sidecar_pid(hunch.process.pid()).expect("hunch runs a hunch-accelerator child");
 
-    let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+    let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
     assert_eq!(r.status(), 503, "{}", hunch.process.logs());
     assert!(r.headers().contains_key("retry-after"));
-    assert!(marker.exists(), "the injected fault did not fire (a release build?)");
+    assert!(
+        marker.exists(),
+        "the injected fault did not fire (a release build?)"
+    );
 
     let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
     loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         if r.status() == 200 {
             break;
         }
         let body = r.text().await.unwrap_or_default();
-        assert!(!body.contains("queue is full"), "a dead engine reported as a full queue: {body}");
+        assert!(
+            !body.contains("queue is full"),
+            "a dead engine reported as a full queue: {body}"
+        );
         assert!(
             Instant::now() < deadline,
             "the sidecar was not restarted; logs:\n{}",
@@ -177,7 +162,7 @@ async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, Strin
     let hunch = start_hunch_real_unready(dir, &[]);
     let deadline = Instant::now() + Duration::from_secs(90);
     let message = loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         let status = r.status().as_u16();
         assert!(r.headers().contains_key("retry-after"), "status {status}");
         let body: Value = r.json().await.expect("a JSON error");
