@@ -3,7 +3,8 @@
 //! stopped by the limit they break while the server keeps serving, hot reload under load,
 //! refusal of a broken file, deployments over HTTP.
 
-use hunch::policy::testing::{built_policy, with_marker};
+use hunch::policy::testing::{built_policy, fresh_version};
+use hunch_e2e::http::{get_json, send_json};
 use hunch_e2e::{start_hunch_with_fixture, Hunch};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -31,9 +32,7 @@ async fn server(dir: &Path) -> Hunch {
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
-    let r = client.post(url).json(body).send().await.expect("request");
-    let status = r.status().as_u16();
-    let body = r.json::<Value>().await.unwrap_or(Value::Null);
+    let (status, _, body) = send_json(client.post(url).json(body)).await;
     (status, body)
 }
 
@@ -58,14 +57,7 @@ async fn example_policies_decide_real_inputs_over_http() {
     let hunch = server(dir.path()).await;
     let client = reqwest::Client::new();
 
-    let list: Value = client
-        .get(format!("{}/v1/policies", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = get_json(&format!("{}/v1/policies", hunch.url)).await;
     let names: Vec<&str> = list["policies"]
         .as_array()
         .unwrap()
@@ -191,14 +183,7 @@ async fn a_policy_replaced_on_disk_is_served_with_no_failed_request_meanwhile() 
     let (_, first) = post(&client, &url, &json!({"attack": "none"})).await;
     let old = first["version"].as_str().unwrap().to_string();
 
-    let marker = format!(
-        "e2e-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let new_wasm = with_marker(built_policy("hostile").unwrap(), &marker);
+    let new_wasm = fresh_version("hostile", "e2e").unwrap();
     let new = hunch::policy::invoke::content_hash(&new_wasm);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -275,7 +260,7 @@ async fn a_broken_wasm_is_refused_and_the_old_version_keeps_serving() {
     .unwrap();
     let started = Instant::now();
     let status = loop {
-        let s: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        let s = get_json(&url).await;
         if s["last_reload"]["ok"] == false {
             break s;
         }
