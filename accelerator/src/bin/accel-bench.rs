@@ -221,7 +221,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg_json: Value = serde_json::from_str(&cfg_text)?;
     let tc = &cfg_json["text_config"];
     let mut env = Map::new();
-    env.insert("mlx".into(), json!("0.32.2"));
+    env.insert("mlx".into(), json!(mlx_sys::MLX_VERSION));
     env.insert("machine".into(), json!(std::env::consts::ARCH));
     env.insert("system".into(), json!(std::env::consts::OS));
     env.insert("device".into(), json!("cpu"));
