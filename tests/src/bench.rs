@@ -1,6 +1,62 @@
 //! Small pieces the benchmark binaries share (`read-bench`, `batch-bench`).
 
 use hunch_core::{ChoiceOption, Question, QuestionKind, ReadOptions, ReadRequest};
+use std::fmt::Display;
+use std::path::Path;
+use std::process::ExitCode;
+use std::str::FromStr;
+
+/// A benchmark's command-line flags, read one at a time.
+pub struct Flags(std::iter::Skip<std::env::Args>);
+
+impl Flags {
+    /// The flags this process was started with.
+    pub fn from_env() -> Self {
+        Flags(std::env::args().skip(1))
+    }
+
+    /// The next flag, if any.
+    pub fn next_flag(&mut self) -> Option<String> {
+        self.0.next()
+    }
+
+    /// The value that follows `flag`.
+    pub fn value(&mut self, flag: &str) -> Result<String, String> {
+        self.0.next().ok_or_else(|| format!("{flag} needs a value"))
+    }
+
+    /// The value that follows `flag`, parsed.
+    pub fn parsed<T: FromStr>(&mut self, flag: &str) -> Result<T, String>
+    where
+        T::Err: Display,
+    {
+        self.value(flag)?
+            .parse()
+            .map_err(|e| format!("{flag}: {e}"))
+    }
+}
+
+/// The exit status of a benchmark whose run ended with `result`; an error is printed as
+/// `program: error`.
+pub fn exit_code(program: &str, result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bytes of the files in `dir` (a checkpoint's size on disk).
+pub fn dir_bytes(dir: &Path) -> Result<u64, String> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum())
+}
 
 /// The shared libraries a process has mapped whose names say BLAS or LAPACK.
 pub fn mapped_blas(pid: u32) -> Vec<String> {
