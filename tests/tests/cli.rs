@@ -31,6 +31,15 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `hunch args`, which must exit with `code` and say why in one line on stderr; returns it.
+fn one_line_error(args: &[&str], code: i32) -> String {
+    let out = hunch(args);
+    assert_eq!(out.status.code(), Some(code), "{args:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 fn questions() -> Value {
     json!({
         "urgent": {"type": "noul", "instructions": "Is this urgent?"},
@@ -389,20 +398,20 @@ async fn ask(server: &Hunch) {
     assert!(out.contains("2: furious"), "{out}");
     assert!(out.contains('█') || out.contains('▏'), "bars: {out}");
 
-    let refused = hunch(&[
-        "ask",
-        "--server",
-        &server.url,
-        "--state",
-        "x",
-        "--model",
-        "nope",
-        "--noul",
-        "Q?",
-    ]);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = text(&refused.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        &[
+            "ask",
+            "--server",
+            &server.url,
+            "--state",
+            "x",
+            "--model",
+            "nope",
+            "--noul",
+            "Q?",
+        ],
+        1,
+    );
     assert!(err.contains("HTTP 404"), "{err}");
 }
 
@@ -545,18 +554,18 @@ fn every_client_command_has_help_with_an_example_and_one_line_errors() {
         assert!(help.contains("Example"), "{cmd:?}: {help}");
         assert!(help.contains("hunch "), "{cmd:?}: {help}");
     }
-    let missing = hunch(&[
-        "batch",
-        "-i",
-        "/nonexistent.jsonl",
-        "-o",
-        "/tmp/x.jsonl",
-        "--server",
-        "http://127.0.0.1:9",
-    ]);
-    assert_eq!(missing.status.code(), Some(2));
-    let err = text(&missing.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        &[
+            "batch",
+            "-i",
+            "/nonexistent.jsonl",
+            "-o",
+            "/tmp/x.jsonl",
+            "--server",
+            "http://127.0.0.1:9",
+        ],
+        2,
+    );
     assert!(err.contains("/nonexistent.jsonl"), "{err}");
     let no_target = hunch(&["ask", "--state", "x", "--noul", "Q?"]);
     assert_eq!(no_target.status.code(), Some(1));

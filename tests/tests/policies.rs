@@ -36,6 +36,17 @@ async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value)
     (status, body)
 }
 
+/// A server with the hostile policy installed in `dir` as `p`: the server, `p`'s URL and the
+/// version it serves.
+async fn serving_hostile(dir: &Path) -> (Hunch, String, String) {
+    install(dir, "p", "hostile", None);
+    let hunch = server(dir).await;
+    let url = format!("{}/v1/policies/p", hunch.url);
+    let (_, first) = post(&reqwest::Client::new(), &url, &json!({"attack": "none"})).await;
+    let version = first["version"].as_str().unwrap().to_string();
+    (hunch, url, version)
+}
+
 fn examples() -> Vec<(&'static str, Value)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/policies");
     let read = |f: &str| -> Value {
@@ -176,12 +187,8 @@ async fn hostile_policies_are_stopped_by_the_limit_they_break_and_the_server_kee
 #[tokio::test]
 async fn a_policy_replaced_on_disk_is_served_with_no_failed_request_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "p", "hostile", None);
-    let hunch = server(dir.path()).await;
+    let (_hunch, url, old) = serving_hostile(dir.path()).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/policies/p", hunch.url);
-    let (_, first) = post(&client, &url, &json!({"attack": "none"})).await;
-    let old = first["version"].as_str().unwrap().to_string();
 
     let new_wasm = fresh_version("hostile", "e2e").unwrap();
     let new = hunch::policy::invoke::content_hash(&new_wasm);
@@ -246,12 +253,8 @@ async fn a_policy_replaced_on_disk_is_served_with_no_failed_request_meanwhile() 
 #[tokio::test]
 async fn a_broken_wasm_is_refused_and_the_old_version_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "p", "hostile", None);
-    let hunch = server(dir.path()).await;
+    let (hunch, url, good) = serving_hostile(dir.path()).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/policies/p", hunch.url);
-    let (_, first) = post(&client, &url, &json!({"attack": "none"})).await;
-    let good = first["version"].as_str().unwrap().to_string();
 
     std::fs::write(
         dir.path().join("p.wasm"),

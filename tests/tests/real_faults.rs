@@ -12,6 +12,32 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Posts the sample request until it is answered, within `timeout`, checking each refusal
+/// meanwhile with `refused`; then the answering sidecar must be a new process, not `old`.
+async fn answered_by_a_new_sidecar(
+    hunch: &Hunch,
+    old: u32,
+    timeout: Duration,
+    refused: impl AsyncFn(reqwest::Response),
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        refused(r).await;
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar was not restarted; logs:\n{}",
+            hunch.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
+    assert_ne!(old, new, "the answer came from a new sidecar process");
+}
+
 /// A read that keeps the real engine busy for a while: a long state, many questions, 64 draws.
 fn slow_request() -> Value {
     let mut questions = serde_json::Map::new();
@@ -67,23 +93,11 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     );
 
     // Refused at once while it restarts, then a new sidecar (a new process) answers.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
-        if r.status() == 200 {
-            break;
-        }
+    answered_by_a_new_sidecar(&hunch, old, Duration::from_secs(120), async |r| {
         assert_eq!(r.status(), 503, "{}", r.text().await.unwrap_or_default());
         assert!(r.headers().contains_key("retry-after"));
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar was not restarted; logs:\n{}",
-            hunch.process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
-    assert_ne!(old, new, "the answer came from a new sidecar process");
+    })
+    .await;
     let logs = hunch.process.logs();
     assert!(logs.contains("the sidecar exited"), "{logs}");
 }
@@ -121,26 +135,15 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
         "the injected fault did not fire (a release build?)"
     );
 
-    let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
-    loop {
-        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
-        if r.status() == 200 {
-            break;
-        }
+    let timeout = hunch_e2e::REAL_READY_TIMEOUT;
+    answered_by_a_new_sidecar(&hunch, old, timeout, async |r| {
         let body = r.text().await.unwrap_or_default();
         assert!(
             !body.contains("queue is full"),
             "a dead engine reported as a full queue: {body}"
         );
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar was not restarted; logs:\n{}",
-            hunch.process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
-    assert_ne!(old, new, "the answer came from a new sidecar process");
+    })
+    .await;
     let logs = hunch.process.logs();
     assert!(logs.contains("the sidecar failed"), "{logs}");
     assert!(logs.contains("the engine thread stopped"), "{logs}");
