@@ -2,8 +2,6 @@
 //! checkpoint (`tests/data/tiny-hf/`: a transformers-written checkpoint with the outputs of its forward pass,
 //! see docs/model.md), in float32.
 
-use std::path::{Path, PathBuf};
-
 use hunch_accelerator::{
     checkpoint::{
         arrays,

@@ -692,16 +692,21 @@ mod tests {
         }
     }
 
+    /// Rewrites `dir`'s config.json as `edit` changes it.
+    fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = dir.join("config.json");
+        let mut cfg = read_json(&path).expect("cfg");
+        edit(&mut cfg);
+        std::fs::write(&path, cfg.to_string()).expect("write");
+    }
+
     #[test]
     fn validation_names_tensor_file_and_shapes() {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = tmp.path().join("q");
         random(&d, Layout::Nvfp4, &[]);
         // claim a different hidden size: the first tensor read must fail with both shapes
-        let cfg_path = d.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
-        cfg["text_config"]["vocab_size"] = 4096.into();
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| cfg["text_config"]["vocab_size"] = 4096.into());
         let e = Checkpoint::open(&d).expect_err("must fail");
         let msg = e.to_string();
         assert!(matches!(e.misfit(), LayoutError::Shape { .. }), "{msg}");
@@ -714,11 +719,12 @@ mod tests {
             "{msg}"
         );
         // a tensor missing from the manifest's files
-        cfg["text_config"]["vocab_size"] = 2048.into();
-        cfg["text_config"]["num_hidden_layers"] = 7.into();
-        cfg["text_config"]["layer_types"] =
-            serde_json::json!(crate::checkpoint::dims::layer_types_for(7));
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| {
+            cfg["text_config"]["vocab_size"] = 2048.into();
+            cfg["text_config"]["num_hidden_layers"] = 7.into();
+            cfg["text_config"]["layer_types"] =
+                serde_json::json!(crate::checkpoint::dims::layer_types_for(7));
+        });
         let msg = Checkpoint::open(&d).expect_err("must fail").to_string();
         assert!(
             msg.contains("model.decoder.layers.6.") && msg.contains("missing"),
@@ -814,12 +820,11 @@ mod tests {
         random(&affine, Layout::Affine, &[]);
         std::fs::remove_file(affine.join(INDEX)).expect("rm");
         assert_eq!(detect_layout(&affine).expect("affine"), Layout::Affine);
-        let cfg_path = affine.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
-        for key in ["quantization", "quantization_config"] {
-            cfg[key]["mode"] = "nvfp4".into();
-        }
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&affine, |cfg| {
+            for key in ["quantization", "quantization_config"] {
+                cfg[key]["mode"] = "nvfp4".into();
+            }
+        });
         let e = detect_layout(&affine).expect_err("an nvfp4 block is not affine");
         assert!(matches!(e, LayoutError::NoLayoutFits { .. }), "{e}");
     }
@@ -886,15 +891,13 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = tmp.path().join("hf");
         random(&d, Layout::Hf, &[]);
-        let cfg_path = d.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
         // The tensors are dense: a quant_method in the config does not change what they are.
-        cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"});
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| {
+            cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"})
+        });
         assert_eq!(detect_layout(&d).expect("detect"), Layout::Hf);
         // When the tensors fit nothing, the error says what the config claims.
-        cfg["text_config"]["hidden_size"] = 256.into();
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| cfg["text_config"]["hidden_size"] = 256.into());
         let msg = detect_layout(&d).expect_err("refused").to_string();
         assert!(msg.contains("\"modelopt\""), "{msg}");
     }
