@@ -216,20 +216,12 @@ async fn run() -> Result<(), String> {
     let args = parse_args()?;
     let dir = checkpoint(&args.preset)?;
     let accelerator = hunch_e2e::accelerator_bin();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = hunch_e2e::bench::cores();
     println!(
         "isolation-bench: {cores} cores (load {}), {} build, preset {} ({}), float32, CPU; \
          {} repetitions per case, latency = median",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        },
+        hunch_e2e::bench::load_average(),
+        hunch_e2e::bench::build_kind(),
         args.preset,
         dir.display(),
         args.reps

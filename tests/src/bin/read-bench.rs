@@ -322,22 +322,12 @@ async fn stack_part(
 
 async fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = hunch_e2e::bench::cores();
     println!(
         "read-bench: {cores} cores available, load average {}, binaries in {} ({} build)",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
+        hunch_e2e::bench::load_average(),
         target_dir().display(),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        }
+        hunch_e2e::bench::build_kind()
     );
     let accelerator = hunch_e2e::accelerator_bin();
     let dir = match &args.ckpt {
