@@ -17,7 +17,7 @@ use hunch_accelerator::{
     checkpoint::{
         mapped::{LoadedWeight, MappedLayout},
         tensors::{Dtype as FileDtype, PlannedTensor, SafetensorsFile},
-        Checkpoint, Layout, LoadError, QuantMode, Weight,
+        Checkpoint, Layout, LoadError, QuantMode, QuantizedWeight, Weight,
     },
     model::experts::dequantize_nvfp4,
     tools::{
@@ -84,14 +84,7 @@ fn dequantised(name: &str, w: &Weight<'_>, affine_src: SourceDtype) -> Res<Vec<f
         Weight::Dense(v) => Ok(v.to_f32()?),
         Weight::Quantized(q) => match q.mode {
             QuantMode::Affine { group_size, bits } => {
-                let a = quant::Affine {
-                    codes: q.codes.to_u32()?,
-                    scales: q.scales.to_f32()?,
-                    biases: q.biases.ok_or("no biases")?.to_f32()?,
-                    bits,
-                    group_size,
-                };
-                Ok(quant::dequantize_affine(&a, affine_src))
+                dequantised_affine(q, group_size, bits, affine_src)
             }
             QuantMode::Nvfp4 => {
                 let gs = q.global_scale.ok_or("no global scale")?.to_f32()?;
@@ -152,6 +145,23 @@ fn converted(tmp: &Path, layout: Layout) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// `quant.rs`'s dequantisation of the affine weight `q`, in `src` arithmetic.
+fn dequantised_affine(
+    q: &QuantizedWeight<'_>,
+    group_size: usize,
+    bits: u32,
+    src: SourceDtype,
+) -> Res<Vec<f32>> {
+    let a = quant::Affine {
+        codes: q.codes.to_u32()?,
+        scales: q.scales.to_f32()?,
+        biases: q.biases.ok_or("no biases")?.to_f32()?,
+        bits,
+        group_size,
+    };
+    Ok(quant::dequantize_affine(&a, src))
+}
+
 /// MLX's dequantisation of the arrays the loader builds equals `quant.rs`'s, bit for bit.
 fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
     let c = Checkpoint::open(dir)?;
@@ -188,16 +198,7 @@ fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
         match mode {
             QuantMode::Affine { group_size, bits } => {
                 let biases = biases.ok_or("no biases")?;
-                let rust = |src| -> Res<Vec<f32>> {
-                    let a = quant::Affine {
-                        codes: q.codes.to_u32()?,
-                        scales: q.scales.to_f32()?,
-                        biases: q.biases.ok_or("no biases")?.to_f32()?,
-                        bits,
-                        group_size,
-                    };
-                    Ok(quant::dequantize_affine(&a, src))
-                };
+                let rust = |src| dequantised_affine(&q, group_size, bits, src);
                 let (g, b) = (group_size as i32, bits as i32);
                 // As stored (bf16 arithmetic) …
                 let mlx = ops::dequantize(&codes, &scales, &biases, g, b)?;
