@@ -31,6 +31,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `hunch batch -i input -o output` with `flags`.
+fn batch(input: &Path, output: &Path, flags: &[&str]) -> Output {
+    let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
+    hunch(&[&["batch", "-i", &i, "-o", &o][..], flags].concat())
+}
+
 /// Runs `hunch args`, which must exit with `code` and say why in one line on stderr; returns it.
 fn one_line_error(args: &[&str], code: i32) -> String {
     let out = hunch(args);
@@ -152,22 +158,20 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     let input = dir.join("mixed.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let output = dir.join("mixed.out.jsonl");
-    let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
-    let run = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        &server.url,
-        "--progress",
-        "lines",
-        "--retries",
-        "3",
-        "--concurrency",
-        "2",
-    ]);
+    let run = batch(
+        &input,
+        &output,
+        &[
+            "--server",
+            &server.url,
+            "--progress",
+            "lines",
+            "--retries",
+            "3",
+            "--concurrency",
+            "2",
+        ],
+    );
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("13 lines: 8 answered"), "{stderr}");
@@ -319,19 +323,11 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     std::io::Write::write_all(&mut file, b"{\"custom_id\":\"t9\",\"respo").unwrap();
     drop(file);
 
-    let o = output.to_string_lossy().into_owned();
-    let i = input.to_string_lossy().into_owned();
-    let last = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        &server.url,
-        "--progress",
-        "off",
-    ]);
+    let last = batch(
+        &input,
+        &output,
+        &["--server", &server.url, "--progress", "off"],
+    );
     let stderr = text(&last.stderr);
     assert_eq!(last.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("torn last line repaired"), "{stderr}");
@@ -343,17 +339,11 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     }
 
     // Once complete, a rerun sends nothing and loads nothing.
-    let again = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        "http://127.0.0.1:9",
-        "--progress",
-        "off",
-    ]);
+    let again = batch(
+        &input,
+        &output,
+        &["--server", "http://127.0.0.1:9", "--progress", "off"],
+    );
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     assert_eq!(read_output(&output).len(), n);
 }
@@ -493,19 +483,18 @@ async fn batch_with_a_local_model(server: &Hunch, dir: &Path, policies: &Path) {
     std::fs::write(&input, lines.join("\n")).unwrap();
     let output = dir.join("local.out.jsonl");
     let model = format!("{TINY_MODEL}={}", tiny_checkpoint().display());
-    let run = hunch(&[
-        "batch",
-        "-i",
-        &input.to_string_lossy(),
-        "-o",
-        &output.to_string_lossy(),
-        "--model",
-        &model,
-        "--policies",
-        &policies.to_string_lossy(),
-        "--progress",
-        "off",
-    ]);
+    let run = batch(
+        &input,
+        &output,
+        &[
+            "--model",
+            &model,
+            "--policies",
+            &policies.to_string_lossy(),
+            "--progress",
+            "off",
+        ],
+    );
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let map = by_id(&read_output(&output));
     for (id, body) in [("a", &bodies[0]), ("b", &bodies[1])] {
