@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::dims::{DimsError, ModelDims, TensorSpec};
+use super::error::FileError;
 use super::files::{weight_files, FilesError, MapSource};
 use super::format::{
     affine_block, affine_storage, storage_for, stored_tensors, weight_name, Layout,
@@ -29,13 +30,8 @@ use super::tensors::{Dtype, PlannedTensor, TensorError, TensorSet, TensorView};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {why}")]
-    Json { path: PathBuf, why: String },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{dir}: no checkpoint found ({why})")]
     NotACheckpoint { dir: PathBuf, why: String },
     #[error(transparent)]
@@ -96,19 +92,10 @@ impl LayoutError {
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LayoutError + '_ {
-    move |source| LayoutError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value, LayoutError> {
-    let text = std::fs::read_to_string(path).map_err(io(path))?;
-    serde_json::from_str(&text).map_err(|e| LayoutError::Json {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+/// The JSON file at `path` (a checkpoint's `config.json`, its index or manifest).
+pub(crate) fn read_json(path: &Path) -> Result<Value, FileError> {
+    let text = std::fs::read_to_string(path).map_err(FileError::io(path))?;
+    serde_json::from_str(&text).map_err(|e| FileError::json(path, e))
 }
 
 /// Which layout the checkpoint in `dir` holds (opens and validates it; see [`Checkpoint::open`]).
