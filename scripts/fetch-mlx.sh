@@ -6,8 +6,9 @@
 #   HUNCH_MLX_WHEEL=/path/to/wheel.whl   use this wheel instead of downloading
 #   HUNCH_PYTHON=python3                 the interpreter whose pip downloads
 set -euo pipefail
-MLX_VERSION=0.32.2
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The one pin, shared with accelerator/mlx-sys/build.rs.
+MLX_VERSION="$(tr -d '[:space:]' < "$root/accelerator/mlx-sys/MLX_VERSION")"
 python="${HUNCH_PYTHON:-python3}"
 backend="${HUNCH_MLX_BACKEND:-}"
 if [[ -z "$backend" ]]; then

@@ -20,7 +20,9 @@ use std::{
 };
 
 /// The MLX version the mlx-c sources of `mlx-sys` 0.7.0 were written for (their CMake `GIT_TAG`).
-const MLX_VERSION: &str = "0.32.2";
+/// The pin lives in the file `MLX_VERSION` (read by `scripts/fetch-mlx.sh` too); the crate gets it
+/// as `mlx_sys::MLX_VERSION`.
+const MLX_VERSION: &str = include_str!("MLX_VERSION").trim_ascii();
 /// The published crate that carries those mlx-c sources in `src/mlx-c`.
 const MLX_C_CARRIER: &str = "=0.7.0";
 
@@ -87,6 +89,8 @@ fn main() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=MLX_VERSION");
+    println!("cargo:rustc-env=MLX_SYS_MLX_VERSION={MLX_VERSION}");
     println!("cargo:rerun-if-changed=shim");
 
     let backend = Backend::from_env();

@@ -17,7 +17,7 @@ use hunch_accelerator::{
     checkpoint::{
         mapped::{LoadedWeight, MappedLayout},
         tensors::{Dtype as FileDtype, PlannedTensor, SafetensorsFile},
-        Checkpoint, Layout, LoadError, QuantMode, Weight,
+        Checkpoint, Layout, LoadError, QuantMode, QuantizedWeight, Weight,
     },
     model::experts::dequantize_nvfp4,
     tools::{
@@ -30,91 +30,14 @@ use hunch_accelerator::{
 };
 use mlx_rs::{ops, Dtype};
 
+mod golden;
+use golden::{data_dir, read_npy, Npy};
+
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// The tolerance of the brief; never loosened to make a test pass.
 const TOL: f32 = 1e-3;
-
-fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny-hf")
-}
-
-/// A minimal `.npy` reader (`<f4` / `<i8`, C order), as in `parity.rs`.
-struct Npy {
-    shape: Vec<usize>,
-    descr: String,
-    data: Vec<u8>,
-}
-
-fn read_npy(name: &str) -> Res<Npy> {
-    let bytes = std::fs::read(data_dir().join(name))?;
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(format!("{name}: not an npy file").into());
-    }
-    let (header_len, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        _ => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-    };
-    let header = std::str::from_utf8(&bytes[start..start + header_len])?;
-    let field = |key: &str| -> Result<&str, String> {
-        let at = header
-            .find(key)
-            .ok_or_else(|| format!("{name}: no {key}"))?;
-        Ok(&header[at + key.len()..])
-    };
-    let descr = field("'descr': '")?
-        .split('\'')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let shape = field("'shape': (")?
-        .split(')')
-        .next()
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::parse)
-        .collect::<Result<Vec<usize>, _>>()?;
-    Ok(Npy {
-        shape,
-        descr,
-        data: bytes[start + header_len..].to_vec(),
-    })
-}
-
-impl Npy {
-    fn f32s(&self) -> Res<Vec<f32>> {
-        if self.descr != "<f4" {
-            return Err(format!("expected <f4, got {}", self.descr).into());
-        }
-        Ok(self
-            .data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
-    }
-
-    fn ids(&self) -> Res<Vec<u32>> {
-        if self.descr != "<i8" {
-            return Err(format!("expected <i8, got {}", self.descr).into());
-        }
-        Ok(self
-            .data
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as u32)
-            .collect())
-    }
-
-    fn rows(&self) -> Res<Vec<Vec<u32>>> {
-        let width = *self.shape.last().ok_or("scalar")?;
-        Ok(self.ids()?.chunks(width).map(<[u32]>::to_vec).collect())
-    }
-}
 
 fn f32_vec(a: &Array) -> Res<Vec<f32>> {
     let a = a.as_dtype(Dtype::Float32)?;
@@ -161,14 +84,7 @@ fn dequantised(name: &str, w: &Weight<'_>, affine_src: SourceDtype) -> Res<Vec<f
         Weight::Dense(v) => Ok(v.to_f32()?),
         Weight::Quantized(q) => match q.mode {
             QuantMode::Affine { group_size, bits } => {
-                let a = quant::Affine {
-                    codes: q.codes.to_u32()?,
-                    scales: q.scales.to_f32()?,
-                    biases: q.biases.ok_or("no biases")?.to_f32()?,
-                    bits,
-                    group_size,
-                };
-                Ok(quant::dequantize_affine(&a, affine_src))
+                dequantised_affine(q, group_size, bits, affine_src)
             }
             QuantMode::Nvfp4 => {
                 let gs = q.global_scale.ok_or("no global scale")?.to_f32()?;
@@ -229,6 +145,23 @@ fn converted(tmp: &Path, layout: Layout) -> Res<PathBuf> {
     Ok(dir)
 }
 
+/// `quant.rs`'s dequantisation of the affine weight `q`, in `src` arithmetic.
+fn dequantised_affine(
+    q: &QuantizedWeight<'_>,
+    group_size: usize,
+    bits: u32,
+    src: SourceDtype,
+) -> Res<Vec<f32>> {
+    let a = quant::Affine {
+        codes: q.codes.to_u32()?,
+        scales: q.scales.to_f32()?,
+        biases: q.biases.ok_or("no biases")?.to_f32()?,
+        bits,
+        group_size,
+    };
+    Ok(quant::dequantize_affine(&a, src))
+}
+
 /// MLX's dequantisation of the arrays the loader builds equals `quant.rs`'s, bit for bit.
 fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
     let c = Checkpoint::open(dir)?;
@@ -265,16 +198,7 @@ fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
         match mode {
             QuantMode::Affine { group_size, bits } => {
                 let biases = biases.ok_or("no biases")?;
-                let rust = |src| -> Res<Vec<f32>> {
-                    let a = quant::Affine {
-                        codes: q.codes.to_u32()?,
-                        scales: q.scales.to_f32()?,
-                        biases: q.biases.ok_or("no biases")?.to_f32()?,
-                        bits,
-                        group_size,
-                    };
-                    Ok(quant::dequantize_affine(&a, src))
-                };
+                let rust = |src| dequantised_affine(&q, group_size, bits, src);
                 let (g, b) = (group_size as i32, bits as i32);
                 // As stored (bf16 arithmetic) …
                 let mlx = ops::dequantize(&codes, &scales, &biases, g, b)?;

@@ -206,25 +206,13 @@ impl<K: Serialize, V: Serialize> Serialize for OrderedMap<'_, K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::question::ChoiceOption;
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 5e-3
     }
 
     fn choice(names: &[&str]) -> Question {
-        Question {
-            instructions: "pick".into(),
-            kind: QuestionKind::Choice {
-                options: names
-                    .iter()
-                    .map(|n| ChoiceOption {
-                        name: n.to_string(),
-                        description: None,
-                    })
-                    .collect(),
-            },
-        }
+        crate::question::examples::choice("pick", names)
     }
 
     fn score(n: usize) -> Question {

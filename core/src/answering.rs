@@ -317,13 +317,20 @@ mod tests {
         }
     }
 
+    /// `answer_set` with isolated questions and the default answering.
+    async fn answer(
+        reader: &Stub,
+        state: &str,
+        set: &[AskedQuestion],
+    ) -> Result<AnsweredSet, SetError> {
+        answer_set(reader, state, set, &isolated(), Answering::default()).await
+    }
+
     #[tokio::test]
     async fn one_label_questions_are_not_read_and_answers_keep_the_set_order() {
         let reader = Stub::new();
         let set = vec![choice("only", 1), noul("a"), choice("c", 3)];
-        let out = answer_set(&reader, "s", &set, &isolated(), Answering::default())
-            .await
-            .unwrap();
+        let out = answer(&reader, "s", &set).await.unwrap();
         assert_eq!(reader.asked()[0].questions.len(), 2);
         assert_eq!(out.answers.len(), 3);
         assert_eq!(out.answers[0].distribution(), vec![1.0]);
@@ -341,9 +348,7 @@ mod tests {
             message: "labels do not fit".into(),
         });
         let set = vec![choice("only", 1), noul("a"), noul("b")];
-        let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
-            .await
-            .unwrap_err();
+        let err = answer(&reader, "s", &set).await.unwrap_err();
         assert!(matches!(
             err.error,
             ReadError::InvalidQuestion { question: 2, .. }
@@ -359,9 +364,7 @@ mod tests {
             ..Default::default()
         };
         let set = vec![noul("a"), choice("big", 4)];
-        let err = answer_set(&reader, "s", &set, &isolated(), Answering::default())
-            .await
-            .unwrap_err();
+        let err = answer(&reader, "s", &set).await.unwrap_err();
         assert!(matches!(
             err.error,
             ReadError::InvalidQuestion { question: 1, .. }
@@ -375,48 +378,22 @@ mod tests {
         let mut reader = Stub::new();
         reader.limits.max_request_bytes = Some(1000);
         let set = vec![noul("a")];
-        let err = answer_set(
-            &reader,
-            &"x".repeat(2000),
-            &set,
-            &isolated(),
-            Answering::default(),
-        )
-        .await
-        .unwrap_err();
+        let err = answer(&reader, &"x".repeat(2000), &set).await.unwrap_err();
         assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
         let mut reader = Stub::new();
         reader.limits.max_prompt_tokens = Some(100);
         reader.limits.max_token_bytes = Some(4);
-        let err = answer_set(
-            &reader,
-            &"x".repeat(401),
-            &set,
-            &isolated(),
-            Answering::default(),
-        )
-        .await
-        .unwrap_err();
+        let err = answer(&reader, &"x".repeat(401), &set).await.unwrap_err();
         assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
         // A huge question counts too (here 401 bytes of instructions with a 1-byte state).
         let mut huge = noul("h");
         huge.question.instructions = "y".repeat(400);
-        let err = answer_set(&reader, "s", &[huge], &isolated(), Answering::default())
-            .await
-            .unwrap_err();
+        let err = answer(&reader, "s", &[huge]).await.unwrap_err();
         assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err:?}");
         assert!(reader.asked().is_empty());
         // At the bound it is sent: the reader decides on the exact token count.
         // 398 bytes of state and the 2 of "a?": 100 tokens at least, not more.
-        answer_set(
-            &reader,
-            &"x".repeat(398),
-            &set,
-            &isolated(),
-            Answering::default(),
-        )
-        .await
-        .unwrap();
+        answer(&reader, &"x".repeat(398), &set).await.unwrap();
     }
 
     #[tokio::test]

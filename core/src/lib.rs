@@ -9,6 +9,7 @@
 pub mod answer;
 pub mod answering;
 pub mod cache;
+pub mod process;
 pub mod protocol;
 pub mod question;
 pub mod reader;

@@ -190,13 +190,15 @@ impl Question {
     }
 }
 
+/// Questions the crate's unit tests build.
 #[cfg(test)]
-mod tests {
+pub(crate) mod examples {
     use super::*;
 
-    fn choice(names: &[&str]) -> Question {
+    /// A choice among `names` (no descriptions), asked with `instructions`.
+    pub fn choice(instructions: &str, names: &[&str]) -> Question {
         Question {
-            instructions: String::new(),
+            instructions: instructions.into(),
             kind: QuestionKind::Choice {
                 options: names
                     .iter()
@@ -207,6 +209,15 @@ mod tests {
                     .collect(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(names: &[&str]) -> Question {
+        examples::choice("", names)
     }
 
     fn score(n: usize) -> Question {

@@ -19,10 +19,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
+mod common;
+use common::{percentile, samples_from_env};
 
 struct Figures {
     p50_ms: f64,
@@ -103,10 +101,7 @@ async fn measure(
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::var("BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let n = samples_from_env();
     let probe = built_policy("replay_probe")?;
     let plain = tempfile::tempdir()?;
     std::fs::write(plain.path().join("probe.wasm"), &probe)?;

@@ -13,13 +13,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
+mod common;
+use common::{percentile, samples_from_env};
 
 fn report(label: &str, mut samples: Vec<f64>) {
     samples.sort_by(|a, b| a.total_cmp(b));
@@ -33,10 +28,7 @@ fn report(label: &str, mut samples: Vec<f64>) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let n: usize = std::env::var("BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+    let n = samples_from_env();
     let dir = tempfile::tempdir()?;
     let wasm = built_policy("hostile")?;
     std::fs::write(dir.path().join("bench.wasm"), &wasm)?;

@@ -135,6 +135,11 @@ impl Default for ModelFigures {
     }
 }
 
+/// Writes the `# HELP` and `# TYPE` lines that open the metric family `name`.
+pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
 fn escape(label: &str) -> String {
     label
         .replace('\\', "\\\\")
@@ -304,7 +309,7 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            family(out, name, "counter", help);
             for (model, f) in m.iter() {
                 let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
             }
@@ -332,7 +337,7 @@ impl Metrics {
             ),
         ];
         for (name, help, hist) in histograms {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            family(out, name, "histogram", help);
             for (model, f) in m.iter() {
                 hist(f).render(out, name, &format!("model=\"{}\"", escape(model)));
             }
@@ -366,15 +371,17 @@ impl Metrics {
             ),
         ];
         for (name, help, value) in engine_gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            family(out, name, "gauge", help);
             for (model, f) in m.iter().filter(|(_, f)| f.engine.is_some()) {
                 let _ = writeln!(out, "{name}{{model=\"{}\"}} {}", escape(model), value(f));
             }
         }
         let name = "hunch_model_batch_deviation";
-        let _ = writeln!(
+        family(
             out,
-            "# HELP {name} Largest |probability change| the engine measured between a read alone and batched (latest reported; 0: bit-exact).\n# TYPE {name} gauge"
+            name,
+            "gauge",
+            "Largest |probability change| the engine measured between a read alone and batched (latest reported; 0: bit-exact).",
         );
         for (model, f) in m.iter() {
             if let Some(deviation) = f.batch_deviation {

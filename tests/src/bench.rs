@@ -1,24 +1,85 @@
 //! Small pieces the benchmark binaries share (`read-bench`, `batch-bench`).
 
+pub use hunch_core::process::mapped_blas;
 use hunch_core::{ChoiceOption, Question, QuestionKind, ReadOptions, ReadRequest};
+use std::fmt::Display;
+use std::path::Path;
+use std::process::ExitCode;
+use std::str::FromStr;
 
-/// The shared libraries a process has mapped whose names say BLAS or LAPACK.
-pub fn mapped_blas(pid: u32) -> Vec<String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    let mut libs: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
-            ["blas", "lapack", "mkl", "accelerate"]
-                .iter()
-                .any(|t| base.contains(t))
-        })
-        .map(str::to_owned)
-        .collect();
-    libs.sort();
-    libs.dedup();
-    libs
+/// A benchmark's command-line flags, read one at a time.
+pub struct Flags(std::iter::Skip<std::env::Args>);
+
+impl Flags {
+    /// The flags this process was started with.
+    pub fn from_env() -> Self {
+        Flags(std::env::args().skip(1))
+    }
+
+    /// The next flag, if any.
+    pub fn next_flag(&mut self) -> Option<String> {
+        self.0.next()
+    }
+
+    /// The value that follows `flag`.
+    pub fn value(&mut self, flag: &str) -> Result<String, String> {
+        self.0.next().ok_or_else(|| format!("{flag} needs a value"))
+    }
+
+    /// The value that follows `flag`, parsed.
+    pub fn parsed<T: FromStr>(&mut self, flag: &str) -> Result<T, String>
+    where
+        T::Err: Display,
+    {
+        self.value(flag)?
+            .parse()
+            .map_err(|e| format!("{flag}: {e}"))
+    }
+}
+
+/// The CPUs this process may use (0 when unknown), for a benchmark's heading.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(0, |n| n.get())
+}
+
+/// The machine's 1, 5 and 15 minute load averages (`/proc/loadavg`), for a benchmark's heading.
+pub fn load_average() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// "DEBUG" or "release": how this benchmark was built, for its heading.
+pub fn build_kind() -> &'static str {
+    if cfg!(debug_assertions) {
+        "DEBUG"
+    } else {
+        "release"
+    }
+}
+
+/// The exit status of a benchmark whose run ended with `result`; an error is printed as
+/// `program: error`.
+pub fn exit_code(program: &str, result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bytes of the files in `dir` (a checkpoint's size on disk).
+pub fn dir_bytes(dir: &Path) -> Result<u64, String> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum())
 }
 
 /// The everyday request: a noul, a 3-option choice and a 3-level score about a support ticket.

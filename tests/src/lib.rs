@@ -7,6 +7,7 @@
 //! tests.
 
 pub mod bench;
+pub mod http;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -1,19 +1,11 @@
 //! The raw System One API over HTTP against a real `hunch serve` with the fixture sidecar.
 
+use hunch_e2e::http::{get_json, metrics, post_json};
 use hunch_e2e::{sample_request, start_hunch_with_fixture};
 use serde_json::{json, Value};
 
 async fn post(url: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/systemone"))
-        .json(body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let body = r.json::<Value>().await.unwrap_or(Value::Null);
-    (status, headers, body)
+    post_json(&format!("{url}/v1/systemone"), body, &[]).await
 }
 
 #[tokio::test]
@@ -104,14 +96,7 @@ async fn single_option_questions_need_no_read_and_legends_echo_objects() {
 async fn models_health_metrics_openapi_and_request_ids() {
     let hunch = start_hunch_with_fixture("dg-test", &["--alias", "fast=dg-test"]).await;
     let client = reqwest::Client::new();
-    let models: Value = client
-        .get(format!("{}/v1/models", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = get_json(&format!("{}/v1/models", hunch.url)).await;
     let names: Vec<&str> = models["models"]
         .as_array()
         .unwrap()
@@ -145,14 +130,7 @@ async fn models_health_metrics_openapi_and_request_ids() {
 
     let (status, _, _) = post(&hunch.url, &sample_request()).await;
     assert_eq!(status, 200);
-    let metrics = client
-        .get(format!("{}/metrics", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&hunch.url).await;
     assert!(
         metrics.contains("hunch_http_requests_total{route=\"/v1/systemone\",status=\"200\"} 1"),
         "{metrics}"
@@ -162,14 +140,7 @@ async fn models_health_metrics_openapi_and_request_ids() {
     assert!(metrics.contains("hunch_queue_depth 0"));
     assert!(metrics.contains("hunch_reads_in_flight 0"));
 
-    let doc: Value = client
-        .get(format!("{}/openapi.json", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = get_json(&format!("{}/openapi.json", hunch.url)).await;
     for path in [
         "/v1/systemone",
         "/v1/models",

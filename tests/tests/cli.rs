@@ -7,6 +7,7 @@
 //! order inside one test.
 
 use hunch::policy::testing::built_policy;
+use hunch_e2e::http::post_json;
 use hunch_e2e::{accelerator_bin, hunch_bin, start_hunch_real, tiny_checkpoint, Hunch, TINY_MODEL};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -30,6 +31,21 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `hunch batch -i input -o output` with `flags`.
+fn batch(input: &Path, output: &Path, flags: &[&str]) -> Output {
+    let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
+    hunch(&[&["batch", "-i", &i, "-o", &o][..], flags].concat())
+}
+
+/// Runs `hunch args`, which must exit with `code` and say why in one line on stderr; returns it.
+fn one_line_error(args: &[&str], code: i32) -> String {
+    let out = hunch(args);
+    assert_eq!(out.status.code(), Some(code), "{args:?}");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 fn questions() -> Value {
     json!({
         "urgent": {"type": "noul", "instructions": "Is this urgent?"},
@@ -49,14 +65,8 @@ fn line(id: &str, url: &str, body: &Value) -> String {
 }
 
 async fn post(server: &Hunch, url: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{url}", server.url))
-        .json(body)
-        .send()
-        .await
-        .expect("the request is sent");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    let (status, _, body) = post_json(&format!("{}{url}", server.url), body, &[]).await;
+    (status, body)
 }
 
 /// Output lines by `custom_id` (`None` ids under the line's `id`), asserting each is whole JSON.
@@ -148,22 +158,20 @@ async fn batch_of_mixed_lines(server: &Hunch, dir: &Path) {
     let input = dir.join("mixed.jsonl");
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let output = dir.join("mixed.out.jsonl");
-    let (i, o) = (input.to_string_lossy(), output.to_string_lossy());
-    let run = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        &server.url,
-        "--progress",
-        "lines",
-        "--retries",
-        "3",
-        "--concurrency",
-        "2",
-    ]);
+    let run = batch(
+        &input,
+        &output,
+        &[
+            "--server",
+            &server.url,
+            "--progress",
+            "lines",
+            "--retries",
+            "3",
+            "--concurrency",
+            "2",
+        ],
+    );
     let stderr = text(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("13 lines: 8 answered"), "{stderr}");
@@ -315,19 +323,11 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     std::io::Write::write_all(&mut file, b"{\"custom_id\":\"t9\",\"respo").unwrap();
     drop(file);
 
-    let o = output.to_string_lossy().into_owned();
-    let i = input.to_string_lossy().into_owned();
-    let last = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        &server.url,
-        "--progress",
-        "off",
-    ]);
+    let last = batch(
+        &input,
+        &output,
+        &["--server", &server.url, "--progress", "off"],
+    );
     let stderr = text(&last.stderr);
     assert_eq!(last.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("torn last line repaired"), "{stderr}");
@@ -339,17 +339,11 @@ async fn batch_interrupted_killed_and_resumed(server: &Hunch, dir: &Path) {
     }
 
     // Once complete, a rerun sends nothing and loads nothing.
-    let again = hunch(&[
-        "batch",
-        "-i",
-        &i,
-        "-o",
-        &o,
-        "--server",
-        "http://127.0.0.1:9",
-        "--progress",
-        "off",
-    ]);
+    let again = batch(
+        &input,
+        &output,
+        &["--server", "http://127.0.0.1:9", "--progress", "off"],
+    );
     assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
     assert_eq!(read_output(&output).len(), n);
 }
@@ -394,20 +388,20 @@ async fn ask(server: &Hunch) {
     assert!(out.contains("2: furious"), "{out}");
     assert!(out.contains('█') || out.contains('▏'), "bars: {out}");
 
-    let refused = hunch(&[
-        "ask",
-        "--server",
-        &server.url,
-        "--state",
-        "x",
-        "--model",
-        "nope",
-        "--noul",
-        "Q?",
-    ]);
-    assert_eq!(refused.status.code(), Some(1));
-    let err = text(&refused.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        &[
+            "ask",
+            "--server",
+            &server.url,
+            "--state",
+            "x",
+            "--model",
+            "nope",
+            "--noul",
+            "Q?",
+        ],
+        1,
+    );
     assert!(err.contains("HTTP 404"), "{err}");
 }
 
@@ -489,19 +483,18 @@ async fn batch_with_a_local_model(server: &Hunch, dir: &Path, policies: &Path) {
     std::fs::write(&input, lines.join("\n")).unwrap();
     let output = dir.join("local.out.jsonl");
     let model = format!("{TINY_MODEL}={}", tiny_checkpoint().display());
-    let run = hunch(&[
-        "batch",
-        "-i",
-        &input.to_string_lossy(),
-        "-o",
-        &output.to_string_lossy(),
-        "--model",
-        &model,
-        "--policies",
-        &policies.to_string_lossy(),
-        "--progress",
-        "off",
-    ]);
+    let run = batch(
+        &input,
+        &output,
+        &[
+            "--model",
+            &model,
+            "--policies",
+            &policies.to_string_lossy(),
+            "--progress",
+            "off",
+        ],
+    );
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let map = by_id(&read_output(&output));
     for (id, body) in [("a", &bodies[0]), ("b", &bodies[1])] {
@@ -550,18 +543,18 @@ fn every_client_command_has_help_with_an_example_and_one_line_errors() {
         assert!(help.contains("Example"), "{cmd:?}: {help}");
         assert!(help.contains("hunch "), "{cmd:?}: {help}");
     }
-    let missing = hunch(&[
-        "batch",
-        "-i",
-        "/nonexistent.jsonl",
-        "-o",
-        "/tmp/x.jsonl",
-        "--server",
-        "http://127.0.0.1:9",
-    ]);
-    assert_eq!(missing.status.code(), Some(2));
-    let err = text(&missing.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        &[
+            "batch",
+            "-i",
+            "/nonexistent.jsonl",
+            "-o",
+            "/tmp/x.jsonl",
+            "--server",
+            "http://127.0.0.1:9",
+        ],
+        2,
+    );
     assert!(err.contains("/nonexistent.jsonl"), "{err}");
     let no_target = hunch(&["ask", "--state", "x", "--noul", "Q?"]);
     assert_eq!(no_target.status.code(), Some(1));

@@ -7,6 +7,7 @@
 //! fixture sidecar, which answers instantly.
 
 use hunch::policy::testing::{built_policy, with_marker};
+use hunch_e2e::http::{get_json, json_of, metric, post_json};
 use hunch_e2e::{hunch_bin, start_hunch_real, start_hunch_with_fixture, Hunch};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -36,22 +37,6 @@ fn message(i: usize) -> Value {
         "Security alert: someone logged in from an unknown device.",
     ];
     json!({"id": i, "message": texts[i % texts.len()]})
-}
-
-async fn post(
-    client: &reqwest::Client,
-    url: &str,
-    body: &Value,
-    headers: &[(&str, &str)],
-) -> (u16, reqwest::header::HeaderMap, Value) {
-    let mut r = client.post(url).json(body);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.expect("request");
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    (status, headers, r.json().await.unwrap_or(Value::Null))
 }
 
 /// The events in `path` once it holds at least `n` lines (the file sink writes in the
@@ -113,14 +98,12 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
     let log = dir.path().join("decisions.ndjson");
     let (p, l) = (policies.display().to_string(), log.display().to_string());
     let hunch = start_hunch_real(&["--policies", &p, "--decision-log", &l]).await;
-    let client = reqwest::Client::new();
 
     let n = 8;
     let mut ids = Vec::new();
     for i in 0..n {
         let rid = format!("client-{i}");
-        let (status, headers, body) = post(
-            &client,
+        let (status, headers, body) = post_json(
             &format!("{}/v1/policies/probe", hunch.url),
             &message(i),
             &[("x-request-id", rid.as_str())],
@@ -131,8 +114,7 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
         assert_eq!(body["decision_id"], id.as_str());
         ids.push((id, body["output"].clone()));
     }
-    let (status, headers, _) = post(
-        &client,
+    let (status, headers, _) = post_json(
         &format!("{}/v1/systemone", hunch.url),
         &hunch_e2e::sample_request(),
         &[],
@@ -273,21 +255,6 @@ fn without_ids(mut body: Value) -> Value {
     body
 }
 
-async fn metric(client: &reqwest::Client, url: &str, line_prefix: &str) -> u64 {
-    let text = client
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(line_prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
-}
-
 #[tokio::test]
 async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_matches_the_log() {
     let dir = tempfile::tempdir().unwrap();
@@ -302,7 +269,7 @@ async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_ma
 
     let mut alone = Vec::new();
     for i in 0..n {
-        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        let (s, _, body) = post_json(&url, &message(i), &[]).await;
         assert_eq!(s, 200);
         alone.push(without_ids(body));
     }
@@ -310,7 +277,7 @@ async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_ma
     // and every decide fails): the active answers must not notice.
     put_candidate(&client, &hunch.url, "mode=shadow&max_reads=0", probe(2)).await;
     for (i, expected) in alone.iter().enumerate() {
-        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        let (s, _, body) = post_json(&url, &message(i), &[]).await;
         assert_eq!(s, 200);
         assert_eq!(&without_ids(body), expected);
     }
@@ -325,8 +292,7 @@ async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_ma
         .filter(|e| e["shadow_of"].is_string())
         .all(|e| e["error"]["kind"] == "limit_exceeded" && e["limits_hit"][0]["limit"] == "reads"));
     assert_eq!(
-        metric(
-            &client,
+        metric::<u64>(
             &hunch.url,
             "hunch_policy_shadow_total{policy=\"probe\",agreement=\"candidate_error\"}"
         )
@@ -338,7 +304,7 @@ async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_ma
     put_candidate(&client, &hunch.url, "mode=shadow", probe(2)).await;
     let before = std::fs::read_to_string(&log).unwrap().lines().count();
     for (i, expected) in alone.iter().enumerate() {
-        let (s, _, body) = post(&client, &url, &message(i), &[]).await;
+        let (s, _, body) = post_json(&url, &message(i), &[]).await;
         assert_eq!(s, 200);
         assert_eq!(&without_ids(body), expected);
     }
@@ -360,13 +326,12 @@ async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_ma
             agree += 1;
         }
     }
-    let summary: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+    let summary = get_json(&url).await;
     assert_eq!(summary["mode"], "shadow");
     assert_eq!(summary["agreement"]["shadowed"], n);
     assert_eq!(summary["agreement"]["agree"], agree);
     assert_eq!(
-        metric(
-            &client,
+        metric::<u64>(
             &hunch.url,
             "hunch_policy_shadow_total{policy=\"probe\",agreement=\"agree\"}"
         )
@@ -403,13 +368,8 @@ async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart
     let (mut decided, mut by_candidate) = (0, 0);
     for k in 0..keys {
         let key = format!("customer-{k}");
-        let (s, _, body) = post(
-            &client,
-            &url,
-            &message(k),
-            &[("x-hunch-route-key", key.as_str())],
-        )
-        .await;
+        let (s, _, body) =
+            post_json(&url, &message(k), &[("x-hunch-route-key", key.as_str())]).await;
         assert_eq!(s, 200, "{body}");
         let stage = body["stage"].as_str().unwrap().to_string();
         decided += 1;
@@ -418,13 +378,8 @@ async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart
             by_candidate += 1;
         }
         if k % 20 == 0 {
-            let (_, _, again) = post(
-                &client,
-                &url,
-                &message(k),
-                &[("x-hunch-route-key", key.as_str())],
-            )
-            .await;
+            let (_, _, again) =
+                post_json(&url, &message(k), &[("x-hunch-route-key", key.as_str())]).await;
             assert_eq!(again["stage"], stage.as_str(), "key {key} moved");
             decided += 1;
             by_candidate += usize::from(stage == "candidate");
@@ -432,7 +387,7 @@ async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart
     }
     let share = to_candidate as f64 / keys as f64;
     assert!((0.22..=0.38).contains(&share), "canary share {share}");
-    let summary: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+    let summary = get_json(&url).await;
     assert_eq!(summary["mode"], "canary");
     assert_eq!(summary["agreement"]["decided_by_candidate"], by_candidate);
     assert_eq!(
@@ -442,15 +397,12 @@ async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart
 
     // Promote: the candidate serves, the old version is kept for a rollback; both survive a
     // restart because they are files.
-    let promoted: Value = client
-        .post(format!("{url}/promote"))
-        .header("x-admin-key", ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let promoted = json_of(
+        client
+            .post(format!("{url}/promote"))
+            .header("x-admin-key", ADMIN),
+    )
+    .await;
     let candidate_version = hunch::policy::invoke::content_hash(&candidate);
     let v1_version = hunch::policy::invoke::content_hash(&v1);
     assert_eq!(promoted["version"], candidate_version.as_str());
@@ -462,35 +414,18 @@ async fn canary_routes_a_stable_share_and_promote_and_rollback_survive_a_restart
     );
     drop(hunch);
     let hunch = fixture_server(&policies, &log, &[]).await;
-    let summary: Value = client
-        .get(format!("{}/v1/policies/probe", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let summary = get_json(&format!("{}/v1/policies/probe", hunch.url)).await;
     assert_eq!(summary["version"], candidate_version.as_str());
-    let rolled: Value = client
-        .post(format!("{}/v1/policies/probe/rollback", hunch.url))
-        .header("x-admin-key", ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rolled = json_of(
+        client
+            .post(format!("{}/v1/policies/probe/rollback", hunch.url))
+            .header("x-admin-key", ADMIN),
+    )
+    .await;
     assert_eq!(rolled["version"], v1_version.as_str());
     drop(hunch);
     let hunch = fixture_server(&policies, &log, &[]).await;
-    let summary: Value = client
-        .get(format!("{}/v1/policies/probe", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let summary = get_json(&format!("{}/v1/policies/probe", hunch.url)).await;
     assert_eq!(summary["version"], v1_version.as_str());
     // Nothing to roll back to any more, and promoting needs a candidate: 409s, not 5xx.
     for action in ["rollback", "promote"] {
@@ -533,14 +468,12 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     std::fs::create_dir(&policies).unwrap();
     write(&policies, "probe.wasm", &probe(1));
     let unwritable = dir.path().join("no-such-dir").join("decisions.ndjson");
-    let client = reqwest::Client::new();
 
     // An unwritable file and a collector that refuses: requests answer, drops are counted.
     let refusing = collector(Some(400)).await;
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-url", &refusing]).await;
     for i in 0..3 {
-        let (s, h, _) = post(
-            &client,
+        let (s, h, _) = post_json(
             &format!("{}/v1/policies/probe", hunch.url),
             &message(i),
             &[],
@@ -550,8 +483,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
         assert!(h.contains_key("x-hunch-decision-id"));
     }
     let start = Instant::now();
-    while metric(
-        &client,
+    while metric::<u64>(
         &hunch.url,
         "hunch_decision_events_dropped_total{sink=\"http\"",
     )
@@ -565,8 +497,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
-        metric(
-            &client,
+        metric::<u64>(
             &hunch.url,
             "hunch_decision_events_dropped_total{sink=\"file\",cause=\"open_failed\"}"
         )
@@ -587,8 +518,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     let mut sent = 0;
     loop {
-        let (s, _, _) = post(
-            &client,
+        let (s, _, _) = post_json(
             &format!("{}/v1/systemone", hunch.url),
             &hunch_e2e::sample_request(),
             &[],
@@ -596,8 +526,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
         .await;
         assert_eq!(s, 200, "request {sent}");
         sent += 1;
-        let dropped = metric(
-            &client,
+        let dropped = metric::<u64>(
             &hunch.url,
             "hunch_decision_events_dropped_total{sink=\"http\",cause=\"buffer_full\"}",
         )
@@ -619,8 +548,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
 
     // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-required"]).await;
-    let (s, h, body) = post(
-        &client,
+    let (s, h, body) = post_json(
         &format!("{}/v1/policies/probe", hunch.url),
         &message(0),
         &[],
@@ -628,8 +556,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("x-hunch-decision-id"));
-    let (s, _, _) = post(
-        &client,
+    let (s, _, _) = post_json(
         &format!("{}/v1/systemone", hunch.url),
         &hunch_e2e::sample_request(),
         &[],

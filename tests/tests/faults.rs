@@ -1,8 +1,10 @@
 //! Overload, timeouts, auth, sidecar death and restart, loading, graceful shutdown: each against a
 //! real `hunch serve` supervising the fixture sidecar.
 
+use hunch_e2e::http::{json_of, post_systemone};
 use hunch_e2e::{
-    fixture_sidecar_bin, sample_request, start_hunch_with, start_hunch_with_fixture, wait_ready,
+    child_pids, fixture_sidecar_bin, sample_request, start_hunch_with, start_hunch_with_fixture,
+    wait_ready,
 };
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -13,20 +15,11 @@ fn with_state(state: &str) -> Value {
     r
 }
 
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{url}/v1/systemone"))
-        .json(body)
-        .send()
-        .await
-        .expect("request sent")
-}
-
 #[tokio::test]
 async fn a_sidecar_dying_mid_request_is_a_503_then_it_is_restarted() {
     let hunch = start_hunch_with_fixture("dg-test", &[]).await;
     let started = Instant::now();
-    let r = post(&hunch.url, &with_state("please __die__ now")).await;
+    let r = post_systemone(&hunch.url, &with_state("please __die__ now")).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     assert!(
@@ -38,7 +31,7 @@ async fn a_sidecar_dying_mid_request_is_a_503_then_it_is_restarted() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let t = Instant::now();
-        let r = post(&hunch.url, &sample_request()).await;
+        let r = post_systemone(&hunch.url, &sample_request()).await;
         if r.status() == 200 {
             break;
         }
@@ -68,7 +61,7 @@ async fn a_full_queue_answers_503_with_retry_after() {
             let url = hunch.url.clone();
             let body = slow.clone();
             tokio::spawn(async move {
-                let r = post(&url, &body).await;
+                let r = post_systemone(&url, &body).await;
                 (r.status().as_u16(), r.headers().get("retry-after").cloned())
             })
         })
@@ -93,11 +86,14 @@ async fn a_full_queue_answers_503_with_retry_after() {
 async fn a_slow_read_is_a_504() {
     let hunch = start_hunch_with_fixture("dg-test", &["--request-timeout", "1.5"]).await;
     let started = Instant::now();
-    let r = post(&hunch.url, &with_state("__sleep_ms=6000")).await;
+    let r = post_systemone(&hunch.url, &with_state("__sleep_ms=6000")).await;
     assert_eq!(r.status(), 504);
     assert!(started.elapsed() < Duration::from_secs(5));
     // The slot is free again: the next read is answered.
-    assert_eq!(post(&hunch.url, &sample_request()).await.status(), 200);
+    assert_eq!(
+        post_systemone(&hunch.url, &sample_request()).await.status(),
+        200
+    );
 }
 
 #[tokio::test]
@@ -176,11 +172,14 @@ async fn while_loading_reads_are_refused_with_retry_after() {
         .await
         .unwrap();
     assert_eq!(r.status(), 503);
-    let r = post(&hunch.url, &sample_request()).await;
+    let r = post_systemone(&hunch.url, &sample_request()).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     wait_ready(&hunch.url, Duration::from_secs(30)).await;
-    assert_eq!(post(&hunch.url, &sample_request()).await.status(), 200);
+    assert_eq!(
+        post_systemone(&hunch.url, &sample_request()).await.status(),
+        200
+    );
     assert!(hunch.process.logs().contains("sidecar loading"));
 }
 
@@ -189,7 +188,7 @@ async fn shutdown_drains_in_flight_requests_and_stops_the_sidecar() {
     let mut hunch = start_hunch_with_fixture("dg-test", &[]).await;
     let url = hunch.url.clone();
     let in_flight = tokio::spawn(async move {
-        post(&url, &with_state("__sleep_ms=3000"))
+        post_systemone(&url, &with_state("__sleep_ms=3000"))
             .await
             .status()
             .as_u16()
@@ -228,7 +227,7 @@ async fn a_sidecar_started_elsewhere_is_used_by_url_and_named_by_its_health() {
     );
     let hunch = hunch_e2e::start_hunch(&["--accelerator", &url]);
     wait_ready(&hunch.url, Duration::from_secs(10)).await;
-    let r = post(&hunch.url, &sample_request()).await;
+    let r = post_systemone(&hunch.url, &sample_request()).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["model"], "outside");
 }
@@ -254,7 +253,7 @@ async fn a_sidecar_that_fails_to_load_is_restarted_and_never_ready() {
             .status(),
         503
     );
-    let r = post(&hunch.url, &sample_request()).await;
+    let r = post_systemone(&hunch.url, &sample_request()).await;
     assert_eq!(r.status(), 503);
     assert!(r.headers().contains_key("retry-after"));
     let logs = hunch.process.logs();
@@ -282,15 +281,12 @@ async fn a_toml_file_configures_models_keys_and_limits() {
     );
     wait_ready(&hunch.url, Duration::from_secs(10)).await;
     let client = reqwest::Client::new();
-    let models: Value = client
-        .get(format!("{}/v1/models", hunch.url))
-        .bearer_auth("toml-key")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models = json_of(
+        client
+            .get(format!("{}/v1/models", hunch.url))
+            .bearer_auth("toml-key"),
+    )
+    .await;
     assert_eq!(
         models["models"][2],
         json!({"name": "from-toml", "description": "configured in TOML", "release_date": "2026-09-15"})
@@ -309,26 +305,10 @@ async fn a_toml_file_configures_models_keys_and_limits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The pids of `pid`'s children (Linux).
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for task in tasks.flatten() {
-            if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-                out.extend(
-                    text.split_whitespace()
-                        .filter_map(|p| p.parse::<u32>().ok()),
-                );
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn a_hung_sidecar_is_restarted_and_reads_time_out_meanwhile() {
     let hunch = start_hunch_with_fixture("dg-test", &["--request-timeout", "2"]).await;
-    let sidecar = children(hunch.process.pid())
+    let sidecar = child_pids(hunch.process.pid())
         .into_iter()
         .find(|k| {
             std::fs::read_to_string(format!("/proc/{k}/cmdline"))
@@ -354,7 +334,7 @@ async fn a_hung_sidecar_is_restarted_and_reads_time_out_meanwhile() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let t = Instant::now();
-    let r = post(&hunch.url, &sample_request()).await;
+    let r = post_systemone(&hunch.url, &sample_request()).await;
     assert!(matches!(r.status().as_u16(), 503 | 504), "{}", r.status());
     assert!(
         t.elapsed() < Duration::from_secs(5),
@@ -363,7 +343,7 @@ async fn a_hung_sidecar_is_restarted_and_reads_time_out_meanwhile() {
     // After a few failed health checks the supervisor kills it and starts a new one.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let r = post(&hunch.url, &sample_request()).await;
+        let r = post_systemone(&hunch.url, &sample_request()).await;
         if r.status() == 200 {
             break;
         }
@@ -374,7 +354,7 @@ async fn a_hung_sidecar_is_restarted_and_reads_time_out_meanwhile() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(
-        !children(hunch.process.pid()).contains(&sidecar),
+        !child_pids(hunch.process.pid()).contains(&sidecar),
         "the hung sidecar is gone"
     );
     assert!(hunch.process.logs().contains("health checks in a row"));

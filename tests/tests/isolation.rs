@@ -7,6 +7,7 @@
 //! Bits are compared on the reference BLAS the MLX wheel ships, pinned with the sidecar's
 //! `--blas=reference` (the default BLAS is OpenBLAS where it is installed).
 
+use hunch_e2e::http::{metrics, post_systemone};
 use hunch_e2e::{
     accelerator_bin, start_hunch_with, tiny_checkpoint, wait_ready_or_logs, Hunch,
     REAL_READY_TIMEOUT, TINY_MODEL,
@@ -29,12 +30,7 @@ async fn start(extra: &[&str]) -> Hunch {
 }
 
 async fn post(hunch: &Hunch, body: &Value) -> (reqwest::header::HeaderMap, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/systemone", hunch.url))
-        .json(body)
-        .send()
-        .await
-        .expect("the request is sent");
+    let r = post_systemone(&hunch.url, body).await;
     let status = r.status().as_u16();
     let headers = r.headers().clone();
     let text = r.text().await.expect("a body");
@@ -170,12 +166,7 @@ async fn cached_answers_are_identical_free_and_counted_and_unknown_fields_are_na
     // All cached: no tokens.
     let (_, c) = post(&hunch, &request(vec![("t".into(), target())], json!({}))).await;
     assert_eq!(c["usage"], json!({"input_tokens": 0, "output_tokens": 0}));
-    let metrics = reqwest::get(format!("{}/metrics", hunch.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&hunch.url).await;
     assert!(
         metrics.contains("hunch_answer_cache_hits_total 3\n"),
         "{metrics}"

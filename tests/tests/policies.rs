@@ -3,7 +3,8 @@
 //! stopped by the limit they break while the server keeps serving, hot reload under load,
 //! refusal of a broken file, deployments over HTTP.
 
-use hunch::policy::testing::{built_policy, with_marker};
+use hunch::policy::testing::{built_policy, fresh_version};
+use hunch_e2e::http::{get_json, send_json};
 use hunch_e2e::{start_hunch_with_fixture, Hunch};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -31,10 +32,19 @@ async fn server(dir: &Path) -> Hunch {
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
-    let r = client.post(url).json(body).send().await.expect("request");
-    let status = r.status().as_u16();
-    let body = r.json::<Value>().await.unwrap_or(Value::Null);
+    let (status, _, body) = send_json(client.post(url).json(body)).await;
     (status, body)
+}
+
+/// A server with the hostile policy installed in `dir` as `p`: the server, `p`'s URL and the
+/// version it serves.
+async fn serving_hostile(dir: &Path) -> (Hunch, String, String) {
+    install(dir, "p", "hostile", None);
+    let hunch = server(dir).await;
+    let url = format!("{}/v1/policies/p", hunch.url);
+    let (_, first) = post(&reqwest::Client::new(), &url, &json!({"attack": "none"})).await;
+    let version = first["version"].as_str().unwrap().to_string();
+    (hunch, url, version)
 }
 
 fn examples() -> Vec<(&'static str, Value)> {
@@ -58,14 +68,7 @@ async fn example_policies_decide_real_inputs_over_http() {
     let hunch = server(dir.path()).await;
     let client = reqwest::Client::new();
 
-    let list: Value = client
-        .get(format!("{}/v1/policies", hunch.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let list = get_json(&format!("{}/v1/policies", hunch.url)).await;
     let names: Vec<&str> = list["policies"]
         .as_array()
         .unwrap()
@@ -184,21 +187,10 @@ async fn hostile_policies_are_stopped_by_the_limit_they_break_and_the_server_kee
 #[tokio::test]
 async fn a_policy_replaced_on_disk_is_served_with_no_failed_request_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "p", "hostile", None);
-    let hunch = server(dir.path()).await;
+    let (_hunch, url, old) = serving_hostile(dir.path()).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/policies/p", hunch.url);
-    let (_, first) = post(&client, &url, &json!({"attack": "none"})).await;
-    let old = first["version"].as_str().unwrap().to_string();
 
-    let marker = format!(
-        "e2e-{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let new_wasm = with_marker(built_policy("hostile").unwrap(), &marker);
+    let new_wasm = fresh_version("hostile", "e2e").unwrap();
     let new = hunch::policy::invoke::content_hash(&new_wasm);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -261,12 +253,8 @@ async fn a_policy_replaced_on_disk_is_served_with_no_failed_request_meanwhile() 
 #[tokio::test]
 async fn a_broken_wasm_is_refused_and_the_old_version_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    install(dir.path(), "p", "hostile", None);
-    let hunch = server(dir.path()).await;
+    let (hunch, url, good) = serving_hostile(dir.path()).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/policies/p", hunch.url);
-    let (_, first) = post(&client, &url, &json!({"attack": "none"})).await;
-    let good = first["version"].as_str().unwrap().to_string();
 
     std::fs::write(
         dir.path().join("p.wasm"),
@@ -275,7 +263,7 @@ async fn a_broken_wasm_is_refused_and_the_old_version_keeps_serving() {
     .unwrap();
     let started = Instant::now();
     let status = loop {
-        let s: Value = client.get(&url).send().await.unwrap().json().await.unwrap();
+        let s = get_json(&url).await;
         if s["last_reload"]["ok"] == false {
             break s;
         }

@@ -6,6 +6,7 @@
 //! The weights are random, so the tests check the shape and the invariants of the answers, and
 //! that the same read gives the same bits, never what the answers "mean".
 
+use hunch_e2e::http::post_systemone;
 use hunch_e2e::{start_hunch_real, Hunch};
 use serde_json::{json, Map, Value};
 
@@ -63,14 +64,8 @@ fn big_request() -> Value {
 }
 
 async fn post(hunch: &Hunch, body: &Value) -> (u16, String) {
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/systemone", hunch.url))
-        .json(body)
-        .send()
-        .await
-        .expect("the request is sent");
-    let status = r.status().as_u16();
-    (status, r.text().await.expect("a body"))
+    let r = post_systemone(&hunch.url, body).await;
+    (r.status().as_u16(), r.text().await.expect("a body"))
 }
 
 async fn post_ok(hunch: &Hunch, body: &Value) -> (String, Value) {

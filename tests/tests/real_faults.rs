@@ -3,6 +3,7 @@
 //! answer 503 + `Retry-After` (never hang), restart the sidecar, and say which file is wrong and
 //! why.
 
+use hunch_e2e::http::{metric, post_systemone};
 use hunch_e2e::{
     copy_checkpoint, sidecar_pid, start_hunch_real, start_hunch_real_unready, target_dir,
     tiny_checkpoint, Hunch,
@@ -11,26 +12,30 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::new()
-        .post(format!("{url}/v1/systemone"))
-        .json(body)
-        .send()
-        .await
-        .expect("request sent")
-}
-
-async fn metric(url: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
+/// Posts the sample request until it is answered, within `timeout`, checking each refusal
+/// meanwhile with `refused`; then the answering sidecar must be a new process, not `old`.
+async fn answered_by_a_new_sidecar(
+    hunch: &Hunch,
+    old: u32,
+    timeout: Duration,
+    refused: impl AsyncFn(reqwest::Response),
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
+        if r.status() == 200 {
+            break;
+        }
+        refused(r).await;
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar was not restarted; logs:\n{}",
+            hunch.process.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
+    assert_ne!(old, new, "the answer came from a new sidecar process");
 }
 
 /// A read that keeps the real engine busy for a while: a long state, many questions, 64 draws.
@@ -55,7 +60,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     let url = hunch.url.clone();
     let in_flight = tokio::spawn(async move {
         let started = Instant::now();
-        let r = post(&url, &slow_request()).await;
+        let r = post_systemone(&url, &slow_request()).await;
         let status = r.status().as_u16();
         let retry_after = r.headers().get("retry-after").cloned();
         let body: Value = r.json().await.unwrap_or(Value::Null);
@@ -63,7 +68,7 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     });
     // Kill it only once the read really is with the sidecar.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while metric(&hunch.url, "hunch_reads_in_flight").await < 1.0 {
+    while metric::<f64>(&hunch.url, "hunch_reads_in_flight").await < 1.0 {
         assert!(Instant::now() < deadline, "the read never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -88,23 +93,11 @@ async fn the_real_sidecar_killed_mid_request_is_a_503_then_it_is_restarted_and_a
     );
 
     // Refused at once while it restarts, then a new sidecar (a new process) answers.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
-        if r.status() == 200 {
-            break;
-        }
+    answered_by_a_new_sidecar(&hunch, old, Duration::from_secs(120), async |r| {
         assert_eq!(r.status(), 503, "{}", r.text().await.unwrap_or_default());
         assert!(r.headers().contains_key("retry-after"));
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar was not restarted; logs:\n{}",
-            hunch.process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
-    assert_ne!(old, new, "the answer came from a new sidecar process");
+    })
+    .await;
     let logs = hunch.process.logs();
     assert!(logs.contains("the sidecar exited"), "{logs}");
 }
@@ -134,7 +127,7 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
     hunch_e2e::wait_ready_or_logs(&hunch, hunch_e2e::REAL_READY_TIMEOUT).await;
     let old = sidecar_pid(hunch.process.pid()).expect("hunch runs a hunch-accelerator child");
 
-    let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+    let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
     assert_eq!(r.status(), 503, "{}", hunch.process.logs());
     assert!(r.headers().contains_key("retry-after"));
     assert!(
@@ -142,26 +135,15 @@ async fn a_sidecar_whose_engine_thread_panicked_reports_failed_and_is_restarted(
         "the injected fault did not fire (a release build?)"
     );
 
-    let deadline = Instant::now() + hunch_e2e::REAL_READY_TIMEOUT;
-    loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
-        if r.status() == 200 {
-            break;
-        }
+    let timeout = hunch_e2e::REAL_READY_TIMEOUT;
+    answered_by_a_new_sidecar(&hunch, old, timeout, async |r| {
         let body = r.text().await.unwrap_or_default();
         assert!(
             !body.contains("queue is full"),
             "a dead engine reported as a full queue: {body}"
         );
-        assert!(
-            Instant::now() < deadline,
-            "the sidecar was not restarted; logs:\n{}",
-            hunch.process.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let new = sidecar_pid(hunch.process.pid()).expect("a restarted sidecar");
-    assert_ne!(old, new, "the answer came from a new sidecar process");
+    })
+    .await;
     let logs = hunch.process.logs();
     assert!(logs.contains("the sidecar failed"), "{logs}");
     assert!(logs.contains("the engine thread stopped"), "{logs}");
@@ -183,7 +165,7 @@ async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, Strin
     let hunch = start_hunch_real_unready(dir, &[]);
     let deadline = Instant::now() + Duration::from_secs(90);
     let message = loop {
-        let r = post(&hunch.url, &hunch_e2e::sample_request()).await;
+        let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         let status = r.status().as_u16();
         assert!(r.headers().contains_key("retry-after"), "status {status}");
         let body: Value = r.json().await.expect("a JSON error");

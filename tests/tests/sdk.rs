@@ -8,6 +8,7 @@
 //! They need the venv made by `scripts/python-env.sh`. Without it they fail and say how to make
 //! it, unless `HUNCH_TEST_SKIP=python` says to skip them on purpose.
 
+use hunch_e2e::http::metrics;
 use hunch_e2e::{missing_prerequisite, start_hunch_for_clients, target_dir, workspace_root};
 use std::path::PathBuf;
 use std::process::Command;
@@ -46,12 +47,7 @@ async fn the_official_python_sdk_parses_every_answer() {
         hunch.process.logs()
     );
     // The SDK really sent zstd bodies (it compresses from 1 KiB up).
-    let metrics = reqwest::get(format!("{}/metrics", hunch.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&hunch.url).await;
     assert!(
         metrics.contains("hunch_request_bodies_total{encoding=\"zstd\"}"),
         "{metrics}"

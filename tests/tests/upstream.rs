@@ -1,18 +1,14 @@
 //! hunch A (fixture sidecar) ← upstream ← hunch B: B's answers are A's, recomputed from A's
 //! probabilities alone; A's errors reach B's clients as B's own.
 
+use hunch_e2e::http::post_json;
 use hunch_e2e::{sample_request, start_hunch, start_hunch_with_fixture, wait_ready};
 use serde_json::{json, Value};
 use std::time::Duration;
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/systemone"))
-        .json(body)
-        .send()
-        .await
-        .expect("sent");
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    let (status, _, body) = post_json(&format!("{url}/v1/systemone"), body, &[]).await;
+    (status, body)
 }
 
 #[tokio::test]

@@ -10,6 +10,9 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// The MLX version these bindings are built for and link (the pin, in the file `MLX_VERSION`).
+pub const MLX_VERSION: &str = env!("MLX_SYS_MLX_VERSION");
+
 extern "C" {
     /// The distinct operations (primitives) reachable from `outputs[..count]` that are not
     /// evaluated yet: how much graph evaluating them runs (`shim/hunch_graph.cpp`). 0 on error.

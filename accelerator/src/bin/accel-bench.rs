@@ -126,24 +126,6 @@ fn safetensors_mb(dir: &std::path::Path) -> f64 {
     bytes as f64 / 1048576.0
 }
 
-fn loaded_blas() -> Vec<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut libs: Vec<String> = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .filter(|p| {
-            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
-            ["blas", "lapack", "mkl", "accelerate"]
-                .iter()
-                .any(|t| base.contains(t))
-        })
-        .map(str::to_owned)
-        .collect();
-    libs.sort();
-    libs.dedup();
-    libs
-}
-
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
@@ -221,7 +203,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let cfg_json: Value = serde_json::from_str(&cfg_text)?;
     let tc = &cfg_json["text_config"];
     let mut env = Map::new();
-    env.insert("mlx".into(), json!("0.32.2"));
+    env.insert("mlx".into(), json!(mlx_sys::MLX_VERSION));
     env.insert("machine".into(), json!(std::env::consts::ARCH));
     env.insert("system".into(), json!(std::env::consts::OS));
     env.insert("device".into(), json!("cpu"));
@@ -235,7 +217,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // installed), and every BLAS library mapped for the record.
     let blas = hunch_accelerator::blas::select(hunch_accelerator::blas::choice_from_env()?)?;
     env.insert("blas".into(), json!(blas.name()));
-    env.insert("blas_libs".into(), json!(loaded_blas()));
+    env.insert(
+        "blas_libs".into(),
+        json!(hunch_core::process::mapped_blas(std::process::id())),
+    );
     env.insert(
         "ld_preload".into(),
         json!(std::env::var("LD_PRELOAD").unwrap_or_default()),

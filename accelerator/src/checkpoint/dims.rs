@@ -43,6 +43,13 @@ fn uint(tc: &Value, key: &str) -> Result<usize, DimsError> {
         .ok_or_else(|| DimsError::Missing(key.to_string()))
 }
 
+/// `obj[key]` as a count, or `default` when it is absent (or not a count).
+fn uint_or(obj: &Value, key: &str, default: usize) -> usize {
+    obj.get(key)
+        .and_then(Value::as_u64)
+        .map_or(default, |v| v as usize)
+}
+
 impl ModelDims {
     /// Read from a top-level `config.json` (with `text_config`) or a bare text config. Accepts both
     /// spellings of the full-attention shape: `global_head_dim` / `num_global_key_value_heads`
@@ -84,23 +91,11 @@ impl ModelDims {
                     .get("per_layer_config")
                     .and_then(|p| p.get(i.to_string()))
                 {
-                    hd = p
-                        .get("head_dim")
-                        .and_then(Value::as_u64)
-                        .map_or(hd, |v| v as usize);
-                    nkv = p
-                        .get("num_key_value_heads")
-                        .and_then(Value::as_u64)
-                        .map_or(nkv, |v| v as usize);
+                    hd = uint_or(p, "head_dim", hd);
+                    nkv = uint_or(p, "num_key_value_heads", nkv);
                 } else {
-                    hd = tc
-                        .get("global_head_dim")
-                        .and_then(Value::as_u64)
-                        .map_or(hd, |v| v as usize);
-                    nkv = tc
-                        .get("num_global_key_value_heads")
-                        .and_then(Value::as_u64)
-                        .map_or(nkv, |v| v as usize);
+                    hd = uint_or(tc, "global_head_dim", hd);
+                    nkv = uint_or(tc, "num_global_key_value_heads", nkv);
                 }
             }
             layers.push(LayerDims {

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::dims::{DimsError, ModelDims, TensorSpec};
+use super::error::FileError;
 use super::files::{weight_files, FilesError, MapSource};
 use super::format::{
     affine_block, affine_storage, storage_for, stored_tensors, weight_name, Layout,
@@ -29,13 +30,8 @@ use super::tensors::{Dtype, PlannedTensor, TensorError, TensorSet, TensorView};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {why}")]
-    Json { path: PathBuf, why: String },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{dir}: no checkpoint found ({why})")]
     NotACheckpoint { dir: PathBuf, why: String },
     #[error(transparent)]
@@ -96,19 +92,10 @@ impl LayoutError {
     }
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LayoutError + '_ {
-    move |source| LayoutError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value, LayoutError> {
-    let text = std::fs::read_to_string(path).map_err(io(path))?;
-    serde_json::from_str(&text).map_err(|e| LayoutError::Json {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })
+/// The JSON file at `path` (a checkpoint's `config.json`, its index or manifest).
+pub(crate) fn read_json(path: &Path) -> Result<Value, FileError> {
+    let text = std::fs::read_to_string(path).map_err(FileError::io(path))?;
+    serde_json::from_str(&text).map_err(|e| FileError::json(path, e))
 }
 
 /// Which layout the checkpoint in `dir` holds (opens and validates it; see [`Checkpoint::open`]).
@@ -692,16 +679,21 @@ mod tests {
         }
     }
 
+    /// Rewrites `dir`'s config.json as `edit` changes it.
+    fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
+        let path = dir.join("config.json");
+        let mut cfg = read_json(&path).expect("cfg");
+        edit(&mut cfg);
+        std::fs::write(&path, cfg.to_string()).expect("write");
+    }
+
     #[test]
     fn validation_names_tensor_file_and_shapes() {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = tmp.path().join("q");
         random(&d, Layout::Nvfp4, &[]);
         // claim a different hidden size: the first tensor read must fail with both shapes
-        let cfg_path = d.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
-        cfg["text_config"]["vocab_size"] = 4096.into();
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| cfg["text_config"]["vocab_size"] = 4096.into());
         let e = Checkpoint::open(&d).expect_err("must fail");
         let msg = e.to_string();
         assert!(matches!(e.misfit(), LayoutError::Shape { .. }), "{msg}");
@@ -714,11 +706,12 @@ mod tests {
             "{msg}"
         );
         // a tensor missing from the manifest's files
-        cfg["text_config"]["vocab_size"] = 2048.into();
-        cfg["text_config"]["num_hidden_layers"] = 7.into();
-        cfg["text_config"]["layer_types"] =
-            serde_json::json!(crate::checkpoint::dims::layer_types_for(7));
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| {
+            cfg["text_config"]["vocab_size"] = 2048.into();
+            cfg["text_config"]["num_hidden_layers"] = 7.into();
+            cfg["text_config"]["layer_types"] =
+                serde_json::json!(crate::checkpoint::dims::layer_types_for(7));
+        });
         let msg = Checkpoint::open(&d).expect_err("must fail").to_string();
         assert!(
             msg.contains("model.decoder.layers.6.") && msg.contains("missing"),
@@ -814,12 +807,11 @@ mod tests {
         random(&affine, Layout::Affine, &[]);
         std::fs::remove_file(affine.join(INDEX)).expect("rm");
         assert_eq!(detect_layout(&affine).expect("affine"), Layout::Affine);
-        let cfg_path = affine.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
-        for key in ["quantization", "quantization_config"] {
-            cfg[key]["mode"] = "nvfp4".into();
-        }
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&affine, |cfg| {
+            for key in ["quantization", "quantization_config"] {
+                cfg[key]["mode"] = "nvfp4".into();
+            }
+        });
         let e = detect_layout(&affine).expect_err("an nvfp4 block is not affine");
         assert!(matches!(e, LayoutError::NoLayoutFits { .. }), "{e}");
     }
@@ -886,15 +878,13 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let d = tmp.path().join("hf");
         random(&d, Layout::Hf, &[]);
-        let cfg_path = d.join("config.json");
-        let mut cfg = read_json(&cfg_path).expect("cfg");
         // The tensors are dense: a quant_method in the config does not change what they are.
-        cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"});
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| {
+            cfg["quantization_config"] = serde_json::json!({"quant_method": "modelopt"})
+        });
         assert_eq!(detect_layout(&d).expect("detect"), Layout::Hf);
         // When the tensors fit nothing, the error says what the config claims.
-        cfg["text_config"]["hidden_size"] = 256.into();
-        std::fs::write(&cfg_path, cfg.to_string()).expect("write");
+        edit_config(&d, |cfg| cfg["text_config"]["hidden_size"] = 256.into());
         let msg = detect_layout(&d).expect_err("refused").to_string();
         assert!(msg.contains("\"modelopt\""), "{msg}");
     }

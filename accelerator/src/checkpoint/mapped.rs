@@ -21,6 +21,7 @@ use super::assemble::WeightLayout;
 pub use super::layout::TensorKind;
 use super::layout::{Checkpoint, ModuleRef, QuantMode};
 use super::LoadError;
+use crate::model::linear::Affine;
 use crate::model::{Experts, Linear};
 
 /// The dtype a tensor stored as `stored` is held in for `activation` activations.
@@ -193,6 +194,39 @@ impl MappedLayout {
         }
     }
 
+    /// A dense weight, held in `dtype`.
+    fn dense(&self, prefix: &str, w: Array, dtype: Dtype) -> Result<Array, LoadError> {
+        self.hold(self.dense_name(prefix), w, TensorKind::Dense, dtype)
+    }
+
+    /// The affine quantisation `weight` holds; `None` when it holds another (or an incomplete one).
+    fn affine(
+        &self,
+        prefix: &str,
+        weight: LoadedWeight,
+        dtype: Dtype,
+    ) -> Result<Option<Affine>, LoadError> {
+        match weight {
+            LoadedWeight::Quantized {
+                codes,
+                scales,
+                biases: Some(biases),
+                mode: QuantMode::Affine { group_size, bits },
+                ..
+            } => {
+                let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
+                Ok(Some(Affine::new(
+                    codes,
+                    scales,
+                    biases,
+                    group_size as i32,
+                    bits as i32,
+                )))
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn dense_name<'a>(&'a self, key: &'a str) -> &'a str {
         match self.modules.get(key) {
             Some(ModuleRef::Dense { tensor }) => tensor,
@@ -214,32 +248,14 @@ impl WeightLayout for MappedLayout {
 
     fn linear(&self, prefix: &str, out: i32, inp: i32, dtype: Dtype) -> Result<Linear, LoadError> {
         match self.weight(prefix, &[out, inp])? {
-            LoadedWeight::Dense(w) => Ok(Linear::dense(self.hold(
-                self.dense_name(prefix),
-                w,
-                TensorKind::Dense,
-                dtype,
-            )?)),
-            LoadedWeight::Quantized {
-                codes,
-                scales,
-                biases: Some(biases),
-                mode: QuantMode::Affine { group_size, bits },
-                ..
-            } => {
-                let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
-                Ok(Linear::affine(
-                    codes,
-                    scales,
-                    biases,
-                    group_size as i32,
-                    bits as i32,
-                ))
-            }
-            LoadedWeight::Quantized { .. } => Err(self.unexpected(
-                prefix,
-                "only affine quantisation is supported for non-expert linears",
-            )),
+            LoadedWeight::Dense(w) => Ok(Linear::dense(self.dense(prefix, w, dtype)?)),
+            quantized => match self.affine(prefix, quantized, dtype)? {
+                Some(affine) => Ok(Linear::Affine(affine)),
+                None => Err(self.unexpected(
+                    prefix,
+                    "only affine quantisation is supported for non-expert linears",
+                )),
+            },
         }
     }
 
@@ -252,12 +268,7 @@ impl WeightLayout for MappedLayout {
         dtype: Dtype,
     ) -> Result<Experts, LoadError> {
         match self.weight(prefix, &[num, out, inp])? {
-            LoadedWeight::Dense(w) => Ok(Experts::dense(self.hold(
-                self.dense_name(prefix),
-                w,
-                TensorKind::Dense,
-                dtype,
-            )?)?),
+            LoadedWeight::Dense(w) => Ok(Experts::dense(self.dense(prefix, w, dtype)?)?),
             LoadedWeight::Quantized {
                 codes,
                 scales,
@@ -274,26 +285,13 @@ impl WeightLayout for MappedLayout {
                     dtype,
                 )?,
             )?),
-            LoadedWeight::Quantized {
-                codes,
-                scales,
-                biases: Some(biases),
-                mode: QuantMode::Affine { group_size, bits },
-                ..
-            } => {
-                let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
-                Ok(Experts::affine(
-                    codes,
-                    scales,
-                    biases,
-                    group_size as i32,
-                    bits as i32,
-                ))
-            }
-            LoadedWeight::Quantized { .. } => Err(self.unexpected(
-                prefix,
-                "quantised tensors incomplete (NVFP4 needs a global scale, affine biases)",
-            )),
+            quantized => match self.affine(prefix, quantized, dtype)? {
+                Some(affine) => Ok(Experts::Affine(affine)),
+                None => Err(self.unexpected(
+                    prefix,
+                    "quantised tensors incomplete (NVFP4 needs a global scale, affine biases)",
+                )),
+            },
         }
     }
 

@@ -28,7 +28,7 @@ pub mod tensors;
 use std::path::Path;
 
 pub use assemble::{assemble, WeightLayout};
-pub use error::LoadError;
+pub use error::{FileError, LoadError};
 pub use format::Layout;
 pub use layout::{detect_layout, Checkpoint, QuantMode, QuantizedWeight, Weight};
 pub use mapped::MappedLayout;

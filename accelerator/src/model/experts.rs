@@ -7,6 +7,7 @@ use std::ffi::CString;
 
 use mlx_rs::{ops, Array, Dtype};
 
+use super::linear::Affine;
 use super::ModelError;
 
 /// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
@@ -24,19 +25,9 @@ pub enum Experts {
         /// `[E, out, in]`.
         weight: Array,
     },
-    /// Affine-quantised (mlx-community layout), through `gather_qmm` mode "affine".
-    Affine {
-        /// uint32 codes `[E, out, in·bits/32]`.
-        weight: Array,
-        /// `[E, out, in/group_size]`.
-        scales: Array,
-        /// `[E, out, in/group_size]`.
-        biases: Array,
-        /// Inputs per group.
-        group_size: i32,
-        /// Bits per code.
-        bits: i32,
-    },
+    /// Affine-quantised (mlx-community layout) `[E, out, in]`, through `gather_qmm` mode
+    /// "affine".
+    Affine(Affine),
     /// NVFP4: E2M1 codes (uint32 `[E, out, in/8]`), E4M3 block scales (uint8 `[E, out, in/16]`)
     /// and one float32 `global_scale` per expert (`[E]`, = 2688 · ModelOpt `weight_scale_2`).
     Nvfp4 {
@@ -57,13 +48,7 @@ impl Experts {
 
     /// Affine-quantised experts as `mlx.core.quantize` produces them for a `[E, out, in]` stack.
     pub fn affine(weight: Array, scales: Array, biases: Array, group_size: i32, bits: i32) -> Self {
-        Experts::Affine {
-            weight,
-            scales,
-            biases,
-            group_size,
-            bits,
-        }
+        Experts::Affine(Affine::new(weight, scales, biases, group_size, bits))
     }
 
     /// NVFP4 experts. `global_scale` is MLX's abs-max convention (`2688 · weight_scale_2`).
@@ -108,22 +93,16 @@ impl Experts {
                 )?;
                 Ok(y.as_dtype(dtype)?)
             }
-            Experts::Affine {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-            } => Ok(ops::gather_qmm(
+            Experts::Affine(q) => Ok(ops::gather_qmm(
                 x,
-                weight,
-                scales,
-                biases,
+                &q.weight,
+                &q.scales,
+                &q.biases,
                 None,
                 idx,
                 true,
-                *group_size,
-                *bits,
+                q.group_size,
+                q.bits,
                 sorted,
             )?),
             Experts::Nvfp4 {
@@ -224,39 +203,35 @@ pub fn dequantize_nvfp4(
     scales: &Array,
     global_scale: f32,
 ) -> Result<Array, ModelError> {
-    ensure_mlx_error_handler()?;
-    let mode = nvfp4_mode();
     let gs = Array::from_f32(global_scale);
-    let stream = mlx_rs::Stream::thread_local_or_default();
-    // SAFETY: as in `gather_qmm_nvfp4`.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let none = mlx_sys::mlx_array_new();
-        let status = mlx_sys::mlx_dequantize(
-            &mut res,
-            codes.as_ptr(),
-            scales.as_ptr(),
-            none,
-            optional_int(16),
-            optional_int(4),
-            mode.as_ptr(),
-            gs.as_ptr(),
-            mlx_sys::mlx_optional_dtype {
-                value: Dtype::Float32 as mlx_sys::mlx_dtype,
-                has_value: true,
-            },
-            stream.as_ptr(),
-        );
-        mlx_sys::mlx_array_free(none);
-        let out = Array::from_ptr(res);
-        if status != 0 {
-            return Err(ModelError::Nvfp4(format!(
+    nvfp4_call(
+        |res, none, mode, stream| {
+            // SAFETY: as in `nvfp4_call`.
+            unsafe {
+                mlx_sys::mlx_dequantize(
+                    res,
+                    codes.as_ptr(),
+                    scales.as_ptr(),
+                    none,
+                    optional_int(16),
+                    optional_int(4),
+                    mode,
+                    gs.as_ptr(),
+                    mlx_sys::mlx_optional_dtype {
+                        value: Dtype::Float32 as mlx_sys::mlx_dtype,
+                        has_value: true,
+                    },
+                    stream,
+                )
+            }
+        },
+        || {
+            format!(
                 "mlx_dequantize(mode=nvfp4) failed for codes {:?}",
                 codes.shape()
-            )));
-        }
-        Ok(out)
-    }
+            )
+        },
+    )
 }
 
 /// `gather_qmm` in mode "nvfp4" (group 16, 4 bits, transposed weights), which mlx-rs's safe API
@@ -268,39 +243,64 @@ pub fn gather_qmm_nvfp4(
     rhs_indices: &Array,
     sorted_indices: bool,
 ) -> Result<Array, ModelError> {
-    ensure_mlx_error_handler()?;
-    let mode = nvfp4_mode();
-    let stream = mlx_rs::Stream::thread_local_or_default();
-    // SAFETY: every handle passed is a live mlx_array owned by the caller for the duration of the
-    // call; the empty arrays stand for mlx-c's "null" optional inputs; `res` is a fresh handle
-    // that we take ownership of below whether or not the call succeeded.
-    unsafe {
-        let mut res = mlx_sys::mlx_array_new();
-        let none = mlx_sys::mlx_array_new();
-        let status = mlx_sys::mlx_gather_qmm(
-            &mut res,
-            x.as_ptr(),
-            w.as_ptr(),
-            scales.as_ptr(),
-            none,
-            none,
-            rhs_indices.as_ptr(),
-            true,
-            optional_int(16),
-            optional_int(4),
-            mode.as_ptr(),
-            sorted_indices,
-            stream.as_ptr(),
-        );
-        mlx_sys::mlx_array_free(none);
-        let out = Array::from_ptr(res);
-        if status != 0 {
-            return Err(ModelError::Nvfp4(format!(
+    nvfp4_call(
+        |res, none, mode, stream| {
+            // SAFETY: as in `nvfp4_call`.
+            unsafe {
+                mlx_sys::mlx_gather_qmm(
+                    res,
+                    x.as_ptr(),
+                    w.as_ptr(),
+                    scales.as_ptr(),
+                    none,
+                    none,
+                    rhs_indices.as_ptr(),
+                    true,
+                    optional_int(16),
+                    optional_int(4),
+                    mode,
+                    sorted_indices,
+                    stream,
+                )
+            }
+        },
+        || {
+            format!(
                 "mlx_gather_qmm(mode=nvfp4) failed for x {:?}, w {:?}, scales {:?}",
                 x.shape(),
                 w.shape(),
                 scales.shape()
-            )));
+            )
+        },
+    )
+}
+
+/// Runs one raw mlx-c call in mode "nvfp4" that yields one array: `call` gets the result handle
+/// to fill, an empty array for mlx-c's "null" optional inputs, the mode and the stream, and
+/// returns mlx-c's status; `what` says what failed.
+fn nvfp4_call(
+    call: impl FnOnce(
+        &mut mlx_sys::mlx_array,
+        mlx_sys::mlx_array,
+        *const std::ffi::c_char,
+        mlx_sys::mlx_stream,
+    ) -> std::ffi::c_int,
+    what: impl FnOnce() -> String,
+) -> Result<Array, ModelError> {
+    ensure_mlx_error_handler()?;
+    let mode = nvfp4_mode();
+    let stream = mlx_rs::Stream::thread_local_or_default();
+    // SAFETY: every handle `call` passes on is a live mlx_array owned by its caller for the
+    // duration of the call; the empty array stands for mlx-c's "null" optional inputs; `res` is
+    // a fresh handle that we take ownership of below whether or not the call succeeded.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let none = mlx_sys::mlx_array_new();
+        let status = call(&mut res, none, mode.as_ptr(), stream.as_ptr());
+        mlx_sys::mlx_array_free(none);
+        let out = Array::from_ptr(res);
+        if status != 0 {
+            return Err(ModelError::Nvfp4(what()));
         }
         Ok(out)
     }

@@ -16,20 +16,38 @@ pub enum Linear {
         /// `[out, in]`.
         weight: Array,
     },
-    /// MLX affine quantisation (mlx-community layout): `weight` uint32 `[out, in·bits/32]`,
-    /// `scales` and `biases` `[out, in/group_size]`.
-    Affine {
-        /// Packed codes.
-        weight: Array,
-        /// One scale per group.
-        scales: Array,
-        /// One bias per group.
-        biases: Array,
-        /// Inputs per quantisation group (64 in mlx-community checkpoints).
-        group_size: i32,
-        /// Bits per code (4 or 8).
-        bits: i32,
-    },
+    /// MLX affine quantisation of `[out, in]`.
+    Affine(Affine),
+}
+
+/// MLX affine quantisation (mlx-community layout) of a weight `[..., out, in]` (one matrix, or
+/// a stack of experts): `weight` uint32 `[..., out, in·bits/32]`, `scales` and `biases`
+/// `[..., out, in/group_size]`, as `mlx.core.quantize` produces them.
+#[derive(Clone, Debug)]
+pub struct Affine {
+    /// Packed codes.
+    pub weight: Array,
+    /// One scale per group.
+    pub scales: Array,
+    /// One bias per group.
+    pub biases: Array,
+    /// Inputs per quantisation group (64 in mlx-community checkpoints).
+    pub group_size: i32,
+    /// Bits per code (4 or 8).
+    pub bits: i32,
+}
+
+impl Affine {
+    /// The parts `mlx.core.quantize` returns, and the group size and bits it was given.
+    pub fn new(weight: Array, scales: Array, biases: Array, group_size: i32, bits: i32) -> Self {
+        Affine {
+            weight,
+            scales,
+            biases,
+            group_size,
+            bits,
+        }
+    }
 }
 
 impl Linear {
@@ -40,55 +58,32 @@ impl Linear {
 
     /// An affine-quantised weight as `mlx.core.quantize` produces it.
     pub fn affine(weight: Array, scales: Array, biases: Array, group_size: i32, bits: i32) -> Self {
-        Linear::Affine {
-            weight,
-            scales,
-            biases,
-            group_size,
-            bits,
-        }
+        Linear::Affine(Affine::new(weight, scales, biases, group_size, bits))
     }
 
     /// `x · Wᵀ` over the last axis of `x`.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
-        match self {
-            Linear::Dense { weight } => Ok(ops::matmul(x, weight.t())?),
-            Linear::Affine {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-            } => Ok(ops::quantized_matmul(
-                x,
-                weight,
-                scales,
-                biases,
-                true,
-                *group_size,
-                *bits,
-            )?),
-        }
+        self.product(x, true)
     }
 
     /// `x · W` (x's last axis has `out` entries): the soft embedding `p · E` of self-conditioning.
     pub fn forward_transposed(&self, x: &Array) -> Result<Array, ModelError> {
+        self.product(x, false)
+    }
+
+    /// `x · Wᵀ` when `transpose`, else `x · W`.
+    fn product(&self, x: &Array, transpose: bool) -> Result<Array, ModelError> {
         match self {
+            Linear::Dense { weight } if transpose => Ok(ops::matmul(x, weight.t())?),
             Linear::Dense { weight } => Ok(ops::matmul(x, weight)?),
-            Linear::Affine {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-            } => Ok(ops::quantized_matmul(
+            Linear::Affine(q) => Ok(ops::quantized_matmul(
                 x,
-                weight,
-                scales,
-                biases,
-                false,
-                *group_size,
-                *bits,
+                &q.weight,
+                &q.scales,
+                &q.biases,
+                transpose,
+                q.group_size,
+                q.bits,
             )?),
         }
     }
@@ -97,17 +92,11 @@ impl Linear {
     pub fn rows(&self, ids: &Array) -> Result<Array, ModelError> {
         match self {
             Linear::Dense { weight } => Ok(weight.take_axis(ids, 0)?),
-            Linear::Affine {
-                weight,
-                scales,
-                biases,
-                group_size,
-                bits,
-            } => {
-                let w = weight.take_axis(ids, 0)?;
-                let s = scales.take_axis(ids, 0)?;
-                let b = biases.take_axis(ids, 0)?;
-                Ok(ops::dequantize(&w, &s, &b, *group_size, *bits)?)
+            Linear::Affine(q) => {
+                let w = q.weight.take_axis(ids, 0)?;
+                let s = q.scales.take_axis(ids, 0)?;
+                let b = q.biases.take_axis(ids, 0)?;
+                Ok(ops::dequantize(&w, &s, &b, q.group_size, q.bits)?)
             }
         }
     }
@@ -116,7 +105,7 @@ impl Linear {
     pub fn dtype(&self) -> mlx_rs::Dtype {
         match self {
             Linear::Dense { weight } => weight.dtype(),
-            Linear::Affine { scales, .. } => scales.dtype(),
+            Linear::Affine(q) => q.scales.dtype(),
         }
     }
 }

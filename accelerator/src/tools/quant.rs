@@ -66,6 +66,22 @@ mod tests {
         assert_eq!(f32_to_e2m1(7.0), 7);
     }
 
+    /// The uint32 vector `name`.
+    fn u32s(f: &SafetensorsFile, name: &str) -> Vec<u32> {
+        f.tensor(name).expect(name).to_u32().expect("u32")
+    }
+
+    /// `mine` equals `want` bit for bit, element by element (`p` names the vector).
+    fn assert_bit_identical(p: &str, mine: &[f32], want: &[f32]) {
+        for (i, (a, b)) in mine.iter().zip(want).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{p} dequantised element {i}: {a} vs {b}"
+            );
+        }
+    }
+
     #[test]
     fn nvfp4_matches_mlx_bit_for_bit() {
         let f = vectors();
@@ -78,11 +94,7 @@ mod tests {
                 .ok()
                 .map(|t| t.to_f32().expect("f32")[0]);
             let q = quantize_nvfp4(&w, shape[1], src, gs).expect("quantise");
-            let codes = f
-                .tensor(&format!("{p}.codes"))
-                .expect("codes")
-                .to_u32()
-                .expect("u32");
+            let codes = u32s(&f, &format!("{p}.codes"));
             let scales = f
                 .tensor(&format!("{p}.scales"))
                 .expect("scales")
@@ -93,13 +105,7 @@ mod tests {
             let (deq, _, _) = load(&f, &format!("{p}.deq"));
             let mine = dequantize_nvfp4(&q, gs);
             assert_eq!(mine.len(), deq.len());
-            for (i, (a, b)) in mine.iter().zip(&deq).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{p} dequantised element {i}: {a} vs {b}"
-                );
-            }
+            assert_bit_identical(&p, &mine, &deq);
         }
     }
 
@@ -112,11 +118,7 @@ mod tests {
             let bits = if p.starts_with("affine4") { 4 } else { 8 };
             let (w, src, shape) = load(&f, &format!("{p}.w"));
             let q = quantize_affine(&w, shape[1], 64, bits, src).expect("quantise");
-            let codes = f
-                .tensor(&format!("{p}.codes"))
-                .expect("codes")
-                .to_u32()
-                .expect("u32");
+            let codes = u32s(&f, &format!("{p}.codes"));
             assert_eq!(q.codes, codes, "{p} codes");
             let (scales, _, _) = load(&f, &format!("{p}.scales"));
             let (biases, _, _) = load(&f, &format!("{p}.biases"));
@@ -124,13 +126,7 @@ mod tests {
             assert_eq!(q.biases, biases, "{p} biases");
             let (deq, _, _) = load(&f, &format!("{p}.deq"));
             let mine = dequantize_affine(&q, src);
-            for (i, (a, b)) in mine.iter().zip(&deq).enumerate() {
-                assert_eq!(
-                    a.to_bits(),
-                    b.to_bits(),
-                    "{p} dequantised element {i}: {a} vs {b}"
-                );
-            }
+            assert_bit_identical(&p, &mine, &deq);
         }
     }
 

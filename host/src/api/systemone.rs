@@ -435,15 +435,16 @@ mod tests {
     }
 
     async fn post(url: &str) -> reqwest::Response {
-        let response = reqwest::Client::new()
-            .post(format!("{url}/v1/systemone"))
-            .json(&json!({"model": "jev-latest", "state": "s",
-                          "questions": {"yn": {"type": "noul", "instructions": "?"}}}))
-            .send()
-            .await
-            .unwrap();
+        let body = json!({"model": "jev-latest", "state": "s",
+                          "questions": {"yn": {"type": "noul", "instructions": "?"}}});
+        let response = post_body(url, &body).await;
         assert_eq!(response.status(), 200);
         response
+    }
+
+    async fn metrics(url: &str) -> String {
+        let response = reqwest::get(format!("{url}/metrics")).await.unwrap();
+        response.text().await.unwrap()
     }
 
     #[tokio::test]
@@ -462,12 +463,7 @@ mod tests {
         let headers = response.headers();
         assert_eq!(headers.get(BATCH_REQUESTS_HEADER).unwrap(), "3");
         assert_eq!(headers.get(BATCH_DEVIATION_HEADER).unwrap(), "0");
-        let metrics = reqwest::get(format!("{url}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = metrics(&url).await;
         assert!(metrics.contains("hunch_model_prefix_cache_hits_total{model=\"real-name\"} 1\n"));
         assert!(metrics.contains("hunch_model_forwards_total{model=\"real-name\"} 2\n"));
         assert!(
@@ -553,12 +549,7 @@ mod tests {
         assert_eq!(a["answers"], b["answers"]);
         assert_eq!(b["usage"], json!({"input_tokens": 0, "output_tokens": 0}));
         assert_eq!(reader.asked.lock().unwrap().len(), 1);
-        let metrics = reqwest::get(format!("{url}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = metrics(&url).await;
         assert!(
             metrics.contains("hunch_answer_cache_hits_total 1\n"),
             "{metrics}"

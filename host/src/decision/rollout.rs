@@ -3,6 +3,7 @@
 //! `canary`: a stable share of request keys is decided by the candidate), and the agreement
 //! counters `/metrics` and `GET /v1/policies/NAME` show.
 
+use crate::metrics::family;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -221,10 +222,11 @@ impl RolloutStats {
     }
 
     pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
+        family(
             out,
-            "# HELP hunch_policy_shadow_total Shadow runs of a policy's candidate, by agreement with the active decision.\n\
-             # TYPE hunch_policy_shadow_total counter"
+            "hunch_policy_shadow_total",
+            "counter",
+            "Shadow runs of a policy's candidate, by agreement with the active decision.",
         );
         for ((policy, a), n) in self.shadow.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(
@@ -233,10 +235,11 @@ impl RolloutStats {
                 a.as_str()
             );
         }
-        let _ = writeln!(
+        family(
             out,
-            "# HELP hunch_policy_shadow_skipped_total Shadow runs skipped because too many were in flight.\n\
-             # TYPE hunch_policy_shadow_skipped_total counter"
+            "hunch_policy_shadow_skipped_total",
+            "counter",
+            "Shadow runs skipped because too many were in flight.",
         );
         for (policy, n) in self
             .skipped
@@ -249,10 +252,11 @@ impl RolloutStats {
                 "hunch_policy_shadow_skipped_total{{policy=\"{policy}\"}} {n}"
             );
         }
-        let _ = writeln!(
+        family(
             out,
-            "# HELP hunch_policy_decisions_total Policy decisions by the stage that decided.\n\
-             # TYPE hunch_policy_decisions_total counter"
+            "hunch_policy_decisions_total",
+            "counter",
+            "Policy decisions by the stage that decided.",
         );
         for ((policy, stage), n) in self.routed.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(

@@ -443,18 +443,8 @@ impl Registry {
             )));
         }
         if let Some(dir) = &self.dir {
-            let config = toml_text
-                .as_deref()
-                .map(PolicyConfig::parse)
-                .transpose()?
-                .unwrap_or_default();
-            self.build(name, wasm.clone(), config).await?;
-            write_atomically(&dir.join(Stage::Candidate.file(name, "wasm")), &wasm).await?;
-            let toml_path = dir.join(Stage::Candidate.file(name, "toml"));
-            match &toml_text {
-                Some(t) => write_atomically(&toml_path, t.as_bytes()).await?,
-                None => remove_if_exists(&toml_path).await?,
-            }
+            self.validate_and_write(dir, Stage::Candidate, name, &wasm, toml_text.as_deref())
+                .await?;
         }
         match self.install_candidate(name, wasm, toml_text).await? {
             Some(p) => Ok(p),
@@ -462,6 +452,31 @@ impl Registry {
                 .candidate(name)
                 .ok_or_else(|| RegistryError::NotFound(name.to_string())),
         }
+    }
+
+    /// Builds `wasm` with its configuration, then writes both as `stage`'s files in `dir` (without
+    /// a configuration, its file is removed). Validating before touching the directory means a
+    /// bad upload never replaces a good file.
+    async fn validate_and_write(
+        &self,
+        dir: &Path,
+        stage: Stage,
+        name: &str,
+        wasm: &[u8],
+        toml_text: Option<&str>,
+    ) -> Result<(), RegistryError> {
+        let config = toml_text
+            .map(PolicyConfig::parse)
+            .transpose()?
+            .unwrap_or_default();
+        self.build(name, wasm.to_vec(), config).await?;
+        write_atomically(&dir.join(stage.file(name, "wasm")), wasm).await?;
+        let toml_path = dir.join(stage.file(name, "toml"));
+        match toml_text {
+            Some(t) => write_atomically(&toml_path, t.as_bytes()).await?,
+            None => remove_if_exists(&toml_path).await?,
+        }
+        Ok(())
     }
 
     pub fn candidate(&self, name: &str) -> Option<Arc<LoadedPolicy>> {
@@ -781,19 +796,8 @@ impl Registry {
         }
         let _guard = self.reload_lock.lock().await;
         if let Some(dir) = &self.dir {
-            // Validate before touching the directory so a bad upload never replaces a good file.
-            let config = toml_text
-                .as_deref()
-                .map(PolicyConfig::parse)
-                .transpose()?
-                .unwrap_or_default();
-            self.build(name, wasm.clone(), config).await?;
-            write_atomically(&dir.join(format!("{name}.wasm")), &wasm).await?;
-            let toml_path = dir.join(format!("{name}.toml"));
-            match &toml_text {
-                Some(t) => write_atomically(&toml_path, t.as_bytes()).await?,
-                None => remove_if_exists(&toml_path).await?,
-            }
+            self.validate_and_write(dir, Stage::Active, name, &wasm, toml_text.as_deref())
+                .await?;
         }
         match self.install(name, wasm, toml_text).await? {
             Some(p) => Ok(p),

@@ -152,3 +152,17 @@ pub fn with_marker(mut wasm: Vec<u8>, marker: &str) -> Vec<u8> {
     wasm.extend_from_slice(&payload);
     wasm
 }
+
+/// `name` built (see [`built_policy`]) and marked as a version no compile cache can hold yet: the
+/// marker is `prefix` and the current time in nanoseconds, so a test that deploys it measures a
+/// real compile.
+pub fn fresh_version(name: &str, prefix: &str) -> Result<Vec<u8>, PolicyBuildError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    Ok(with_marker(
+        built_policy(name)?,
+        &format!("{prefix}-{nanos}"),
+    ))
+}

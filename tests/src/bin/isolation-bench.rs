@@ -12,7 +12,7 @@
 //! in docs/benchmarks.md ("Isolated vs joint").
 
 use hunch_core::{Question, QuestionKind, QuestionMode, ReadOptions, ReadOutcome, ReadRequest};
-use hunch_e2e::bench::{everyday_questions, mapped_blas, median, option};
+use hunch_e2e::bench::{everyday_questions, mapped_blas, median, option, Flags};
 use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, Process};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -27,12 +27,11 @@ fn parse_args() -> Result<Args, String> {
         preset: "small".into(),
         reps: 5,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+    let mut flags = Flags::from_env();
+    while let Some(a) = flags.next_flag() {
         match a.as_str() {
-            "--preset" => args.preset = value()?,
-            "--reps" => args.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
+            "--preset" => args.preset = flags.value(&a)?,
+            "--reps" => args.reps = flags.parsed(&a)?,
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -217,20 +216,12 @@ async fn run() -> Result<(), String> {
     let args = parse_args()?;
     let dir = checkpoint(&args.preset)?;
     let accelerator = hunch_e2e::accelerator_bin();
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = hunch_e2e::bench::cores();
     println!(
         "isolation-bench: {cores} cores (load {}), {} build, preset {} ({}), float32, CPU; \
          {} repetitions per case, latency = median",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        },
+        hunch_e2e::bench::load_average(),
+        hunch_e2e::bench::build_kind(),
         args.preset,
         dir.display(),
         args.reps
@@ -283,11 +274,5 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("isolation-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    hunch_e2e::bench::exit_code("isolation-bench", run().await)
 }

@@ -16,7 +16,7 @@
 //! It prints the machine's core count and the BLAS libraries the sidecar process has mapped.
 
 use hunch_core::ReadOutcome;
-use hunch_e2e::bench::{mapped_blas, median, percentile, read_request};
+use hunch_e2e::bench::{mapped_blas, median, percentile, read_request, Flags};
 use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, wait_ready, Process};
 use serde_json::json;
 use std::path::PathBuf;
@@ -40,17 +40,17 @@ fn parse_args() -> Result<Args, String> {
         seconds: 20.0,
         dtype: "float32".into(),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--preset" => a.preset = value()?,
-            "--ckpt" => a.ckpt = Some(PathBuf::from(value()?)),
-            "--reps" => a.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
-            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
-            "--dtype" => a.dtype = value()?,
+            "--preset" => a.preset = flags.value(&flag)?,
+            "--ckpt" => a.ckpt = Some(PathBuf::from(flags.value(&flag)?)),
+            "--reps" => a.reps = flags.parsed(&flag)?,
+            "--seconds" => a.seconds = flags.parsed(&flag)?,
+            "--dtype" => a.dtype = flags.value(&flag)?,
             "--clients" => {
-                a.clients = value()?
+                a.clients = flags
+                    .value(&flag)?
                     .split(',')
                     .map(|c| c.trim().parse().map_err(|e| format!("--clients: {e}")))
                     .collect::<Result<_, _>>()?
@@ -322,22 +322,12 @@ async fn stack_part(
 
 async fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = hunch_e2e::bench::cores();
     println!(
         "read-bench: {cores} cores available, load average {}, binaries in {} ({} build)",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
+        hunch_e2e::bench::load_average(),
         target_dir().display(),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        }
+        hunch_e2e::bench::build_kind()
     );
     let accelerator = hunch_e2e::accelerator_bin();
     let dir = match &args.ckpt {
@@ -356,12 +346,7 @@ async fn run() -> Result<(), String> {
             dir
         }
     };
-    let bytes: u64 = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let bytes = hunch_e2e::bench::dir_bytes(&dir)?;
     println!(
         "checkpoint {} ({:.0} MB on disk), dtype {}",
         dir.display(),
@@ -374,11 +359,5 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("read-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    hunch_e2e::bench::exit_code("read-bench", run().await)
 }

@@ -4,11 +4,13 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{io, write_layout, WriteError, WriteOptions, WriteSummary};
+use super::{write_layout, WriteError, WriteOptions, WriteSummary};
 use crate::checkpoint::dims::{ModelDims, TensorSpec};
 use crate::checkpoint::files::weight_files;
 use crate::checkpoint::format::{affine_block, Layout};
+use crate::checkpoint::layout::read_json;
 use crate::checkpoint::tensors::TensorSet;
+use crate::checkpoint::FileError;
 use crate::tools::random::DenseDtype;
 
 /// Files beside the weights that a converted checkpoint keeps.
@@ -38,11 +40,7 @@ pub fn convert_with(
         why,
     };
     let cfg_path = src.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).map_err(io(&cfg_path))?;
-    let config: Value = serde_json::from_str(&text).map_err(|e| WriteError::Json {
-        path: cfg_path.clone(),
-        why: e.to_string(),
-    })?;
+    let config = read_json(&cfg_path)?;
     let dims = ModelDims::from_config(&config)?;
     let files = weight_files(src).map_err(|e| source_err(e.to_string()))?;
     let set = TensorSet::open(&files.files)?;
@@ -84,7 +82,7 @@ pub fn convert_with(
     for f in CARRIED_FILES {
         let from = src.join(f);
         if from.is_file() {
-            std::fs::copy(&from, dst.join(f)).map_err(io(&from))?;
+            std::fs::copy(&from, dst.join(f)).map_err(FileError::io(&from))?;
             summary.files.push(f.to_string());
         }
     }

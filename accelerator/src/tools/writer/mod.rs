@@ -30,6 +30,7 @@ use crate::checkpoint::format::{
     MANIFEST, NVFP4_GROUP,
 };
 use crate::checkpoint::tensors::{Dtype, PlannedTensor, TensorError};
+use crate::checkpoint::FileError;
 use crate::tokenizer::tiny::{self, TinyTokenizerError};
 use encode::{batches, encode};
 
@@ -47,22 +48,10 @@ pub enum WriteError {
     Tokenizer(#[from] TinyTokenizerError),
     #[error("tensor {name}: {source}")]
     Quant { name: String, source: QuantError },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {why}")]
-    Json { path: PathBuf, why: String },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("converting {src}: {why}")]
     Source { src: PathBuf, why: String },
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WriteError + '_ {
-    move |source| WriteError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 fn float_dtype(d: DenseDtype) -> Dtype {
@@ -83,11 +72,8 @@ pub struct WriteSummary {
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<(), WriteError> {
-    let text = serde_json::to_string_pretty(v).map_err(|e| WriteError::Json {
-        path: path.to_path_buf(),
-        why: e.to_string(),
-    })?;
-    std::fs::write(path, text + "\n").map_err(io(path))
+    let text = serde_json::to_string_pretty(v).map_err(|e| FileError::json(path, e))?;
+    Ok(std::fs::write(path, text + "\n").map_err(FileError::io(path))?)
 }
 
 /// Layout, dense dtype and shard size of a write.
@@ -113,7 +99,7 @@ pub fn write_layout(
         dense,
         max_shard_bytes,
     } = opts;
-    std::fs::create_dir_all(out).map_err(io(out))?;
+    std::fs::create_dir_all(out).map_err(FileError::io(out))?;
     let dense_t = match layout {
         // "everything else BF16" in the super-decider layout
         Layout::Nvfp4 => Dtype::BF16,

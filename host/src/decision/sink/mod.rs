@@ -5,6 +5,7 @@
 pub mod file;
 pub mod http;
 
+use crate::metrics::family;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -60,10 +61,11 @@ impl SinkStats {
     }
 
     pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
+        family(
             out,
-            "# HELP hunch_decision_events_written_total Decision events a sink accepted.\n\
-             # TYPE hunch_decision_events_written_total counter"
+            "hunch_decision_events_written_total",
+            "counter",
+            "Decision events a sink accepted.",
         );
         for (sink, n) in lock(&self.written).iter() {
             let _ = writeln!(
@@ -71,10 +73,11 @@ impl SinkStats {
                 "hunch_decision_events_written_total{{sink=\"{sink}\"}} {n}"
             );
         }
-        let _ = writeln!(
+        family(
             out,
-            "# HELP hunch_decision_events_dropped_total Decision events a sink could not take.\n\
-             # TYPE hunch_decision_events_dropped_total counter"
+            "hunch_decision_events_dropped_total",
+            "counter",
+            "Decision events a sink could not take.",
         );
         for ((sink, cause), n) in lock(&self.dropped).iter() {
             let _ = writeln!(

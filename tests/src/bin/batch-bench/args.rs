@@ -1,5 +1,6 @@
 //! The command line.
 
+use hunch_e2e::bench::Flags;
 use std::path::PathBuf;
 
 pub(crate) struct Args {
@@ -37,20 +38,17 @@ pub(crate) fn parse_args() -> Result<Args, String> {
         dtype: "float32".into(),
         only: None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "--preset" => a.preset = value()?,
-            "--ckpt" => a.ckpt = Some(PathBuf::from(value()?)),
-            "--clients" => a.clients = value()?.parse().map_err(|e| format!("--clients: {e}"))?,
-            "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
-            "--reps" => a.reps = value()?.parse().map_err(|e| format!("--reps: {e}"))?,
-            "--questions" => {
-                a.questions = value()?.parse().map_err(|e| format!("--questions: {e}"))?
-            }
-            "--dtype" => a.dtype = value()?,
-            "--only" => a.only = Some(value()?),
+            "--preset" => a.preset = flags.value(&flag)?,
+            "--ckpt" => a.ckpt = Some(PathBuf::from(flags.value(&flag)?)),
+            "--clients" => a.clients = flags.parsed(&flag)?,
+            "--seconds" => a.seconds = flags.parsed(&flag)?,
+            "--reps" => a.reps = flags.parsed(&flag)?,
+            "--questions" => a.questions = flags.parsed(&flag)?,
+            "--dtype" => a.dtype = flags.value(&flag)?,
+            "--only" => a.only = Some(flags.value(&flag)?),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);

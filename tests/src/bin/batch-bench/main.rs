@@ -78,30 +78,15 @@ fn checkpoint(args: &Args) -> Result<PathBuf, String> {
 
 async fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cores = hunch_e2e::bench::cores();
     let accelerator = hunch_e2e::accelerator_bin();
     let dir = checkpoint(&args)?;
-    let bytes: u64 = std::fs::read_dir(&dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .sum();
+    let bytes = hunch_e2e::bench::dir_bytes(&dir)?;
     println!(
         "batch-bench: {cores} cores, load average {}, {} build; checkpoint {} ({}, {:.0} MB on \
          disk); dtype {}; LD_PRELOAD={}; OPENBLAS_NUM_THREADS={}",
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-        if cfg!(debug_assertions) {
-            "DEBUG"
-        } else {
-            "release"
-        },
+        hunch_e2e::bench::load_average(),
+        hunch_e2e::bench::build_kind(),
         dir.display(),
         if args.ckpt.is_some() {
             "--ckpt"
@@ -172,11 +157,5 @@ async fn run() -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("batch-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    hunch_e2e::bench::exit_code("batch-bench", run().await)
 }
