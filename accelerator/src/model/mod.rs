@@ -5,6 +5,7 @@ pub mod attention;
 pub mod config;
 pub mod diffusion_gemma;
 pub mod experts;
+pub mod forward_io;
 pub mod layer;
 pub mod linear;
 pub mod mlp;
