@@ -266,7 +266,7 @@ mod routing {
         (!ptr.is_null()).then(|| std::mem::transmute_copy::<*mut c_void, T>(&ptr))
     }
 
-    fn open_openblas() -> Result<Table, String> {
+    fn open_openblas() -> Result<Table, BlasError> {
         let mut errors = Vec::new();
         for path in OPENBLAS {
             // SAFETY: dlopen with a NUL-terminated path; RTLD_LOCAL keeps its symbols out of the
@@ -289,7 +289,10 @@ mod routing {
             }
             errors.push(format!("{} has no cblas_sgemm", path.to_string_lossy()));
         }
-        Err(format!("tried {}", errors.join(", ")))
+        Err(BlasError::OpenBlasMissing(format!(
+            "tried {}",
+            errors.join(", ")
+        )))
     }
 
     fn reference() -> Table {
@@ -317,10 +320,7 @@ mod routing {
         let (table, active) = match choice {
             BlasChoice::Reference => (reference(), ActiveBlas::Reference),
             BlasChoice::OpenBlas if !routed => return Err(BlasError::NotRouted),
-            BlasChoice::OpenBlas => (
-                open_openblas().map_err(BlasError::OpenBlasMissing)?,
-                ActiveBlas::OpenBlas,
-            ),
+            BlasChoice::OpenBlas => (open_openblas()?, ActiveBlas::OpenBlas),
             BlasChoice::Auto => match open_openblas() {
                 Ok(table) if routed => (table, ActiveBlas::OpenBlas),
                 Ok(_) => (reference(), ActiveBlas::Reference),

@@ -63,7 +63,9 @@ fn parse_args() -> Result<Args, String> {
             "--ckpt" => a.ckpt = PathBuf::from(value()?),
             "--dtype" => {
                 a.dtype_name = value()?;
-                a.dtype = a.dtype_name.parse()?;
+                a.dtype = a.dtype_name.parse().map_err(
+                    |e: hunch_accelerator::model::forward_io::UnknownDtype| e.to_string(),
+                )?;
             }
             "--prompt-lens" => a.prompt_lens = ints(&value()?)?,
             "--batches" => a.batches = ints(&value()?)?,

@@ -108,7 +108,10 @@ struct DtypeArg(Option<ActivationDtype>);
 fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
     match s {
         "auto" => Ok(DtypeArg(None)),
-        other => other.parse().map(|d| DtypeArg(Some(d))),
+        other => other
+            .parse()
+            .map(|d| DtypeArg(Some(d)))
+            .map_err(|e: hunch_accelerator::model::forward_io::UnknownDtype| e.to_string()),
     }
 }
 

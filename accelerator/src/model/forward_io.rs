@@ -48,13 +48,18 @@ impl ActivationDtype {
     }
 }
 
+/// A `--dtype` that is not an activation dtype.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown dtype {0:?}; use float32 or bfloat16")]
+pub struct UnknownDtype(pub String);
+
 impl FromStr for ActivationDtype {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownDtype;
+    fn from_str(s: &str) -> Result<Self, UnknownDtype> {
         match s {
             "float32" | "f32" | "fp32" => Ok(ActivationDtype::Float32),
             "bfloat16" | "bf16" => Ok(ActivationDtype::Bfloat16),
-            other => Err(format!("unknown dtype {other:?}; use float32 or bfloat16")),
+            other => Err(UnknownDtype(other.to_string())),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `hunch replay`: the command line around [`crate::decision::replay`].
 
 use crate::decision::replay::{
-    config_beside, parse_policy_arg, read_logs, replay, reread, Filter, ReplayReport, RereadReport,
+    config_beside, parse_policy_arg, read_logs, replay, reread, Filter, ReplayError, ReplayReport,
+    RereadReport,
 };
 use crate::policy::{build_engine, EngineSettings, Limits, LoadedPolicy, PolicyConfig};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
@@ -55,6 +56,30 @@ pub struct ReplayArgs {
     pub fail_on_change: bool,
 }
 
+/// Why `hunch replay` could not run (exit code 2).
+#[derive(Debug, thiserror::Error)]
+enum ReplayCliError {
+    #[error(transparent)]
+    Logs(#[from] ReplayError),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("--server: {0}")]
+    Server(#[from] crate::reader::upstream::UpstreamError),
+    #[error("--reread needs --server")]
+    RereadNeedsServer,
+    #[error("--policy wants NAME=PATH.wasm, got {0:?}")]
+    PolicyArg(String),
+    #[error("the policy runtime: {0}")]
+    Engine(#[from] crate::policy::engine::EngineError),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Policy { path: PathBuf, message: String },
+}
+
 /// Runs `hunch replay`; the exit code is 0, 1 (`--fail-on-change` and a change) or 2 (bad
 /// arguments, unreadable files).
 pub fn main(args: ReplayArgs) -> ExitCode {
@@ -67,7 +92,7 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     }
 }
 
-fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, String> {
+fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, ReplayCliError> {
     let Some(url) = &args.server else {
         return Ok(None);
     };
@@ -78,14 +103,13 @@ fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, String> {
         key: args.key.clone(),
         timeout: Duration::from_secs(300),
         ca_file: None,
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     Ok(Some(Arc::new(reader)))
 }
 
-fn run(args: &ReplayArgs) -> Result<ExitCode, String> {
-    let filter = Filter::parse(&args.filters).map_err(|e| e.to_string())?;
-    let read = read_logs(&args.logs).map_err(|e| e.to_string())?;
+fn run(args: &ReplayArgs) -> Result<ExitCode, ReplayCliError> {
+    let filter = Filter::parse(&args.filters)?;
+    let read = read_logs(&args.logs)?;
     let events: Vec<_> = read
         .events
         .into_iter()
@@ -94,13 +118,13 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(ReplayCliError::Runtime)?;
     let model = {
         let _guard = runtime.enter();
         model(args)?
     };
     if args.reread {
-        let model = model.ok_or("--reread needs --server")?;
+        let model = model.ok_or(ReplayCliError::RereadNeedsServer)?;
         let mut report = runtime.block_on(reread(&events, model, args.samples));
         report.skipped_lines = read.skipped_lines;
         print(args.json, &report, reread_table(&report));
@@ -110,8 +134,8 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, String> {
     // Components, loaded before the runtime runs anything (loading blocks on it).
     let mut paths: BTreeMap<String, PathBuf> = BTreeMap::new();
     for p in &args.policies {
-        let (name, path) = parse_policy_arg(p)
-            .ok_or_else(|| format!("--policy wants NAME=PATH.wasm, got {p:?}"))?;
+        let (name, path) =
+            parse_policy_arg(p).ok_or_else(|| ReplayCliError::PolicyArg(p.clone()))?;
         paths.insert(name, path);
     }
     if let Some(dir) = &args.policy_dir {
@@ -127,17 +151,23 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, String> {
     let engine = build_engine(&EngineSettings {
         max_concurrent: 4,
         ..EngineSettings::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let mut components = BTreeMap::new();
     for (name, path) in paths {
-        let wasm =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let wasm = std::fs::read(&path).map_err(|source| ReplayCliError::Read {
+            path: path.clone(),
+            source,
+        })?;
         let config = match config_beside(&path) {
             Some(t) => {
-                let text = std::fs::read_to_string(&t)
-                    .map_err(|e| format!("cannot read {}: {e}", t.display()))?;
-                PolicyConfig::parse(&text).map_err(|e| format!("{}: {e}", t.display()))?
+                let text = std::fs::read_to_string(&t).map_err(|source| ReplayCliError::Read {
+                    path: t.clone(),
+                    source,
+                })?;
+                PolicyConfig::parse(&text).map_err(|e| ReplayCliError::Policy {
+                    path: t.clone(),
+                    message: e.to_string(),
+                })?
             }
             None => PolicyConfig::default(),
         };
@@ -149,7 +179,10 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, String> {
             &Limits::default(),
             runtime.handle(),
         )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|e| ReplayCliError::Policy {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
         components.insert(name, Arc::new(policy));
     }
     let mut report = runtime.block_on(replay(&events, &components, model, args.samples));

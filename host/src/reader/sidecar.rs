@@ -159,8 +159,24 @@ impl Reader for Sidecar {
     }
 }
 
+/// Why a sidecar process did not come up listening.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot start {binary}: {source}")]
+    Spawn {
+        binary: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the sidecar's stdout is not piped")]
+    NoStdout,
+    #[error("the sidecar exited before listening ({0})")]
+    ExitedEarly(String),
+    #[error("the sidecar did not print its address in time")]
+    NoAddress,
+}
+
 /// Starts the process and waits for its one `LISTENING` line.
-async fn start_process(config: &SidecarConfig) -> Result<(Child, String), String> {
+async fn start_process(config: &SidecarConfig) -> Result<(Child, String), StartError> {
     let mut command = Command::new(&config.binary);
     command
         .arg("serve")
@@ -191,13 +207,11 @@ async fn start_process(config: &SidecarConfig) -> Result<(Child, String), String
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", config.binary.display()))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| "the sidecar's stdout is not piped".to_string())?;
+    let mut child = command.spawn().map_err(|source| StartError::Spawn {
+        binary: config.binary.clone(),
+        source,
+    })?;
+    let stdout = child.stdout.take().ok_or(StartError::NoStdout)?;
     let mut lines = BufReader::new(stdout).lines();
     let wait_for_line = async {
         while let Ok(Some(line)) = lines.next_line().await {
@@ -216,11 +230,11 @@ async fn start_process(config: &SidecarConfig) -> Result<(Child, String), String
                 .await
                 .map(|s| s.to_string())
                 .unwrap_or_default();
-            return Err(format!("the sidecar exited before listening ({status})"));
+            return Err(StartError::ExitedEarly(status));
         }
         Err(_) => {
             let _ = child.start_kill();
-            return Err("the sidecar did not print its address in time".into());
+            return Err(StartError::NoAddress);
         }
     };
     // Keep draining stdout so the pipe never fills and blocks the sidecar.
@@ -316,7 +330,7 @@ async fn supervise(
             _ = shutdown.changed() => break,
         };
         let ended = match started_process {
-            Err(e) => Ended::Failed(e),
+            Err(e) => Ended::Failed(e.to_string()),
             Ok((mut child, url)) => {
                 match AcceleratorClient::new(&config.name, &url, config.read_timeout) {
                     Err(e) => {

@@ -108,11 +108,16 @@ pub fn wire_request(model: &str, request: &ReadRequest) -> Value {
     body
 }
 
+/// An upstream answer without the probability a label needs.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream answer has no number for {0}")]
+struct MissingProbability(String);
+
 /// The label distribution inside one upstream answer; only probabilities are taken.
-fn distribution(q: &Question, answer: &Value) -> Result<LabelDistribution, String> {
-    let number = |v: Option<&Value>, what: &str| -> Result<f64, String> {
+fn distribution(q: &Question, answer: &Value) -> Result<LabelDistribution, MissingProbability> {
+    let number = |v: Option<&Value>, what: &str| -> Result<f64, MissingProbability> {
         v.and_then(Value::as_f64)
-            .ok_or_else(|| format!("the upstream answer has no number for {what}"))
+            .ok_or_else(|| MissingProbability(what.to_string()))
     };
     Ok(LabelDistribution(match &q.kind {
         QuestionKind::Noul { .. } => {
@@ -294,7 +299,7 @@ impl Reader for UpstreamReader {
                 let a = answers.get(internal_id(i)).ok_or_else(|| {
                     ReadError::internal(format!("the upstream did not answer {}", internal_id(i)))
                 })?;
-                distribution(q, a).map_err(ReadError::internal)
+                distribution(q, a).map_err(|e| ReadError::internal(e.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let tokens = |field: &str| {

@@ -178,7 +178,7 @@ impl Writer {
             self.rotate();
         }
         if self.out.is_none() {
-            self.open().map_err(|e| ("open_failed", FileSinkError(e)))?;
+            self.open().map_err(|e| ("open_failed", e))?;
         }
         let Some(file) = &mut self.out else {
             return Err(("open_failed", FileSinkError("no file".into())));
@@ -207,22 +207,22 @@ impl Writer {
                 .is_some_and(|age| self.size > 0 && self.opened.elapsed() >= age)
     }
 
-    fn open(&mut self) -> Result<(), String> {
+    fn open(&mut self) -> Result<(), FileSinkError> {
         let path = &self.config.path;
         let mut file = OpenOptions::new()
             .create(true)
             .append(true)
             .read(true)
             .open(path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(|e| FileSinkError(format!("cannot open {}: {e}", path.display())))?;
         let mut size = file
             .metadata()
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(|e| FileSinkError(format!("{}: {e}", path.display())))?
             .len();
         if size > 0 && !ends_with_newline(&mut file) {
             // A torn last line from a crash: end it so the next event is a line of its own.
             file.write_all(b"\n")
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| FileSinkError(format!("{}: {e}", path.display())))?;
             size += 1;
         }
         self.out = Some(file);
