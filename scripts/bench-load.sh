@@ -14,7 +14,8 @@
 # Env: LAYOUTS ("hf nvfp4 affine"), DTYPES ("bfloat16 float32"), REFERENCE (1: also mlx_vlm on the
 # hf checkpoints; 0: not), BENCH_ARGS (passed to both sides, default one prompt of 256 tokens and
 # one decoder pass of one 64-token canvas, 2 repetitions after a warm-up), WORK (target/bench-load),
-# KEEP (1: keep the generated checkpoints, several GB each), REFBENCH (../shared/refbench).
+# KEEP (1: keep the generated checkpoints, several GB each), REFBENCH (../shared/refbench),
+# NO_BUILD (1: use the release binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 layouts=(${LAYOUTS:-hf nvfp4 affine})
@@ -26,7 +27,7 @@ refbench="${REFBENCH:-../shared/refbench}"
 out="$work/results.jsonl"
 mkdir -p "$work"
 rm -f "$out"
-cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
+[ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
 if [ "$reference" = 1 ]; then
   [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
   .venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
