@@ -156,3 +156,46 @@ pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i.min(v.len() - 1)]
 }
+
+/// Starts `hunch-accelerator` with `args` and waits until its `/health` says ready (or failed,
+/// with its logs; or `timeout` passes): the sidecar every model benchmark measures against.
+pub async fn start_ready_sidecar(
+    accelerator: &Path,
+    args: &[String],
+    timeout: std::time::Duration,
+) -> Result<(String, crate::Process), String> {
+    let (url, process) = crate::start_process(
+        &accelerator.to_path_buf(),
+        args,
+        &[],
+        "HUNCH_ACCELERATOR_LISTENING ",
+    );
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    loop {
+        let h: serde_json::Value = client
+            .get(format!("{url}/health"))
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}/health: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("GET {url}/health: {e}"))?;
+        match h["state"].as_str() {
+            Some("ready") => return Ok((url, process)),
+            Some("failed") => {
+                return Err(format!(
+                    "the sidecar failed to load: {h}\n{}",
+                    process.logs()
+                ))
+            }
+            _ if started.elapsed() > timeout => {
+                return Err(format!(
+                    "the sidecar did not load in {} s: {h}",
+                    timeout.as_secs()
+                ))
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+        }
+    }
+}

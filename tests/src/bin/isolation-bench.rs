@@ -13,7 +13,7 @@
 
 use hunch_core::{Question, QuestionKind, QuestionMode, ReadOptions, ReadOutcome, ReadRequest};
 use hunch_e2e::bench::{everyday_questions, mapped_blas, median, option, Flags};
-use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, Process};
+use hunch_e2e::{ensure_random_checkpoint, target_dir, Process};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -102,32 +102,9 @@ async fn start_sidecar(accelerator: &Path, dir: &Path, cache_mb: u64) -> Result<
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (url, process) = start_process(
-        &accelerator.to_path_buf(),
-        &args,
-        &[],
-        "HUNCH_ACCELERATOR_LISTENING ",
-    );
-    let client = reqwest::Client::new();
-    let started = Instant::now();
-    loop {
-        let h: serde_json::Value = client
-            .get(format!("{url}/health"))
-            .send()
-            .await
-            .map_err(|e| format!("health: {e}"))?
-            .json()
-            .await
-            .map_err(|e| format!("health: {e}"))?;
-        match h["state"].as_str() {
-            Some("ready") => return Ok(Sidecar { url, process }),
-            Some("failed") => return Err(format!("load failed: {h}\n{}", process.logs())),
-            _ if started.elapsed() > Duration::from_secs(600) => {
-                return Err("the sidecar did not load in 10 minutes".into())
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    let (url, process) =
+        hunch_e2e::bench::start_ready_sidecar(accelerator, &args, Duration::from_secs(600)).await?;
+    Ok(Sidecar { url, process })
 }
 
 async fn read(

@@ -77,7 +77,7 @@ async fn sidecar_part(
     accelerator: &PathBuf,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let (url, sidecar): (String, Process) = start_process(
+    let (url, sidecar): (String, Process) = hunch_e2e::bench::start_ready_sidecar(
         accelerator,
         &[
             "serve".into(),
@@ -88,25 +88,10 @@ async fn sidecar_part(
             // Reads report the MLX operations their passes built (a graph walk per step).
             "--count-ops".into(),
         ],
-        &[],
-        "HUNCH_ACCELERATOR_LISTENING ",
-    );
+        Duration::from_secs(1200),
+    )
+    .await?;
     let client = reqwest::Client::new();
-    loop {
-        let h: serde_json::Value = client
-            .get(format!("{url}/health"))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?
-            .json()
-            .await
-            .map_err(|e| e.to_string())?;
-        match h["state"].as_str() {
-            Some("ready") => break,
-            Some("failed") => return Err(format!("the sidecar failed to load: {h}")),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
     println!(
         "sidecar load: {:.2} s; BLAS mapped by the sidecar (pid {}): {:?}",
         started.elapsed().as_secs_f64(),

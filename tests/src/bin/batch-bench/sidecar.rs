@@ -3,7 +3,7 @@
 
 use hunch_core::{ReadOutcome, ReadRequest};
 use hunch_e2e::bench::mapped_blas;
-use hunch_e2e::{start_process, Process};
+use hunch_e2e::Process;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -76,36 +76,9 @@ pub(crate) async fn start_sidecar(
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
     let started = Instant::now();
-    let (url, process) = start_process(
-        &accelerator.to_path_buf(),
-        &args,
-        &[],
-        "HUNCH_ACCELERATOR_LISTENING ",
-    );
-    let client = http_client()?;
-    loop {
-        let h: serde_json::Value = client
-            .get(format!("{url}/health"))
-            .send()
-            .await
-            .map_err(|e| format!("GET {url}/health: {e}"))?
-            .json()
-            .await
-            .map_err(|e| format!("GET {url}/health: {e}"))?;
-        match h["state"].as_str() {
-            Some("ready") => break,
-            Some("failed") => {
-                return Err(format!(
-                    "the sidecar failed to load: {h}\n{}",
-                    process.logs()
-                ))
-            }
-            _ if started.elapsed() > Duration::from_secs(1200) => {
-                return Err(format!("the sidecar did not load in 20 minutes: {h}"))
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
+    let (url, process) =
+        hunch_e2e::bench::start_ready_sidecar(accelerator, &args, Duration::from_secs(1200))
+            .await?;
     Ok(Sidecar {
         url,
         process,
