@@ -13,6 +13,7 @@ pub mod process;
 pub mod protocol;
 pub mod question;
 pub mod reader;
+pub mod size;
 pub mod text;
 
 pub use answer::{Answer, AnswerError};

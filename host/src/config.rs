@@ -121,6 +121,12 @@ pub struct ServeArgs {
     /// `sidecar_args`]
     #[arg(long = "sidecar-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub sidecar_args: Vec<String>,
+    /// Memory each sidecar this server starts may give its model (bytes, or e.g. `48G`,
+    /// `512M`): a load whose weights would take more (float32 activations widen bf16 weights) is
+    /// refused before allocating, with the size it needed. Default: the memory the machine has
+    /// available. [env HUNCH_MEMORY_LIMIT, TOML `memory_limit`, as `"48G"` or bytes]
+    #[arg(long, value_name = "SIZE")]
+    pub memory_limit: Option<hunch_core::size::ByteSize>,
     /// Largest request body in bytes, compressed or decompressed (413 beyond). Default 8 MiB.
     /// [env HUNCH_MAX_BODY_BYTES, TOML `max_body_bytes`]
     #[arg(long)]
@@ -213,6 +219,8 @@ pub struct Settings {
     /// The sidecar binary (`--accelerator-bin`, else `hunch-accelerator` next to `hunch`).
     pub accelerator_bin: PathBuf,
     pub sidecar_args: Vec<String>,
+    /// `--memory-limit` in bytes, passed to every sidecar this server starts.
+    pub memory_limit: Option<u64>,
     pub shutdown_grace: Duration,
     /// Serve the generated demo model when no model is configured.
     pub demo: bool,
@@ -359,6 +367,7 @@ impl Settings {
                 .accelerator_bin
                 .unwrap_or_else(sidecar_next_to_this_executable),
             sidecar_args: layer.sidecar_args.unwrap_or_default(),
+            memory_limit: layer.memory_limit.map(|size| size.0),
             shutdown_grace,
             demo: !layer.no_demo.unwrap_or(false),
             policies: layer.policies,
@@ -478,6 +487,45 @@ mod tests {
         assert!(
             s.demo,
             "HUNCH_NO_DEMO=false overrides the file's no_demo = true"
+        );
+    }
+
+    #[test]
+    fn the_memory_limit_reads_as_a_size_from_each_source() {
+        let (_dir, path) = file("memory_limit = \"48G\"\n");
+        let from_file = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap();
+        assert_eq!(from_file.memory_limit, Some(48 << 30));
+        let (_dir, bytes) = file("memory_limit = 4096\n");
+        let in_bytes = Settings::resolve(&args(&["--config", &bytes]), &env(&[])).unwrap();
+        assert_eq!(in_bytes.memory_limit, Some(4096));
+        let from_env = Settings::resolve(
+            &args(&["--config", &path]),
+            &env(&[("HUNCH_MEMORY_LIMIT", "512M")]),
+        )
+        .unwrap();
+        assert_eq!(from_env.memory_limit, Some(512 << 20));
+        let from_flag = Settings::resolve(
+            &args(&["--memory-limit", "1.5G"]),
+            &env(&[("HUNCH_MEMORY_LIMIT", "512M")]),
+        )
+        .unwrap();
+        assert_eq!(from_flag.memory_limit, Some(3 << 29));
+        let unset = Settings::resolve(&args(&[]), &env(&[])).unwrap();
+        assert_eq!(unset.memory_limit, None);
+
+        let wrong = Settings::resolve(&args(&[]), &env(&[("HUNCH_MEMORY_LIMIT", "lots")]))
+            .expect_err("not a size");
+        assert!(wrong.to_string().contains("HUNCH_MEMORY_LIMIT"), "{wrong}");
+        let (_dir, wrong_file) = file("memory_limit = \"12X\"\n");
+        let wrong = Settings::resolve(&args(&["--config", &wrong_file]), &env(&[]))
+            .expect_err("not a size");
+        assert!(
+            wrong.to_string().contains("\"12X\" is not a memory size"),
+            "{wrong}"
+        );
+        assert!(
+            Cli::try_parse_from(["hunch", "serve", "--memory-limit", "much"]).is_err(),
+            "the flag is checked when parsed"
         );
     }
 

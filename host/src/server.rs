@@ -64,6 +64,18 @@ async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
     })
 }
 
+/// The arguments every sidecar this server starts gets after its own: `--memory-limit` when set,
+/// then `--sidecar-arg`s (after it, so that an explicit `--sidecar-arg=--memory-limit=…` wins).
+fn sidecar_args(settings: &Settings) -> Vec<String> {
+    let limit = settings
+        .memory_limit
+        .map(|bytes| format!("--memory-limit={bytes}"));
+    limit
+        .into_iter()
+        .chain(settings.sidecar_args.iter().cloned())
+        .collect()
+}
+
 pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     let mut registry = Registry::new();
     let demo;
@@ -104,7 +116,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                     name: name.clone(),
                     model_dir: dir.clone(),
                     binary,
-                    extra_args: settings.sidecar_args.clone(),
+                    extra_args: sidecar_args(settings),
                     read_timeout,
                 });
                 sidecars.push(sidecar.clone());

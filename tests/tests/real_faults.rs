@@ -162,27 +162,40 @@ fn broken_copy(name: &str) -> PathBuf {
 /// Starts hunch on `dir` and waits until a read's 503 names `file` and says `why`; checks the
 /// logs say it too and `/readyz` is 503. Returns the 503 message.
 async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, String) {
-    let hunch = start_hunch_real_unready(dir, &[]);
+    let path = dir.join(file).display().to_string();
+    the_server_refuses(dir, &[], &path, why).await
+}
+
+/// Starts hunch on `dir` with `extra` flags and waits until a read's 503 says `named` and each
+/// of `why`; checks the logs name it too and `/readyz` is 503. Returns the 503 message.
+async fn the_server_refuses(
+    dir: &Path,
+    extra: &[&str],
+    named: &str,
+    why: &[&str],
+) -> (Hunch, String) {
+    let hunch = start_hunch_real_unready(dir, extra);
     let deadline = Instant::now() + Duration::from_secs(90);
     let message = loop {
         let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         let status = r.status().as_u16();
         assert!(r.headers().contains_key("retry-after"), "status {status}");
         let body: Value = r.json().await.expect("a JSON error");
-        assert_eq!(status, 503, "a broken checkpoint never answers: {body}");
+        assert_eq!(
+            status, 503,
+            "a model that cannot load never answers: {body}"
+        );
         let message = body["detail"]["message"].as_str().unwrap_or("").to_string();
-        if message.contains(file) {
+        if message.contains(named) {
             break message;
         }
         assert!(
             Instant::now() < deadline,
-            "no 503 named {file}; last: {message}\nlogs:\n{}",
+            "no 503 named {named}; last: {message}\nlogs:\n{}",
             hunch.process.logs()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let path = dir.join(file).display().to_string();
-    assert!(message.contains(&path), "the full path {path}: {message}");
     for w in why {
         assert!(message.contains(w), "{w:?} missing from: {message}");
     }
@@ -191,8 +204,31 @@ async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, Strin
         .expect("readyz");
     assert_eq!(readyz.status(), 503);
     let logs = hunch.process.logs();
-    assert!(logs.contains(&path), "the logs name {path}:\n{logs}");
+    assert!(logs.contains(named), "the logs name {named}:\n{logs}");
     (hunch, message)
+}
+
+/// `memory_limit` in the server's TOML reaches the sidecar it starts: a model larger than the
+/// limit is refused before allocating, with the size it needed.
+#[tokio::test]
+async fn a_model_over_the_configured_memory_limit_is_refused_with_its_size() {
+    let dir = tiny_checkpoint();
+    let config = target_dir()
+        .join("e2e-broken")
+        .join(format!("memory-limit-{}.toml", std::process::id()));
+    std::fs::create_dir_all(config.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(&config, "memory_limit = \"1K\"\n").expect("write the config");
+    let config_arg = config.display().to_string();
+    let named = dir.display().to_string();
+    let (_hunch, message) = the_server_refuses(
+        &dir,
+        &["--config", &config_arg],
+        &named,
+        &["refused before allocating", "the memory limit set"],
+    )
+    .await;
+    eprintln!("503 for a model over memory_limit: {message}");
+    let _ = std::fs::remove_file(&config);
 }
 
 #[tokio::test]

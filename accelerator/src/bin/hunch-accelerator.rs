@@ -129,7 +129,7 @@ fn parse_canvas_cap(s: &str) -> Result<usize, String> {
 }
 
 fn parse_memory_limit(s: &str) -> Result<u64, String> {
-    hunch_accelerator::checkpoint::memory::parse_size(s).map_err(|e| e.to_string())
+    hunch_core::size::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_switch(s: &str) -> Result<bool, String> {

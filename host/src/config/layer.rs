@@ -36,6 +36,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "accelerator_bin",
     ),
     ("--sidecar-arg", "HUNCH_SIDECAR_ARGS", "sidecar_args"),
+    ("--memory-limit", "HUNCH_MEMORY_LIMIT", "memory_limit"),
     ("--max-body-bytes", "HUNCH_MAX_BODY_BYTES", "max_body_bytes"),
     (
         "--request-timeout",
@@ -82,6 +83,8 @@ pub struct Layer {
     pub aliases: Option<BTreeMap<String, String>>,
     pub accelerator_bin: Option<PathBuf>,
     pub sidecar_args: Option<Vec<String>>,
+    /// `"48G"` or bytes.
+    pub memory_limit: Option<hunch_core::size::ByteSize>,
     pub max_body_bytes: Option<usize>,
     pub request_timeout: Option<f64>,
     pub max_concurrent_reads: Option<usize>,
@@ -205,6 +208,7 @@ impl Layer {
                 .transpose()?,
             accelerator_bin: args.accelerator_bin.clone(),
             sidecar_args: given(&args.sidecar_args),
+            memory_limit: args.memory_limit,
             max_body_bytes: args.max_body_bytes,
             request_timeout: args.request_timeout,
             max_concurrent_reads: args.max_concurrent_reads,
@@ -266,6 +270,12 @@ impl Layer {
             accelerator_bin: var("HUNCH_ACCELERATOR_BIN").map(PathBuf::from),
             sidecar_args: var("HUNCH_SIDECAR_ARGS")
                 .map(|v| v.split_whitespace().map(String::from).collect()),
+            memory_limit: var("HUNCH_MEMORY_LIMIT")
+                .map(|v| {
+                    v.parse()
+                        .map_err(|e| ConfigError::Invalid(format!("HUNCH_MEMORY_LIMIT: {e}")))
+                })
+                .transpose()?,
             max_body_bytes: number("HUNCH_MAX_BODY_BYTES", var("HUNCH_MAX_BODY_BYTES"))?,
             request_timeout: number("HUNCH_REQUEST_TIMEOUT", var("HUNCH_REQUEST_TIMEOUT"))?,
             max_concurrent_reads: number(
@@ -322,6 +332,7 @@ impl Layer {
             aliases,
             accelerator_bin,
             sidecar_args,
+            memory_limit,
             max_body_bytes,
             request_timeout,
             max_concurrent_reads,
@@ -356,6 +367,7 @@ mod tests {
             "HUNCH_NO_DEMO" => "1",
             "HUNCH_QUESTIONS" => "joint",
             "HUNCH_ANSWER_CACHE_MB" => "64",
+            "HUNCH_MEMORY_LIMIT" => "48G",
             _ => "some-value",
         }
     }
@@ -406,6 +418,7 @@ mod tests {
                 "no_demo" => "true".to_string(),
                 "questions" => "\"joint\"".to_string(),
                 "answer_cache_mb" => "64".to_string(),
+                "memory_limit" => "\"48G\"".to_string(),
                 "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
                 "request_timeout" | "shutdown_grace" => "2.5".into(),
                 _ => "\"v\"".to_string(),
