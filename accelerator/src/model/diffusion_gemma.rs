@@ -9,6 +9,7 @@ pub use super::forward_io::{
 use super::{
     attention::{Attend, ChunkMasks, LayerKv, Segment},
     config::Config,
+    fused,
     layer::Layer,
     linear::Linear,
     norm::RmsNorm,
@@ -541,10 +542,7 @@ impl DiffusionGemma {
     fn unembed_lazy(&self, h: &Array) -> Result<Array, ModelError> {
         let logits = self.embedding.forward(h)?.as_dtype(Dtype::Float32)?;
         let logits = match self.config.final_logit_softcapping {
-            Some(cap) => {
-                let cap = Array::from_f32(cap);
-                ops::multiply(ops::tanh(ops::divide(&logits, &cap)?)?, &cap)?
-            }
+            Some(cap) => fused::softcap(&logits, cap)?,
             None => logits,
         };
         Ok(logits)

@@ -1,21 +1,8 @@
 //! The GeGLU feed-forward block: `down(gelu_tanh(gate(x)) ⊙ up(x))`, no biases.
 
-use mlx_rs::{ops, Array};
+use mlx_rs::Array;
 
-use super::{linear::Linear, ModelError};
-
-/// `gelu_pytorch_tanh`: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
-pub fn gelu_tanh(x: &Array) -> Result<Array, ModelError> {
-    let dtype = x.dtype();
-    let c = |v: f32| Array::from_f32(v).as_dtype(dtype);
-    let x3 = ops::multiply(ops::multiply(x, x)?, x)?;
-    let inner = ops::multiply(
-        ops::add(x, ops::multiply(x3, c(0.044715)?)?)?,
-        c((2.0f64 / std::f64::consts::PI).sqrt() as f32)?,
-    )?;
-    let t = ops::add(ops::tanh(inner)?, c(1.0)?)?;
-    Ok(ops::multiply(ops::multiply(x, t)?, c(0.5)?)?)
-}
+use super::{fused, linear::Linear, ModelError};
 
 /// Dense GeGLU MLP (also the self-conditioning MLP).
 #[derive(Clone, Debug)]
@@ -33,8 +20,8 @@ impl Mlp {
 
     /// Applies the MLP over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
-        let g = gelu_tanh(&self.gate.forward(x)?)?;
+        let g = self.gate.forward(x)?;
         let u = self.up.forward(x)?;
-        self.down.forward(&ops::multiply(g, u)?)
+        self.down.forward(&fused::geglu(&g, &u)?)
     }
 }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod diffusion_gemma;
 pub mod experts;
 pub mod forward_io;
+pub mod fused;
 pub mod layer;
 pub mod linear;
 pub mod mlp;

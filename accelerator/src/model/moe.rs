@@ -2,7 +2,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::{experts::Experts, linear::Linear, mlp::gelu_tanh, norm::RmsNorm, ModelError};
+use super::{experts::Experts, fused, linear::Linear, norm::RmsNorm, ModelError};
 
 /// (token, expert) pairs from which the expert dispatch is sorted by expert (mlx-lm's SwitchGLU
 /// uses the same figure).
@@ -47,7 +47,7 @@ impl Router {
         let r = ops::multiply(r, &self.scale)?;
         let r = ops::multiply(
             r,
-            Array::from_f32((self.hidden_size as f32).powf(-0.5)).as_dtype(dtype)?,
+            fused::constant((self.hidden_size as f32).powf(-0.5), dtype)?,
         )?;
         let scores = self.proj.forward(&r)?.as_dtype(Dtype::Float32)?;
         let probs = ops::softmax_axis(&scores, -1, true)?;
@@ -113,7 +113,7 @@ impl Moe {
             let flat = idx.flatten(None, None)?;
             let order = ops::argsort_axis(&flat, 0)?;
             let back = ops::argsort_axis(&order, 0)?;
-            let token = ops::floor_divide(&order, Array::from_int(k).as_dtype(order.dtype())?)?;
+            let token = ops::floor_divide(&order, fused::constant(k as f32, order.dtype())?)?;
             let x = e_in.take_axis(&token, 0)?.reshape(&[n * k, 1, hidden])?;
             let sorted = flat.take_axis(&order, 0)?;
             let act = self.activation(&self.gate_up.forward_sorted(&x, &sorted)?)?;
@@ -134,6 +134,6 @@ impl Moe {
         let mut parts = gate_up.split_at_indices(&[self.moe_intermediate_size], -1)?;
         let up = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
         let gate = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
-        Ok(ops::multiply(gelu_tanh(&gate)?, up)?)
+        fused::geglu(&gate, &up)
     }
 }
