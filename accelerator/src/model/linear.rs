@@ -48,16 +48,15 @@ impl Affine {
             bits,
         }
     }
-}
 
-impl Affine {
     /// The activations, scales and biases to hand MLX's quantized kernels (`quantized_matmul`,
     /// `gather_qmm`), and the dtype to cast the result back to when they differ from the
     /// caller's.
     ///
     /// MLX's CPU backend (the prebuilt Linux wheels) runs these kernels one scalar at a time,
-    /// and in bfloat16 or float16 every multiply and add converts to float32 and rounds back:
-    /// at DiffusionGemma's shapes a bfloat16 product took ~7.5x as long as the float32 one
+    /// and in bfloat16 or float16 every multiply and add converts to float32 and rounds back,
+    /// the running sum included: at DiffusionGemma's shapes a bfloat16 product took 7–10x as
+    /// long as the float32 one and was off by up to 12% of its range
     /// (docs/checkpoint-layouts.md, "Affine products on the CPU"). So on the CPU, inputs
     /// narrower than float32 are widened for the call: the activations, and the scales and
     /// biases (exactly; the widened copies are transient, one module's at a time, never kept,
