@@ -10,10 +10,12 @@
 # estimate is that fixed part plus 30 layers. Memory: resident bytes added by loading, after the
 # load and at its peak, against the checkpoint's bytes on disk (1.0 = the weights as stored).
 #
-#   scripts/bench-load.sh                         # hf nvfp4 affine x bfloat16 float32, + mlx_vlm on hf
+#   scripts/bench-load.sh                # hf nvfp4 affine x bfloat16 float32, + mlx_vlm on hf and affine
 # Env: LAYOUTS ("hf nvfp4 affine"), DTYPES ("bfloat16 float32"), REFERENCE (1: also mlx_vlm on the
-# hf checkpoints; 0: not), BENCH_ARGS (passed to both sides, default one prompt of 256 tokens and
-# one decoder pass of one 64-token canvas, 2 repetitions after a warm-up), WORK (target/bench-load),
+# hf and affine checkpoints; 0: not), REFERENCE_DTYPES (the dtypes mlx_vlm runs in, default
+# DTYPES: its bf16 affine products take MLX's slow bf16 CPU kernels, tens of minutes a run),
+# BENCH_ARGS (passed to both sides, default one prompt of 256 tokens and one decoder pass of one
+# 64-token canvas, 2 repetitions after a warm-up), WORK (target/bench-load),
 # KEEP (1: keep the generated checkpoints, several GB each), REFBENCH (../shared/refbench),
 # NO_BUILD (1: use the release binaries already built).
 set -euo pipefail
@@ -21,6 +23,7 @@ cd "$(dirname "$0")/.."
 layouts=(${LAYOUTS:-hf nvfp4 affine})
 dtypes=(${DTYPES:-bfloat16 float32})
 reference="${REFERENCE:-1}"
+ref_dtypes=" ${REFERENCE_DTYPES:-${dtypes[*]}} "
 args=(${BENCH_ARGS:---prompt-lens 256 --batches 1 --widths 64 --reps 2 --warmup 1})
 work="${WORK:-target/bench-load}"
 refbench="${REFBENCH:-../shared/refbench}"
@@ -46,12 +49,19 @@ for layout in "${layouts[@]}"; do
       echo "hunch   $layout $dtype $layers layer(s) ..." >&2
       target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
         --tag "hunch:$layout:$dtype:$layers" --out "$out" >/dev/null
-      if [ "$reference" = 1 ] && [ "$layout" = hf ]; then
-        echo "mlx_vlm $layout $dtype $layers layer(s) ..." >&2
-        MLX_VLM_SRC="$mlx_vlm_src" .venv-reference/bin/python "$refbench/ref_bench.py" \
-          --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --no-check \
-          --tag "mlx_vlm:$layout:$dtype:$layers" --out "$out" >/dev/null
-      fi
+      [ "$reference" = 1 ] && [[ "$ref_dtypes" == *" $dtype "* ]] || continue
+      # mlx_vlm reads hf as ref_bench.py does, affine through scripts/ref_bench_quantized.py
+      # (quantised modules swapped in per config.json, as mlx_vlm's loader does; its quantised
+      # experts run as stored, so no float32 expert upcast). No mlx_vlm loader is wired for nvfp4.
+      case "$layout" in
+        hf) ref=("$refbench/ref_bench.py") ;;
+        affine) ref=(scripts/ref_bench_quantized.py --refbench "$refbench" --experts native) ;;
+        *) continue ;;
+      esac
+      echo "mlx_vlm $layout $dtype $layers layer(s) ..." >&2
+      MLX_VLM_SRC="$mlx_vlm_src" .venv-reference/bin/python "${ref[@]}" \
+        --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --no-check \
+        --tag "mlx_vlm:$layout:$dtype:$layers" --out "$out" >/dev/null
     done
     [ "${KEEP:-0}" = 1 ] || rm -rf "$ckpt"
   done

@@ -7,7 +7,7 @@ use std::ffi::CString;
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::linear::Affine;
+use super::linear::{cpu_backend, Affine};
 use super::ModelError;
 
 /// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
@@ -78,7 +78,8 @@ impl Experts {
         let dtype = x.dtype();
         match self {
             Experts::Dense { weight } => {
-                let compute = if weight.dtype() == Dtype::Float32 || !gather_mm_is_f32_only()? {
+                // MLX's CPU `gather_mm` runs float32 only.
+                let compute = if weight.dtype() == Dtype::Float32 || !cpu_backend()? {
                     weight.dtype()
                 } else {
                     Dtype::Float32
@@ -93,18 +94,26 @@ impl Experts {
                 )?;
                 Ok(y.as_dtype(dtype)?)
             }
-            Experts::Affine(q) => Ok(ops::gather_qmm(
-                x,
-                &q.weight,
-                &q.scales,
-                &q.biases,
-                None,
-                idx,
-                true,
-                q.group_size,
-                q.bits,
-                sorted,
-            )?),
+            Experts::Affine(q) => {
+                // Float32 on the CPU, for speed (`Affine::compute_inputs`).
+                let (x, scales, biases, out) = q.compute_inputs(x)?;
+                let y = ops::gather_qmm(
+                    &x,
+                    &q.weight,
+                    &scales,
+                    &biases,
+                    None,
+                    idx,
+                    true,
+                    q.group_size,
+                    q.bits,
+                    sorted,
+                )?;
+                Ok(match out {
+                    Some(dtype) => y.as_dtype(dtype)?,
+                    None => y,
+                })
+            }
             Experts::Nvfp4 {
                 weight,
                 scales,
@@ -127,14 +136,6 @@ impl Experts {
             }
         }
     }
-}
-
-/// Whether `gather_mm` runs on the CPU backend, which only supports float32 for it.
-fn gather_mm_is_f32_only() -> Result<bool, ModelError> {
-    Ok(matches!(
-        mlx_rs::Device::try_default()?.get_type()?,
-        mlx_rs::DeviceType::Cpu
-    ))
 }
 
 /// Makes mlx-rs install its error handler (it does so on its first safe op), so a failing raw
@@ -319,7 +320,7 @@ mod tests {
 
     fn max_abs(a: &Array, b: &Array) -> Result<f32, ModelError> {
         let d = ops::abs(ops::subtract(a, b)?)?.max(None)?;
-        Ok(d.item_exact::<f32>())
+        Ok(d.as_dtype(Dtype::Float32)?.item_exact::<f32>())
     }
 
     fn inputs() -> Result<(Array, Array, Array), ModelError> {
@@ -373,6 +374,64 @@ mod tests {
         let d = max_abs(&got, &want)?;
         eprintln!("affine experts vs dequantised dense: {d:e}");
         assert!(d < 1e-4, "affine vs dequantised dense: {d}");
+        Ok(())
+    }
+
+    /// With bfloat16 activations and scales, the CPU computes affine products in float32
+    /// (`Affine::compute_inputs`): the result is the float32 product of the widened inputs,
+    /// rounded once to bfloat16, bit for bit, and close to the dense float32 product.
+    #[test]
+    fn bf16_affine_products_run_in_f32_on_the_cpu() -> Result<(), ModelError> {
+        let (w, x, idx) = inputs()?;
+        let (q, s, b) = ops::quantize(&w.as_dtype(Dtype::Bfloat16)?, 64, 4)?;
+        assert_eq!(s.dtype(), Dtype::Bfloat16);
+        let x16 = x.as_dtype(Dtype::Bfloat16)?;
+        let wide = |a: &Array| a.as_dtype(Dtype::Float32);
+        let experts = Experts::affine(q.clone(), s.clone(), b.clone(), 64, 4);
+        let got = experts.forward(&x16, &idx)?;
+        assert_eq!(got.dtype(), Dtype::Bfloat16);
+        let f32_product = Experts::affine(q.clone(), wide(&s)?, wide(&b)?, 64, 4)
+            .forward(&wide(&x16)?, &idx)?
+            .as_dtype(Dtype::Bfloat16)?;
+        assert_eq!(
+            max_abs(&got, &f32_product)?,
+            0.0,
+            "experts: one rounding of f32"
+        );
+        let deq = ops::dequantize(&q, &wide(&s)?, &wide(&b)?, 64, 4)?;
+        let dense = Experts::dense(deq)?.forward(&wide(&x16)?, &idx)?;
+        let d = max_abs(&got, &dense)?;
+        let scale = ops::abs(&dense)?
+            .max(None)?
+            .as_dtype(Dtype::Float32)?
+            .item_exact::<f32>();
+        assert!(
+            d <= scale / 128.0,
+            "experts vs dense f32: {d} (max {scale})"
+        );
+
+        let w0 = w
+            .take_axis(Array::from_int(0), 0)?
+            .as_dtype(Dtype::Bfloat16)?;
+        let (q, s, b) = ops::quantize(&w0, 64, 8)?;
+        let x16 = random::normal::<f32>(&[3, IN][..], None, None, &random::key(9)?)?
+            .as_dtype(Dtype::Bfloat16)?;
+        // `forward_transposed` takes `[.., out]` (self-conditioning's soft embedding).
+        let p16 = random::normal::<f32>(&[3, OUT][..], None, None, &random::key(10)?)?
+            .as_dtype(Dtype::Bfloat16)?;
+        let linear = Linear::affine(q.clone(), s.clone(), b.clone(), 64, 8);
+        let wide_linear = Linear::affine(q, wide(&s)?, wide(&b)?, 64, 8);
+        for (got, want) in [
+            (linear.forward(&x16)?, wide_linear.forward(&wide(&x16)?)?),
+            (
+                linear.forward_transposed(&p16)?,
+                wide_linear.forward_transposed(&wide(&p16)?)?,
+            ),
+        ] {
+            assert_eq!(got.dtype(), Dtype::Bfloat16);
+            let want = want.as_dtype(Dtype::Bfloat16)?;
+            assert_eq!(max_abs(&got, &want)?, 0.0, "linear: one rounding of f32");
+        }
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 //! only calls [`Linear::forward`] (and, for the tied embedding, [`Linear::rows`] and
 //! [`Linear::forward_transposed`]).
 
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
 use super::ModelError;
 
@@ -48,6 +48,57 @@ impl Affine {
             bits,
         }
     }
+
+    /// The activations, scales and biases to hand MLX's quantized kernels (`quantized_matmul`,
+    /// `gather_qmm`), and the dtype to cast the result back to when they differ from the
+    /// caller's.
+    ///
+    /// MLX's CPU backend (the prebuilt Linux wheels) runs these kernels one scalar at a time,
+    /// and in bfloat16 or float16 every multiply and add converts to float32 and rounds back,
+    /// the running sum included: at DiffusionGemma's shapes a bfloat16 product took 7–10x as
+    /// long as the float32 one and was off by up to 12% of its range
+    /// (docs/checkpoint-layouts.md, "Affine products on the CPU"). So on the CPU, inputs
+    /// narrower than float32 are widened for the call: the activations, and the scales and
+    /// biases (exactly; the widened copies are transient, one module's at a time, never kept,
+    /// so resident memory stays what the checkpoint stores). The result is cast back to what
+    /// MLX would have returned. Other backends get everything as stored.
+    pub(crate) fn compute_inputs(
+        &self,
+        x: &Array,
+    ) -> Result<(Array, Array, Array, Option<Dtype>), ModelError> {
+        let natural = result_dtype(x.dtype(), self.scales.dtype());
+        let narrow = x.dtype() != Dtype::Float32 || self.scales.dtype() != Dtype::Float32;
+        if !narrow || !cpu_backend()? {
+            return Ok((x.clone(), self.scales.clone(), self.biases.clone(), None));
+        }
+        let out = (natural != Dtype::Float32).then_some(natural);
+        Ok((
+            x.as_dtype(Dtype::Float32)?,
+            self.scales.as_dtype(Dtype::Float32)?,
+            self.biases.as_dtype(Dtype::Float32)?,
+            out,
+        ))
+    }
+}
+
+/// The dtype MLX gives a quantized product of activations `x` with scales `s` (the wider of
+/// the two floating types; float32 where they are bfloat16 and float16).
+fn result_dtype(x: Dtype, s: Dtype) -> Dtype {
+    match (x, s) {
+        (a, b) if a == b => a,
+        (Dtype::Bfloat16, Dtype::Float16) | (Dtype::Float16, Dtype::Bfloat16) => Dtype::Float32,
+        (Dtype::Float32, _) | (_, Dtype::Float32) => Dtype::Float32,
+        (Dtype::Float64, _) | (_, Dtype::Float64) => Dtype::Float64,
+        (a, _) => a,
+    }
+}
+
+/// Whether the default device is MLX's CPU backend.
+pub(crate) fn cpu_backend() -> Result<bool, ModelError> {
+    Ok(matches!(
+        mlx_rs::Device::try_default()?.get_type()?,
+        mlx_rs::DeviceType::Cpu
+    ))
 }
 
 impl Linear {
@@ -76,15 +127,22 @@ impl Linear {
         match self {
             Linear::Dense { weight } if transpose => Ok(ops::matmul(x, weight.t())?),
             Linear::Dense { weight } => Ok(ops::matmul(x, weight)?),
-            Linear::Affine(q) => Ok(ops::quantized_matmul(
-                x,
-                &q.weight,
-                &q.scales,
-                &q.biases,
-                transpose,
-                q.group_size,
-                q.bits,
-            )?),
+            Linear::Affine(q) => {
+                let (x, scales, biases, out) = q.compute_inputs(x)?;
+                let y = ops::quantized_matmul(
+                    &x,
+                    &q.weight,
+                    &scales,
+                    &biases,
+                    transpose,
+                    q.group_size,
+                    q.bits,
+                )?;
+                Ok(match out {
+                    Some(dtype) => y.as_dtype(dtype)?,
+                    None => y,
+                })
+            }
         }
     }
 
@@ -102,7 +160,7 @@ impl Linear {
     }
 
     /// The dtype results come out in (the dense weight's or the scales').
-    pub fn dtype(&self) -> mlx_rs::Dtype {
+    pub fn dtype(&self) -> Dtype {
         match self {
             Linear::Dense { weight } => weight.dtype(),
             Linear::Affine(q) => q.scales.dtype(),
