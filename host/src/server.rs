@@ -65,10 +65,16 @@ async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
 }
 
 /// The arguments every sidecar this server starts gets after its own: `--memory-limit` when set,
-/// then `--sidecar-arg`s (after it, so that an explicit `--sidecar-arg=--memory-limit=…` wins).
+/// then the `--sidecar-arg`s. A `--sidecar-arg` that sets `--memory-limit` itself wins (the
+/// sidecar refuses a flag given twice, so ours is left out).
 fn sidecar_args(settings: &Settings) -> Vec<String> {
+    let explicit = settings
+        .sidecar_args
+        .iter()
+        .any(|arg| arg == "--memory-limit" || arg.starts_with("--memory-limit="));
     let limit = settings
         .memory_limit
+        .filter(|_| !explicit)
         .map(|bytes| format!("--memory-limit={bytes}"));
     limit
         .into_iter()
@@ -333,4 +339,31 @@ pub async fn serve_policies_until(
         shutdown,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sidecar_args;
+    use crate::config::{Layer, Settings};
+
+    fn settings(memory_limit: Option<&str>, sidecar: &[&str]) -> Settings {
+        let layer = Layer {
+            memory_limit: memory_limit.map(|s| s.parse().expect("a size")),
+            sidecar_args: Some(sidecar.iter().map(|s| s.to_string()).collect()),
+            ..Layer::default()
+        };
+        Settings::from_layer(layer, &Default::default()).expect("settings")
+    }
+
+    #[test]
+    fn the_memory_limit_goes_to_the_sidecar_unless_a_sidecar_arg_sets_it() {
+        assert_eq!(
+            sidecar_args(&settings(Some("1K"), &["--dtype=bfloat16"])),
+            ["--memory-limit=1024", "--dtype=bfloat16"]
+        );
+        assert_eq!(sidecar_args(&settings(None, &["--queue=2"])), ["--queue=2"]);
+        for explicit in [&["--memory-limit=2K"][..], &["--memory-limit", "2K"][..]] {
+            assert_eq!(sidecar_args(&settings(Some("1K"), explicit)), explicit);
+        }
+    }
 }
