@@ -94,26 +94,21 @@ impl Experts {
                 )?;
                 Ok(y.as_dtype(dtype)?)
             }
-            Experts::Affine(q) => {
-                // Float32 on the CPU, for speed (`Affine::compute_inputs`).
-                let (x, scales, biases, out) = q.compute_inputs(x)?;
-                let y = ops::gather_qmm(
-                    &x,
+            // Float32 on the CPU, for speed (`Affine::run_kernel`).
+            Experts::Affine(q) => q.run_kernel(x, |x, scales, biases| {
+                ops::gather_qmm(
+                    x,
                     &q.weight,
-                    &scales,
-                    &biases,
+                    scales,
+                    biases,
                     None,
                     idx,
                     true,
                     q.group_size,
                     q.bits,
                     sorted,
-                )?;
-                Ok(match out {
-                    Some(dtype) => y.as_dtype(dtype)?,
-                    None => y,
-                })
-            }
+                )
+            }),
             Experts::Nvfp4 {
                 weight,
                 scales,
@@ -378,7 +373,7 @@ mod tests {
     }
 
     /// With bfloat16 activations and scales, the CPU computes affine products in float32
-    /// (`Affine::compute_inputs`): the result is the float32 product of the widened inputs,
+    /// (`Affine::run_kernel`): the result is the float32 product of the widened inputs,
     /// rounded once to bfloat16, bit for bit, and close to the dense float32 product.
     #[test]
     fn bf16_affine_products_run_in_f32_on_the_cpu() -> Result<(), ModelError> {

@@ -98,11 +98,6 @@ pub fn geglu(gate: &Array, up: &Array) -> Result<Array, ModelError> {
     first(GEGLU.with(|f| (f.borrow_mut())(&inputs))?)
 }
 
-/// `gelu_tanh(x)` unfused (the self-conditioning MLP's reference and the unit tests).
-pub fn gelu_tanh(x: &Array) -> Result<Array, ModelError> {
-    Ok(gelu_tanh_of(x, &gelu_constants(x.dtype())?)?)
-}
-
 /// `tanh(x / cap) · cap` as one fused kernel, `cap` in `x`'s dtype.
 pub fn softcap(x: &Array, cap: f32) -> Result<Array, ModelError> {
     let inputs = [x.clone(), constant(cap, x.dtype())?];
@@ -112,6 +107,11 @@ pub fn softcap(x: &Array, cap: f32) -> Result<Array, ModelError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `gelu_tanh(x)` unfused: the separate operations the fused kernel must equal.
+    fn gelu_tanh(x: &Array) -> Result<Array, ModelError> {
+        Ok(gelu_tanh_of(x, &gelu_constants(x.dtype())?)?)
+    }
 
     fn random(shape: &[i32], dtype: Dtype, seed: u64) -> Array {
         let key = mlx_rs::random::key(seed).expect("key");

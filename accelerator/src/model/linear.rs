@@ -49,9 +49,8 @@ impl Affine {
         }
     }
 
-    /// The activations, scales and biases to hand MLX's quantized kernels (`quantized_matmul`,
-    /// `gather_qmm`), and the dtype to cast the result back to when they differ from the
-    /// caller's.
+    /// Runs one of MLX's quantized kernels (`quantized_matmul`, `gather_qmm`), given as
+    /// `kernel(x, scales, biases)`, on `x` with this module's scales and biases.
     ///
     /// MLX's CPU backend (the prebuilt Linux wheels) runs these kernels one scalar at a time,
     /// and in bfloat16 or float16 every multiply and add converts to float32 and rounds back,
@@ -62,22 +61,26 @@ impl Affine {
     /// biases (exactly; the widened copies are transient, one module's at a time, never kept,
     /// so resident memory stays what the checkpoint stores). The result is cast back to what
     /// MLX would have returned. Other backends get everything as stored.
-    pub(crate) fn compute_inputs(
+    pub(crate) fn run_kernel(
         &self,
         x: &Array,
-    ) -> Result<(Array, Array, Array, Option<Dtype>), ModelError> {
-        let natural = result_dtype(x.dtype(), self.scales.dtype());
+        kernel: impl FnOnce(&Array, &Array, &Array) -> Result<Array, mlx_rs::error::Exception>,
+    ) -> Result<Array, ModelError> {
         let narrow = x.dtype() != Dtype::Float32 || self.scales.dtype() != Dtype::Float32;
         if !narrow || !cpu_backend()? {
-            return Ok((x.clone(), self.scales.clone(), self.biases.clone(), None));
+            return Ok(kernel(x, &self.scales, &self.biases)?);
         }
-        let out = (natural != Dtype::Float32).then_some(natural);
-        Ok((
-            x.as_dtype(Dtype::Float32)?,
-            self.scales.as_dtype(Dtype::Float32)?,
-            self.biases.as_dtype(Dtype::Float32)?,
-            out,
-        ))
+        let natural = result_dtype(x.dtype(), self.scales.dtype());
+        let y = kernel(
+            &x.as_dtype(Dtype::Float32)?,
+            &self.scales.as_dtype(Dtype::Float32)?,
+            &self.biases.as_dtype(Dtype::Float32)?,
+        )?;
+        Ok(if natural == Dtype::Float32 {
+            y
+        } else {
+            y.as_dtype(natural)?
+        })
     }
 }
 
@@ -127,22 +130,17 @@ impl Linear {
         match self {
             Linear::Dense { weight } if transpose => Ok(ops::matmul(x, weight.t())?),
             Linear::Dense { weight } => Ok(ops::matmul(x, weight)?),
-            Linear::Affine(q) => {
-                let (x, scales, biases, out) = q.compute_inputs(x)?;
-                let y = ops::quantized_matmul(
-                    &x,
+            Linear::Affine(q) => q.run_kernel(x, |x, scales, biases| {
+                ops::quantized_matmul(
+                    x,
                     &q.weight,
-                    &scales,
-                    &biases,
+                    scales,
+                    biases,
                     transpose,
                     q.group_size,
                     q.bits,
-                )?;
-                Ok(match out {
-                    Some(dtype) => y.as_dtype(dtype)?,
-                    None => y,
-                })
-            }
+                )
+            }),
         }
     }
 
