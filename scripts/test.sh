@@ -10,4 +10,6 @@ if [ -f policies/Cargo.toml ]; then
   cargo build --quiet --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release
   cargo test --manifest-path policies/Cargo.toml
 fi
-cargo test --workspace
+# `fault-injection` builds the sidecar with the engine-thread panic the supervisor test injects;
+# no other build has it.
+cargo test --workspace --features hunch-accelerator/fault-injection

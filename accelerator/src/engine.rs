@@ -196,12 +196,13 @@ impl MlxEngine {
     }
 }
 
-/// Debug builds only, compiled out of release builds so that no deployment can reach it: with
+/// Only with the `fault-injection` feature, which only the test command turns on
+/// (`scripts/test.sh`), so that no build of the sidecar a user runs can reach it: with
 /// `HUNCH_TEST_ENGINE_PANIC_ONCE=PATH` set, the engine thread panics at its first request unless
 /// PATH exists, creating PATH first (so the restarted sidecar serves). The end-to-end test of
 /// the host's supervisor uses it (`tests/tests/real_faults.rs`); a panic is how a bug in the
 /// model code would kill the thread.
-#[cfg(debug_assertions)]
+#[cfg(feature = "fault-injection")]
 fn injected_panic_once() {
     if let Some(path) = std::env::var_os("HUNCH_TEST_ENGINE_PANIC_ONCE") {
         let created = std::fs::OpenOptions::new()
@@ -216,7 +217,7 @@ fn injected_panic_once() {
 
 impl ReadEngine for MlxEngine {
     fn submit(&mut self, request: ReadRequest, reply: Reply) {
-        #[cfg(debug_assertions)]
+        #[cfg(feature = "fault-injection")]
         injected_panic_once();
         let vocab = self.model.config().vocab_size as u32;
         self.scheduler
