@@ -17,6 +17,25 @@ use crate::reader::{
     ReaderLimits, Usage,
 };
 
+/// How a server asks its questions, for the raw API and the policies alike: the question mode
+/// when a request (or a policy) does not choose one, and the answer cache when it is on.
+#[derive(Debug, Clone)]
+pub struct AnswerSettings {
+    pub questions: QuestionMode,
+    pub cache: Option<std::sync::Arc<AnswerCache>>,
+}
+
+/// The server's defaults: isolated questions (`--questions`), no answer cache. (A bare read
+/// request's own default mode is joint, the wire default; a server asks isolated unless told.)
+impl Default for AnswerSettings {
+    fn default() -> Self {
+        AnswerSettings {
+            questions: QuestionMode::Isolated,
+            cache: None,
+        }
+    }
+}
+
 /// A caller's question: its id beside the id-free question the reader sees.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AskedQuestion {

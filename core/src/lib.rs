@@ -9,6 +9,7 @@
 pub mod answer;
 pub mod answering;
 pub mod cache;
+pub mod date;
 pub mod process;
 pub mod protocol;
 pub mod question;
@@ -17,13 +18,13 @@ pub mod size;
 pub mod text;
 
 pub use answer::{Answer, AnswerError};
-pub use answering::{answer_set, AnsweredSet, Answering, AskedQuestion, SetError};
+pub use answering::{answer_set, AnswerSettings, AnsweredSet, Answering, AskedQuestion, SetError};
 pub use cache::{AnswerCache, CacheKey, CacheStats};
 pub use question::{
     ChoiceOption, Question, QuestionError, QuestionId, QuestionKind, QuestionLimits,
     MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS,
 };
 pub use reader::{
-    EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadOutcome,
-    ReadRequest, ReadStats, Reader, ReaderLimits, Usage,
+    EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadErrorKind, ReadOptions,
+    ReadOutcome, ReadRequest, ReadStats, Reader, ReaderLimits, Usage,
 };

@@ -176,6 +176,32 @@ pub struct ReadOutcome {
     pub stats: ReadStats,
 }
 
+/// The kind of a [`ReadError`], without its message: what status mapping, policies (the WIT
+/// `read-error-kind`) and decision records need, so nobody matches on a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadErrorKind {
+    InvalidQuestion,
+    TooLarge,
+    Unavailable,
+    Timeout,
+    Rejected,
+    Internal,
+}
+
+impl ReadErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReadErrorKind::InvalidQuestion => "invalid_question",
+            ReadErrorKind::TooLarge => "too_large",
+            ReadErrorKind::Unavailable => "unavailable",
+            ReadErrorKind::Timeout => "timeout",
+            ReadErrorKind::Rejected => "rejected",
+            ReadErrorKind::Internal => "internal",
+        }
+    }
+}
+
 /// Why a read failed. Each variant maps to exactly one HTTP status in the API layer, and only the
 /// ones that can succeed on retry map to a 5xx.
 #[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
@@ -206,6 +232,17 @@ pub enum ReadError {
 }
 
 impl ReadError {
+    pub fn kind(&self) -> ReadErrorKind {
+        match self {
+            ReadError::InvalidQuestion { .. } => ReadErrorKind::InvalidQuestion,
+            ReadError::TooLarge { .. } => ReadErrorKind::TooLarge,
+            ReadError::Unavailable { .. } => ReadErrorKind::Unavailable,
+            ReadError::Timeout => ReadErrorKind::Timeout,
+            ReadError::Rejected { .. } => ReadErrorKind::Rejected,
+            ReadError::Internal { .. } => ReadErrorKind::Internal,
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         ReadError::Internal {
             message: message.into(),
