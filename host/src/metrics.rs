@@ -75,9 +75,26 @@ impl Histogram {
     }
 }
 
+/// More lines of `/metrics`, rendered by the module that owns them (the decision log's sinks, the
+/// policies' rollouts) and registered at start-up, so this module knows no layer above it.
+pub trait MetricsSource: Send + Sync {
+    fn render_metrics(&self, out: &mut String);
+}
+
+/// The registered [`MetricsSource`]s.
+#[derive(Default)]
+struct Sources(std::sync::RwLock<Vec<std::sync::Arc<dyn MetricsSource>>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sources")
+    }
+}
+
 /// Everything `/metrics` shows. Shared by the HTTP layer and the readers' queue.
 #[derive(Debug, Default)]
 pub struct Metrics {
+    sources: Sources,
     /// (route, status) → count.
     requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// route → latency.
@@ -199,6 +216,12 @@ pub fn render_answer_cache(stats: &hunch_core::CacheStats, capacity_bytes: usize
 impl Metrics {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Adds `source`'s lines to every later `render`.
+    pub fn add_source(&self, source: std::sync::Arc<dyn MetricsSource>) {
+        let mut sources = self.sources.0.write().unwrap_or_else(|p| p.into_inner());
+        sources.push(source);
     }
 
     pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
@@ -483,6 +506,15 @@ impl Metrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
             );
+        }
+        for source in self
+            .sources
+            .0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            source.render_metrics(&mut out);
         }
         out
     }

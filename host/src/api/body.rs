@@ -25,10 +25,7 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     let mut raw = Vec::with_capacity(declared.map(|n| n as usize).unwrap_or(0));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request(
-                "invalid_body",
-                format!("the request body could not be read: {e}"),
-            )
+            ApiError::unreadable_body(format!("the request body could not be read: {e}"))
         })?;
         if raw.len() + chunk.len() > limit {
             drain(&mut stream, limit).await;
@@ -60,10 +57,9 @@ pub fn decode(headers: &HeaderMap, raw: Vec<u8>, limit: usize) -> Result<Vec<u8>
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
         .unwrap_or_default();
     let invalid = |name: &str, e: &dyn std::fmt::Display| {
-        ApiError::bad_request(
-            "invalid_body",
-            format!("the request body is not valid {name} data (Content-Encoding: {name}): {e}"),
-        )
+        ApiError::unreadable_body(format!(
+            "the request body is not valid {name} data (Content-Encoding: {name}): {e}"
+        ))
     };
     let decoded = match encoding.as_str() {
         "" | "identity" => return Ok(raw),
@@ -177,7 +173,7 @@ mod tests {
     #[test]
     fn bad_data_bombs_and_unknown_encodings_are_4xx() {
         let bad = decode(&with_encoding("zstd"), b"not zstd at all".to_vec(), 1 << 20);
-        assert!(matches!(bad, Err(ApiError::BadRequest { .. })));
+        assert!(matches!(bad, Err(ApiError::BadBody { .. })));
         let bomb = ruzstd::encoding::compress_to_vec(
             vec![b' '; 1 << 20].as_slice(),
             ruzstd::encoding::CompressionLevel::Fastest,

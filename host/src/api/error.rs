@@ -1,14 +1,20 @@
 //! `ApiError`: the one place that maps failures to HTTP statuses and TypeSafe's error bodies.
 //!
 //! Validation failures are FastAPI-shaped (`{"detail": [{"loc", "msg", "type"}]}`); everything
-//! else is `{"detail": {"error_type", "message"}}` (plus the fields an [`ApiError::Other`]
-//! carries). The policy endpoints use this same type (`api/policies.rs`). Only failures that can succeed on a retry are
-//! 5xx: the SDK retries every 5xx, so a request that can never succeed must be a 4xx.
+//! else is `{"detail": {"error_type", "message", …}}`. The policy endpoints use this same type:
+//! the policy runtime's [`InvokeError`] and [`RegistryError`] are variants here, and their
+//! statuses are decided here and nowhere else. Only failures that can succeed on a retry are 5xx
+//! (the SDK retries every 5xx), and every 503 has one shape: `error_type: "unavailable"` with
+//! `Retry-After`. Every error names its kind through [`ApiError::kind`], the decision records'
+//! vocabulary, so nothing downstream reads a kind back out of a body.
 
+use crate::decision::event::{FailureKind, Limit, LimitHit};
+use crate::policy::invoke::PolicyFailure;
+use crate::policy::{InvokeError, RegistryError};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use hunch_core::ReadError;
+use hunch_core::{ReadError, ReadErrorKind};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -70,20 +76,32 @@ impl FieldError {
 }
 
 /// Every way a request can fail, each with exactly one status.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     /// 422: the request does not follow the contract (or asks what a text-only model cannot do).
     #[error("invalid request: {0:?}")]
     Validation(Vec<FieldError>),
-    /// 400: well-formed but beyond a limit of the model, or an unreadable body.
+    /// 400: well-formed but beyond a limit of the model.
     #[error("{message}")]
-    BadRequest { error_type: String, message: String },
-    /// 401: missing or wrong bearer key.
-    #[error("missing or invalid API key")]
-    Unauthorized,
-    /// 404: unknown model or route.
+    TooLarge { message: String },
+    /// 400: a body that could not be read or decoded, or a policy input that is not JSON.
     #[error("{message}")]
-    NotFound { error_type: String, message: String },
+    BadBody { kind: BadBody, message: String },
+    /// 400: a deployment's parameters (`?stage=`, limits) are wrong.
+    #[error("{message}")]
+    BadDeployment {
+        kind: BadDeployment,
+        message: String,
+    },
+    /// 401, one shape for the API keys and the admin key: missing or wrong key.
+    #[error("{message}")]
+    Unauthorized { message: String },
+    /// 403: deployments over HTTP are disabled.
+    #[error("{message}")]
+    Forbidden { message: String },
+    /// 404: an unknown model, route or policy.
+    #[error("{message}")]
+    NotFound { what: Missing, message: String },
     /// 413: the body (compressed or decompressed) is over the configured limit.
     #[error("{message}")]
     PayloadTooLarge { message: String },
@@ -93,7 +111,8 @@ pub enum ApiError {
     /// A 4xx an upstream System One server gave, passed through.
     #[error("{message}")]
     Upstream { status: u16, message: String },
-    /// 503 with `Retry-After`: loading, restarting or overloaded.
+    /// 503 with `Retry-After`: loading, restarting, overloaded, or the required decision log
+    /// could not take the event. Retrying can help, by definition of this variant.
     #[error("{message}")]
     Unavailable {
         message: String,
@@ -105,64 +124,130 @@ pub enum ApiError {
     /// 500: a bug or a broken reader output. Logged.
     #[error("{message}")]
     Internal { message: String },
-    /// Any other failure with its own `error_type` (the policy endpoints'), extra `detail`
-    /// fields (`limit`, `policy_error`, …) and, when a retry may help, a `Retry-After`.
+    /// A policy invocation that did not produce a decision.
+    #[error(transparent)]
+    Invoke(InvokeError),
+    /// A deployment, removal, promotion or rollback the registry refused.
     #[error("{message}")]
-    Other {
-        status: u16,
-        error_type: String,
+    Registry {
+        kind: RegistryRefusal,
         message: String,
-        fields: serde_json::Map<String, Value>,
-        retry_after_seconds: Option<u64>,
     },
 }
+
+/// Why a body was refused before it was parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadBody {
+    /// Unreadable or undecodable bytes.
+    Unreadable,
+    /// Not JSON (policy inputs; the System One body is validated field by field instead).
+    NotJson,
+}
+
+/// What is wrong with a deployment's parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadDeployment {
+    Stage,
+    Config,
+}
+
+/// What a 404 did not find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    Model,
+    Route,
+    Policy,
+}
+
+/// A registry refusal, without the registry's error (which holds I/O details and is not `Clone`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryRefusal {
+    InvalidName,
+    NotFound,
+    Refused,
+    Conflict,
+}
+
+impl From<InvokeError> for ApiError {
+    fn from(e: InvokeError) -> Self {
+        if let InvokeError::Internal(message) = &e {
+            tracing::error!(error = %message, "policy invocation failed");
+        }
+        ApiError::Invoke(e)
+    }
+}
+
+impl From<RegistryError> for ApiError {
+    fn from(e: RegistryError) -> Self {
+        let kind = match &e {
+            RegistryError::InvalidName(_) => RegistryRefusal::InvalidName,
+            RegistryError::NotFound(_) => RegistryRefusal::NotFound,
+            RegistryError::Load(_) => RegistryRefusal::Refused,
+            RegistryError::Conflict(_) => RegistryRefusal::Conflict,
+        };
+        ApiError::Registry {
+            kind,
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The status a policy's failure is answered with. A limit is a property of the policy and the
+/// input, which a retry would break again (422), except a deadline (504); a failed read keeps
+/// its own meaning (503/504 retryable, 422 for the caller's questions, 502 for a broken model).
+fn invoke_status(e: &InvokeError) -> StatusCode {
+    match e {
+        InvokeError::NotFound(_) => StatusCode::NOT_FOUND,
+        InvokeError::InvalidInput(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        InvokeError::Limit(l) if l.limit == Limit::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        InvokeError::Limit(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        InvokeError::Trap(_) | InvokeError::Forbidden(_) | InvokeError::InvalidOutput(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        InvokeError::Policy(PolicyFailure::ReadFailed { read_error, .. }) => match read_error {
+            ReadErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ReadErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ReadErrorKind::InvalidQuestion | ReadErrorKind::TooLarge | ReadErrorKind::Rejected => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ReadErrorKind::Internal => StatusCode::BAD_GATEWAY,
+        },
+        InvokeError::Policy(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        InvokeError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        InvokeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The `detail` fields a policy failure adds to `error_type` and `message`.
+fn invoke_fields(e: &InvokeError, detail: &mut serde_json::Map<String, Value>) {
+    match e {
+        InvokeError::InvalidInput(details) => {
+            detail.insert("details".into(), json!(details));
+        }
+        InvokeError::Limit(l) => {
+            detail.insert("limit".into(), json!(l.limit.as_str()));
+            detail.insert("limit_value".into(), json!(l.limit_value));
+        }
+        InvokeError::Policy(failure) => {
+            detail.insert("policy_error".into(), json!(failure));
+        }
+        _ => {}
+    }
+}
+
+/// Seconds a client should wait before retrying a busy policy pool.
+const BUSY_RETRY_AFTER_SECONDS: u64 = 1;
 
 impl ApiError {
     pub fn field(loc: Vec<LocPart>, kind: &str, msg: impl Into<String>) -> Self {
         ApiError::Validation(vec![FieldError::new(loc, kind, msg)])
     }
 
-    pub fn bad_request(error_type: &str, message: impl Into<String>) -> Self {
-        ApiError::BadRequest {
-            error_type: error_type.into(),
+    pub fn unreadable_body(message: impl Into<String>) -> Self {
+        ApiError::BadBody {
+            kind: BadBody::Unreadable,
             message: message.into(),
         }
-    }
-
-    /// A failure with its own status and `error_type`.
-    pub fn new(status: StatusCode, error_type: &str, message: impl Into<String>) -> Self {
-        ApiError::Other {
-            status: status.as_u16(),
-            error_type: error_type.into(),
-            message: message.into(),
-            fields: serde_json::Map::new(),
-            retry_after_seconds: None,
-        }
-    }
-
-    /// Adds a field to the `detail` object of an error made by [`ApiError::new`].
-    pub fn with(mut self, key: &str, value: Value) -> Self {
-        if let ApiError::Other { fields, .. } = &mut self {
-            fields.insert(key.to_string(), value);
-        }
-        self
-    }
-
-    /// The id of the decision that failed, in `detail` (errors of a decision carry it).
-    pub fn with_decision(self, id: &str) -> Self {
-        self.with("decision_id", json!(id))
-    }
-
-    /// Sends `Retry-After` with an error made by [`ApiError::new`].
-    pub fn retry_after(mut self, seconds: u64) -> Self {
-        if let ApiError::Other {
-            retry_after_seconds,
-            ..
-        } = &mut self
-        {
-            *retry_after_seconds = Some(seconds);
-        }
-        self
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -171,11 +256,21 @@ impl ApiError {
         }
     }
 
+    pub fn not_found(what: Missing, message: impl Into<String>) -> Self {
+        ApiError::NotFound {
+            what,
+            message: message.into(),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::TooLarge { .. }
+            | ApiError::BadBody { .. }
+            | ApiError::BadDeployment { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -188,85 +283,135 @@ impl ApiError {
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::Other { status, .. } => {
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            ApiError::Invoke(e) => invoke_status(e),
+            ApiError::Registry { kind, .. } => match kind {
+                RegistryRefusal::InvalidName => StatusCode::BAD_REQUEST,
+                RegistryRefusal::NotFound => StatusCode::NOT_FOUND,
+                RegistryRefusal::Refused => StatusCode::UNPROCESSABLE_ENTITY,
+                RegistryRefusal::Conflict => StatusCode::CONFLICT,
+            },
+        }
+    }
+
+    /// The kind of failure: what clients see as `error_type` and decision events record.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ApiError::Validation(_) => FailureKind::ValidationError,
+            ApiError::TooLarge { .. } | ApiError::PayloadTooLarge { .. } => {
+                FailureKind::RequestTooLarge
             }
+            ApiError::BadBody { kind, .. } => match kind {
+                BadBody::Unreadable => FailureKind::InvalidBody,
+                BadBody::NotJson => FailureKind::InvalidJson,
+            },
+            ApiError::BadDeployment { kind, .. } => match kind {
+                BadDeployment::Stage => FailureKind::InvalidStage,
+                BadDeployment::Config => FailureKind::InvalidConfig,
+            },
+            ApiError::Unauthorized { .. } => FailureKind::AuthenticationError,
+            ApiError::Forbidden { .. } => FailureKind::Forbidden,
+            ApiError::NotFound { what, .. } => match what {
+                Missing::Model => FailureKind::ModelNotFound,
+                Missing::Route | Missing::Policy => FailureKind::NotFound,
+            },
+            ApiError::UnsupportedMediaType { .. } => FailureKind::UnsupportedContentEncoding,
+            ApiError::Upstream { .. } => FailureKind::UpstreamRejected,
+            ApiError::Unavailable { .. } => FailureKind::Unavailable,
+            ApiError::Timeout => FailureKind::Timeout,
+            ApiError::Internal { .. } => FailureKind::InternalError,
+            ApiError::Invoke(e) => e.kind(),
+            ApiError::Registry { kind, .. } => match kind {
+                RegistryRefusal::InvalidName => FailureKind::InvalidName,
+                RegistryRefusal::NotFound => FailureKind::NotFound,
+                RegistryRefusal::Refused => FailureKind::PolicyRefused,
+                RegistryRefusal::Conflict => FailureKind::Conflict,
+            },
         }
     }
 
     /// The `error_type` clients see.
-    pub fn error_type(&self) -> &str {
+    pub fn error_type(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// The limit this failure ran into, as decision events record it.
+    pub fn limit_hit(&self) -> Option<LimitHit> {
         match self {
-            ApiError::Validation(_) => "validation_error",
-            ApiError::BadRequest { error_type, .. } | ApiError::NotFound { error_type, .. } => {
-                error_type
+            ApiError::PayloadTooLarge { .. } => Some(LimitHit {
+                limit: Limit::MaxBodyBytes,
+                value: None,
+            }),
+            ApiError::TooLarge { .. } => Some(LimitHit {
+                limit: Limit::ModelSize,
+                value: None,
+            }),
+            ApiError::Invoke(e) => e.limit_hit(),
+            _ => None,
+        }
+    }
+
+    /// Seconds to send in `Retry-After`: every 503 has one.
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        match self {
+            ApiError::Unavailable {
+                retry_after_seconds,
+                ..
+            } => Some((*retry_after_seconds).max(1)),
+            ApiError::Invoke(e) if invoke_status(e) == StatusCode::SERVICE_UNAVAILABLE => {
+                Some(BUSY_RETRY_AFTER_SECONDS)
             }
-            ApiError::Unauthorized => "authentication_error",
-            ApiError::PayloadTooLarge { .. } => "request_too_large",
-            ApiError::UnsupportedMediaType { .. } => "unsupported_content_encoding",
-            ApiError::Upstream { .. } => "upstream_rejected",
-            ApiError::Unavailable { .. } => "unavailable",
-            ApiError::Timeout => "timeout",
-            ApiError::Internal { .. } => "internal_error",
-            ApiError::Other { error_type, .. } => error_type,
+            _ => None,
         }
     }
 
     /// The JSON body TypeSafe's clients parse.
     pub fn body(&self) -> Value {
-        match self {
-            ApiError::Validation(errors) => json!({ "detail": errors }),
-            ApiError::Other {
-                error_type,
-                message,
-                fields,
-                ..
-            } => {
-                let mut detail = serde_json::Map::new();
-                detail.insert("error_type".into(), json!(error_type));
-                detail.insert("message".into(), json!(message));
-                detail.extend(fields.clone());
-                json!({ "detail": detail })
-            }
-            other => json!({
-                "detail": { "error_type": other.error_type(), "message": other.to_string() }
-            }),
+        if let ApiError::Validation(errors) = self {
+            return json!({ "detail": errors });
         }
+        let mut detail = serde_json::Map::new();
+        detail.insert("error_type".into(), json!(self.error_type()));
+        detail.insert("message".into(), json!(self.to_string()));
+        if let ApiError::Invoke(e) = self {
+            invoke_fields(e, &mut detail);
+        }
+        json!({ "detail": detail })
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+    /// The response, with the id of the decision that failed in `detail` (when `detail` is an
+    /// object: a validation error's `detail` is TypeSafe's list and stays one).
+    pub fn into_response_for(self, decision_id: &str) -> Response {
+        let mut body = self.body();
+        if let Some(detail) = body["detail"].as_object_mut() {
+            detail.insert("decision_id".into(), json!(decision_id));
+        }
+        self.respond(body)
+    }
+
+    fn respond(self, body: Value) -> Response {
         if let ApiError::Internal { message } = &self {
             tracing::error!(%message, "internal error");
         }
-        let mut response = (self.status(), Json(self.body())).into_response();
+        let mut response = (self.status(), Json(body)).into_response();
         let headers = response.headers_mut();
-        let retry_after = match &self {
-            ApiError::Unavailable {
-                retry_after_seconds,
-                ..
-            } => Some(*retry_after_seconds),
-            ApiError::Other {
-                retry_after_seconds,
-                ..
-            } => *retry_after_seconds,
-            _ => None,
-        };
-        if let Some(seconds) = retry_after {
+        if let Some(seconds) = self.retry_after_seconds() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
             headers.insert(
                 "retry-after-ms",
                 HeaderValue::from(seconds.saturating_mul(1000)),
             );
         }
-        match &self {
-            ApiError::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            _ => {}
+        if let ApiError::Unauthorized { .. } = self {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        self.respond(body)
     }
 }
 
@@ -281,7 +426,7 @@ pub fn from_read_error(error: ReadError, question_ids: &[String]) -> ApiError {
             }
             ApiError::field(loc, "value_error", message)
         }
-        ReadError::TooLarge { message } => ApiError::bad_request("request_too_large", message),
+        ReadError::TooLarge { message } => ApiError::TooLarge { message },
         ReadError::Unavailable {
             message,
             retry_after_seconds,
@@ -346,17 +491,49 @@ mod tests {
     }
 
     #[test]
-    fn other_errors_carry_their_type_fields_and_retry_hint() {
-        let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", "try later")
-            .with("limit", json!("fuel"))
-            .retry_after(2);
-        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(
-            e.body(),
-            json!({"detail": {"error_type": "busy", "message": "try later", "limit": "fuel"}})
-        );
+    fn every_503_has_one_shape_with_a_retry_hint() {
+        let busy = ApiError::from(InvokeError::Busy);
+        let loading = ApiError::Unavailable {
+            message: "loading".into(),
+            retry_after_seconds: 3,
+        };
+        for (e, seconds) in [(busy, "1"), (loading, "3")] {
+            assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(e.body()["detail"]["error_type"], "unavailable");
+            let response = e.into_response();
+            assert_eq!(response.headers()[header::RETRY_AFTER], seconds);
+        }
+    }
+
+    #[test]
+    fn policy_failures_carry_their_kind_fields_and_limit() {
+        let e = ApiError::from(InvokeError::Limit(crate::policy::LimitExceeded::new(
+            Limit::Reads,
+            3,
+            "too many reads",
+        )));
+        assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(e.kind(), FailureKind::LimitExceeded);
+        assert_eq!(e.body()["detail"]["limit"], "reads");
+        assert_eq!(e.body()["detail"]["limit_value"], 3);
+        assert_eq!(e.limit_hit().map(|h| h.limit), Some(Limit::Reads));
+        let declined = ApiError::from(InvokeError::Policy(PolicyFailure::ReadFailed {
+            read_error: ReadErrorKind::Unavailable,
+            message: "queue full".into(),
+        }));
+        assert_eq!(declined.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(declined.retry_after_seconds().is_some());
+        let response = ApiError::Validation(vec![]).into_response_for("d");
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[test]
+    fn one_401_shape() {
+        let e = ApiError::Unauthorized {
+            message: "missing key".into(),
+        };
+        assert_eq!(e.body()["detail"]["error_type"], "authentication_error");
         let response = e.into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-        assert_eq!(response.headers()["retry-after-ms"], "2000");
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
     }
 }

@@ -19,7 +19,6 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                     cache.max_bytes(),
                 ));
             }
-            state.decisions.render_metrics(&mut text);
             text
         },
     )

@@ -118,7 +118,10 @@ pub async fn auth(State(state): State<AppState>, request: Request, next: Next) -
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     if !state.keys.allows(presented) {
-        return ApiError::Unauthorized.into_response();
+        return ApiError::Unauthorized {
+            message: "missing or invalid API key (Authorization: Bearer KEY)".into(),
+        }
+        .into_response();
     }
     next.run(request).await
 }

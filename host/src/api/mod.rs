@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod decision;
 pub mod error;
 pub mod health;
 pub mod metrics;
@@ -16,12 +17,13 @@ pub mod systemone;
 pub mod validate;
 
 use crate::metrics::Metrics;
-use crate::reader::{AnswerSettings, GatedReader, ModelEntry, ReadGate, Registry};
+use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry};
 pub use auth::ApiKeys;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
 use axum::Router;
 use error::ApiError;
+use hunch_core::AnswerSettings;
 use std::sync::Arc;
 use std::time::Duration;
 use validate::RequestValidator;
@@ -104,10 +106,10 @@ impl AppState {
                 .map(|(a, _)| a)
                 .collect();
             known.extend(self.registry.models().iter().map(|m| m.name.clone()));
-            ApiError::NotFound {
-                error_type: "model_not_found".into(),
-                message: format!("unknown model {name:?}; served: {}", known.join(", ")),
-            }
+            ApiError::not_found(
+                error::Missing::Model,
+                format!("unknown model {name:?}; served: {}", known.join(", ")),
+            )
         })
     }
 
@@ -149,8 +151,8 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
 }
 
 async fn not_found(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::NotFound {
-        error_type: "not_found".into(),
-        message: format!("no route {method} {}", uri.path()),
-    }
+    ApiError::not_found(
+        error::Missing::Route,
+        format!("no route {method} {}", uri.path()),
+    )
 }

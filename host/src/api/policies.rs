@@ -1,18 +1,17 @@
 //! `/v1/policies`: list, describe, run, deploy and remove decision policies.
 //!
-//! Every error is the API's one [`ApiError`]; the `From` impls below map the policy runtime's
-//! errors to its statuses and bodies (`{"detail": {"error_type", "message", …}}`, policy errors
-//! adding fields such as `limit`).
+//! Every error is the API's one [`ApiError`] (`api/error.rs` maps the policy runtime's errors
+//! to statuses and bodies); every run is a decision finished by `api/decision.rs`.
 
 use crate::api::auth::{bearer_token, matches_any};
-use crate::api::error::ApiError;
+use crate::api::decision as decision_api;
+use crate::api::error::{ApiError, BadBody, BadDeployment, Missing};
 use crate::api::middleware::RequestId;
-use crate::decision::policy_run::{self, ShadowGate, ShadowJob};
-use crate::decision::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
-use crate::decision::{api as decision_api, DecisionLog};
-use crate::policy::invoke::PolicyFailure;
-use crate::policy::registry::Stage;
-use crate::policy::{InvokeError, Limit, Limits, PolicyConfig, Registry, RegistryError};
+use crate::decision::DecisionLog;
+use crate::policy::registry::{Admission, Stage};
+use crate::policy::rollout::shadow::{self, ShadowJob, ShadowRunner};
+use crate::policy::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
+use crate::policy::{InvokeError, Limits, PolicyConfig, Registry};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -30,9 +29,10 @@ pub struct PolicyApi {
     pub registry: Arc<Registry>,
     /// `None`: deployments over HTTP are disabled.
     pub admin_key: Option<String>,
-    /// Decision ids, events, shadow agreement.
+    /// Decision ids and events.
     pub decisions: Arc<DecisionLog>,
-    pub shadows: Arc<ShadowGate>,
+    /// Where shadow runs execute.
+    pub shadows: Arc<ShadowRunner>,
 }
 
 /// The policy routes, with their own state, ready to `merge` into the server's router whatever
@@ -50,102 +50,47 @@ pub fn router<S: Clone + Send + Sync + 'static>(api: Arc<PolicyApi>) -> Router<S
         .with_state(api)
 }
 
-impl From<InvokeError> for ApiError {
-    fn from(e: InvokeError) -> Self {
-        let message = e.to_string();
-        match e {
-            InvokeError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, "not_found", message),
-            InvokeError::InvalidInput(details) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_input", message)
-                    .with("details", json!(details))
-            }
-            InvokeError::Limit(l) => {
-                // A deadline is a timeout; every other limit is a property of the policy and
-                // the input, which a retry would break again.
-                let status = if l.limit == Limit::Timeout {
-                    StatusCode::GATEWAY_TIMEOUT
-                } else {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                };
-                ApiError::new(status, "limit_exceeded", message)
-                    .with("limit", json!(l.limit.as_str()))
-                    .with("limit_value", json!(l.limit_value))
-            }
-            InvokeError::Trap(_) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "policy_trapped", message)
-            }
-            InvokeError::Forbidden(_) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "policy_forbidden_capability",
-                message,
-            ),
-            InvokeError::Policy(failure) => {
-                let status = match &failure {
-                    PolicyFailure::ReadFailed { read_error, .. } => match read_error.as_str() {
-                        "unavailable" => StatusCode::SERVICE_UNAVAILABLE,
-                        "timeout" => StatusCode::GATEWAY_TIMEOUT,
-                        "invalid_question" | "too_large" | "rejected" => {
-                            StatusCode::UNPROCESSABLE_ENTITY
-                        }
-                        _ => StatusCode::BAD_GATEWAY,
-                    },
-                    _ => StatusCode::UNPROCESSABLE_ENTITY,
-                };
-                ApiError::new(status, "policy_declined", message)
-                    .with("policy_error", json!(failure))
-            }
-            InvokeError::InvalidOutput(_) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "policy_invalid_output",
-                message,
-            ),
-            InvokeError::Busy => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", message).retry_after(1)
-            }
-            InvokeError::Internal(_) => {
-                tracing::error!(error = %message, "policy invocation failed");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
-            }
-        }
-    }
-}
-
-impl From<RegistryError> for ApiError {
-    fn from(e: RegistryError) -> Self {
-        let message = e.to_string();
-        match e {
-            RegistryError::InvalidName(_) => {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_name", message)
-            }
-            RegistryError::NotFound(_) => {
-                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
-            }
-            RegistryError::Load(_) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "policy_refused", message)
-            }
-            RegistryError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
-        }
-    }
-}
-
 async fn list(State(api): State<Arc<PolicyApi>>) -> Json<Value> {
     Json(json!({ "policies": api.registry.summaries() }))
+}
+
+/// `?stage=candidate` (or `previous`) describes that version instead of the active one.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DescribeParams {
+    stage: Option<String>,
+}
+
+fn parse_stage(stage: Option<&str>) -> Result<Stage, ApiError> {
+    match stage {
+        None | Some("active") => Ok(Stage::Active),
+        Some("candidate") => Ok(Stage::Candidate),
+        Some("previous") => Ok(Stage::Previous),
+        Some(other) => Err(ApiError::BadDeployment {
+            kind: BadDeployment::Stage,
+            message: format!("stage must be `active`, `candidate` or `previous`, got `{other}`"),
+        }),
+    }
 }
 
 async fn describe(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
+    Query(params): Query<DescribeParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let summary = api.registry.summary(&name).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no policy named `{name}`"),
+    let stage = parse_stage(params.stage.as_deref())?;
+    let summary = api.registry.summary_of(&name, stage).ok_or_else(|| {
+        ApiError::not_found(
+            Missing::Policy,
+            match stage {
+                Stage::Active => format!("no policy named `{name}`"),
+                other => format!("policy `{name}` has no {} version", other.as_str()),
+            },
         )
     })?;
     let mut body = json!(summary);
-    body["stage"] = json!(Stage::Active.as_str());
-    body["agreement"] = json!(api.decisions.rollouts.summary(&name));
+    body["stage"] = json!(stage.as_str());
+    body["agreement"] = json!(api.registry.rollouts().summary(&name));
     Ok(Json(body))
 }
 
@@ -158,27 +103,30 @@ async fn decide(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut decision =
-        decision_api::begin(&api.decisions, "/v1/policies/{name}", request_id, &headers);
+    let log = &api.decisions;
+    let mut decision = decision_api::begin(log, "/v1/policies/{name}", request_id, &headers);
     // Parsed by hand so a bad body gets the same error shape as every other error.
     let input: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
-            let error = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                format!("the body is not JSON: {e}"),
-            );
-            return decision_api::with_id(
-                error.with_decision(&decision.id).into_response(),
-                &decision,
-            );
+            let error = ApiError::BadBody {
+                kind: BadBody::NotJson,
+                message: format!("the body is not JSON: {e}"),
+            };
+            return decision_api::finish(log, &decision, None, |_| {}, Err(error)).await;
         }
     };
     let route_key = headers.get(ROUTE_KEY_HEADER).and_then(|v| v.to_str().ok());
     let Some(route) = api.registry.route(&name, &input, route_key) else {
         let error = ApiError::from(InvokeError::NotFound(name.clone()));
-        return decision_api::with_id(error.with_decision(&decision.id).into_response(), &decision);
+        return decision_api::finish(
+            log,
+            &decision,
+            None,
+            |event| event.input = input.clone(),
+            Err(error),
+        )
+        .await;
     };
     if route.shadow.is_some() {
         decision.record_reads();
@@ -186,61 +134,52 @@ async fn decide(
     let recorder = decision.clone();
     let (outcome, model) = api
         .registry
-        .invoke_version(&route.decider, &input, true, move |r| recorder.reader(r))
+        .invoke_version(&route.decider, &input, Admission::Live, move |r| {
+            recorder.reader(r)
+        })
         .await;
     if route.canary {
-        api.decisions.rollouts.routed(&name, route.stage.as_str());
+        api.registry.rollouts().routed(&name, route.stage.as_str());
     }
-    if decision.recording() {
-        let event = policy_run::policy_event(
-            &api.decisions,
-            &decision,
-            &route.decider,
-            route.stage,
-            model.as_deref(),
-            &input,
-            &outcome,
-        );
-        if api
-            .decisions
-            .write(event, Some(&route.decider.log))
-            .await
-            .is_err()
-        {
-            let error = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unrecorded",
-                "the decision could not be recorded in the required decision log",
-            );
-            return decision_api::with_id(
-                error.with_decision(&decision.id).into_response(),
-                &decision,
-            );
-        }
-    }
-    let response = match &outcome {
+    let answer = match &outcome {
         Ok(invocation) => {
             let mut body = json!(invocation);
             body["decision_id"] = json!(decision.id);
             body["stage"] = json!(route.stage.as_str());
-            Json(body).into_response()
+            Ok(Json(body).into_response())
         }
-        Err(e) => ApiError::from(e.clone())
-            .with_decision(&decision.id)
-            .into_response(),
+        Err(e) => Err(ApiError::from(e.clone())),
     };
+    let response = decision_api::finish(
+        log,
+        &decision,
+        Some(&route.decider.log),
+        |event| {
+            shadow::fill_event(
+                event,
+                log,
+                &route.decider,
+                route.stage,
+                model.as_deref(),
+                &input,
+                &outcome,
+            )
+        },
+        answer,
+    )
+    .await;
     if let Some(candidate) = route.shadow {
-        policy_run::spawn_shadow(ShadowJob {
+        api.shadows.spawn(ShadowJob {
             registry: api.registry.clone(),
             log: api.decisions.clone(),
-            gate: api.shadows.clone(),
             candidate,
             active: decision.clone(),
             active_outcome: outcome,
             input,
+            status_of: |e| ApiError::from(e.clone()).status().as_u16(),
         });
     }
-    decision_api::with_id(response, &decision)
+    response
 }
 
 /// Optional per-policy configuration of a deployment, as query parameters
@@ -312,11 +251,9 @@ impl DeployParams {
 
 fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &api.admin_key else {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "deployments over HTTP are disabled: start the server with --admin-key",
-        ));
+        return Err(ApiError::Forbidden {
+            message: "deployments over HTTP are disabled: start the server with --admin-key".into(),
+        });
     };
     // `X-Admin-Key` first: when API keys are on, `Authorization` carries the caller's API key.
     let candidates = [
@@ -335,11 +272,9 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "PUT, DELETE, promote and rollback need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)",
-        ))
+        Err(ApiError::Unauthorized {
+            message: "PUT, DELETE, promote and rollback need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API keys are off)".into(),
+        })
     }
 }
 
@@ -352,8 +287,9 @@ async fn deploy(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     authorize(&api, &headers)?;
     let toml_text = match params.to_config() {
-        Some(c) => Some(toml::to_string(&c).map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_config", e.to_string())
+        Some(c) => Some(toml::to_string(&c).map_err(|e| ApiError::BadDeployment {
+            kind: BadDeployment::Config,
+            message: e.to_string(),
         })?),
         None => None,
     };
@@ -363,15 +299,13 @@ async fn deploy(
             api.registry
                 .deploy_candidate(&name, body.to_vec(), toml_text)
                 .await?;
-            api.decisions.rollouts.reset(&name);
             return Ok((StatusCode::OK, Json(json!(api.registry.summary(&name)))));
         }
         Some(other) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_stage",
-                format!("stage must be `active` or `candidate`, got `{other}`"),
-            ))
+            return Err(ApiError::BadDeployment {
+                kind: BadDeployment::Stage,
+                message: format!("stage must be `active` or `candidate`, got `{other}`"),
+            })
         }
     }
     let existed = api.registry.get(&name).is_some();
@@ -403,14 +337,12 @@ async fn remove(
         Some("candidate") => api.registry.remove_candidate(&name).await?,
         None | Some("active") => api.registry.remove(&name).await?,
         Some(other) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_stage",
-                format!("stage must be `active` or `candidate`, got `{other}`"),
-            ))
+            return Err(ApiError::BadDeployment {
+                kind: BadDeployment::Stage,
+                message: format!("stage must be `active` or `candidate`, got `{other}`"),
+            })
         }
     }
-    api.decisions.rollouts.reset(&name);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -422,7 +354,6 @@ async fn promote(
 ) -> Result<Json<Value>, ApiError> {
     authorize(&api, &headers)?;
     api.registry.promote(&name).await?;
-    api.decisions.rollouts.reset(&name);
     Ok(Json(json!(api.registry.summary(&name))))
 }
 
@@ -434,7 +365,6 @@ async fn rollback(
 ) -> Result<Json<Value>, ApiError> {
     authorize(&api, &headers)?;
     api.registry.rollback(&name).await?;
-    api.decisions.rollouts.reset(&name);
     Ok(Json(json!(api.registry.summary(&name))))
 }
 

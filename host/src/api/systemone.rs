@@ -7,13 +7,14 @@ use super::error::{from_read_error, ApiError, LocPart};
 use super::middleware::{ReadSummary, RequestId};
 use super::validate::SystemOneRequest;
 use super::AppState;
-use crate::decision::{api as decision_api, Decision};
-use crate::reader::AnswerSettings;
+use crate::api::decision as decision_api;
+use crate::decision::Decision;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use hunch_core::AnswerSettings;
 use hunch_core::{answer_set, Answering, AskedQuestion, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -46,12 +47,21 @@ pub async fn handle(
     let decision = decision_api::begin(&state.decisions, "/v1/systemone", request_id, &headers);
     let mut seen = Seen::default();
     let result = decide(&state, &decision, &headers, body, &mut seen).await;
-    decision_api::finish_systemone(
-        &state.decisions,
+    let recorded_body = match &result {
+        Ok((_, _, Json(body))) if decision.recording() => Some(body.clone()),
+        _ => None,
+    };
+    let log = &state.decisions;
+    decision_api::finish(
+        log,
         &decision,
-        seen.model.as_deref(),
-        seen.input,
-        result,
+        None,
+        |event| {
+            event.input = seen.input.unwrap_or(Value::Null);
+            event.model = seen.model.as_deref().map(|m| log.model_ref(m));
+            event.result = recorded_body;
+        },
+        result.map(IntoResponse::into_response),
     )
     .await
 }

@@ -4,7 +4,6 @@
 use hunch_core::{LabelDistribution, Question, ReadError, ReadOptions, ReadStats, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The version of the read algorithm whose distributions the event holds. Bump when the read
 /// (prompt, answer template, draws, re-read rule) changes what a model answers: a replay then
@@ -114,14 +113,141 @@ pub struct ReadEvent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorRecord {
     /// The error type clients saw (`limit_exceeded`, `policy_trapped`, `validation_error`, …).
-    pub kind: String,
+    pub kind: FailureKind,
     pub message: String,
+}
+
+/// Every kind of failure a decision can end in: the `error_type` its client saw. The API's
+/// errors, the policy runtime's and the readers' each name theirs through a `kind()`; this enum
+/// is the one vocabulary, so an event never carries a kind recovered from a message or a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The request does not follow the contract (422).
+    ValidationError,
+    /// The body could not be read or decoded (400).
+    InvalidBody,
+    /// A policy request's body is not JSON (400).
+    InvalidJson,
+    /// Beyond a limit of the model or of the server (400, 413).
+    RequestTooLarge,
+    /// Missing or wrong key (401).
+    AuthenticationError,
+    /// Deployments over HTTP are disabled (403).
+    Forbidden,
+    ModelNotFound,
+    NotFound,
+    /// A stage change the policy's stages do not allow (409).
+    Conflict,
+    UnsupportedContentEncoding,
+    /// An upstream System One server refused the request (its 4xx).
+    UpstreamRejected,
+    /// Loading, restarting, overloaded, or the required decision log cannot take the event (503).
+    Unavailable,
+    Timeout,
+    InternalError,
+    /// A policy's input breaks its input schema (422).
+    InvalidInput,
+    /// A policy broke one of its limits ([`Limit`]).
+    LimitExceeded,
+    PolicyTrapped,
+    PolicyForbiddenCapability,
+    /// `decide` returned a `policy-error`.
+    PolicyDeclined,
+    PolicyInvalidOutput,
+    /// A deployment named a policy with a name that cannot be a file stem.
+    InvalidName,
+    /// A deployed component or its configuration was refused at load.
+    PolicyRefused,
+    InvalidConfig,
+    InvalidStage,
+    /// A kind this version does not know (an event written by a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+impl FailureKind {
+    /// The snake_case name clients see as `error_type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::ValidationError => "validation_error",
+            FailureKind::InvalidBody => "invalid_body",
+            FailureKind::InvalidJson => "invalid_json",
+            FailureKind::RequestTooLarge => "request_too_large",
+            FailureKind::AuthenticationError => "authentication_error",
+            FailureKind::Forbidden => "forbidden",
+            FailureKind::ModelNotFound => "model_not_found",
+            FailureKind::NotFound => "not_found",
+            FailureKind::Conflict => "conflict",
+            FailureKind::UnsupportedContentEncoding => "unsupported_content_encoding",
+            FailureKind::UpstreamRejected => "upstream_rejected",
+            FailureKind::Unavailable => "unavailable",
+            FailureKind::Timeout => "timeout",
+            FailureKind::InternalError => "internal_error",
+            FailureKind::InvalidInput => "invalid_input",
+            FailureKind::LimitExceeded => "limit_exceeded",
+            FailureKind::PolicyTrapped => "policy_trapped",
+            FailureKind::PolicyForbiddenCapability => "policy_forbidden_capability",
+            FailureKind::PolicyDeclined => "policy_declined",
+            FailureKind::PolicyInvalidOutput => "policy_invalid_output",
+            FailureKind::InvalidName => "invalid_name",
+            FailureKind::PolicyRefused => "policy_refused",
+            FailureKind::InvalidConfig => "invalid_config",
+            FailureKind::InvalidStage => "invalid_stage",
+            FailureKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which limit a decision ran into: a policy's (fuel … output size) or the request's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Fuel,
+    Timeout,
+    Memory,
+    Stack,
+    Reads,
+    Questions,
+    StateSize,
+    OutputSize,
+    /// The server's `--max-body-bytes`.
+    MaxBodyBytes,
+    /// A limit of the model (prompt length, labels per question, questions per read).
+    ModelSize,
+    /// A kind this version does not know (an event written by a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Fuel => "fuel",
+            Limit::Timeout => "timeout",
+            Limit::Memory => "memory",
+            Limit::Stack => "stack",
+            Limit::Reads => "reads",
+            Limit::Questions => "questions",
+            Limit::StateSize => "state_size",
+            Limit::OutputSize => "output_size",
+            Limit::MaxBodyBytes => "max_body_bytes",
+            Limit::ModelSize => "model_size",
+            Limit::Unknown => "unknown",
+        }
+    }
 }
 
 /// A limit the decision ran into.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LimitHit {
-    pub limit: String,
+    pub limit: Limit,
     /// The limit's value, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,
@@ -143,50 +269,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// `t` as RFC 3339 in UTC with milliseconds (`2026-11-30T09:58:01.123Z`).
-pub fn rfc3339_ms(t: SystemTime) -> String {
-    let ms = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (y, m, d) = civil_from_days(days);
-    let (h, min, s, milli) = (
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000,
-    );
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
-}
-
-/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01 (H. Hinnant's
-/// algorithm).
-pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
+pub use hunch_core::date::rfc3339_ms;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc_with_milliseconds() {
-        assert_eq!(rfc3339_ms(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-        let t = UNIX_EPOCH + Duration::from_millis(1_796_032_681_123);
-        assert_eq!(rfc3339_ms(t), "2026-11-30T09:58:01.123Z");
-        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
-        assert_eq!(&rfc3339_ms(leap)[..10], "2000-02-29");
-    }
 
     #[test]
     fn an_event_survives_a_round_trip() {
@@ -194,7 +281,7 @@ mod tests {
             decision_id: "d".into(),
             request_id: Some("r".into()),
             client_request_id: None,
-            timestamp: rfc3339_ms(SystemTime::now()),
+            timestamp: rfc3339_ms(std::time::SystemTime::now()),
             route: "/v1/systemone".into(),
             policy: None,
             shadow_of: None,

@@ -2,25 +2,21 @@
 //! an id (`x-hunch-decision-id`), and, with a decision log configured, one JSON event holding
 //! everything needed to explain and replay it. See `docs/decision-records.md`.
 //!
-//! - [`event`]: the event's shape (written by the server, read by `hunch replay`).
+//! This module only records: it imports nothing from `api`, `policy`, `config` or `cli`
+//! (docs/architecture.md). Who makes decisions and how they are answered lives above it.
+//!
+//! - [`event`]: the event's shape (written by the server, read by `hunch replay`), and the typed
+//!   vocabulary of failures and limits every event uses.
 //! - [`recorder`]: reads captured at the `Reader` boundary, and answered again from a record.
 //! - [`mask`]: per-policy masking (`[decision_log]` in `NAME.toml`).
 //! - [`sink`]: the NDJSON file and the HTTP collector.
-//! - [`settings`]: flags, environment and TOML.
+//! - [`settings`]: the decision log's settings.
 //! - [`fingerprint`]: what exactly a served model is.
-//! - [`replay`], [`replay_cli`]: `hunch replay`.
-//! - [`rollout`], [`policy_run`]: candidate versions in shadow or canary, and their agreement.
-//! - [`api`]: what the HTTP handlers call to begin and finish a decision.
 
-pub mod api;
 pub mod event;
 pub mod fingerprint;
 pub mod mask;
-pub mod policy_run;
 pub mod recorder;
-pub mod replay;
-pub mod replay_cli;
-pub mod rollout;
 pub mod settings;
 pub mod sink;
 
@@ -52,7 +48,6 @@ pub struct DecisionLog {
     file: Option<FileSink>,
     http: Option<HttpSink>,
     pub stats: Arc<SinkStats>,
-    pub rollouts: rollout::RolloutStats,
     fingerprints: RwLock<BTreeMap<String, Value>>,
 }
 
@@ -72,7 +67,6 @@ impl DecisionLog {
             file: None,
             http: None,
             stats: Arc::default(),
-            rollouts: Default::default(),
             fingerprints: RwLock::default(),
         })
     }
@@ -115,7 +109,6 @@ impl DecisionLog {
             file,
             http,
             stats,
-            rollouts: Default::default(),
             fingerprints: RwLock::default(),
         }))
     }
@@ -220,11 +213,12 @@ impl DecisionLog {
             file.close();
         }
     }
+}
 
-    /// The decision-log and rollout lines of `/metrics`.
-    pub fn render_metrics(&self, out: &mut String) {
+impl crate::metrics::MetricsSource for DecisionLog {
+    /// The decision log's lines of `/metrics`.
+    fn render_metrics(&self, out: &mut String) {
         self.stats.render(out);
-        self.rollouts.render(out);
     }
 }
 

@@ -2,11 +2,11 @@
 //! version's `InstancePre`, run under the version's limits, every failure turned into a typed
 //! [`InvokeError`].
 
+use crate::decision::event::{FailureKind, LimitHit};
 use crate::policy::bindings::{types as wit, Policy, PolicyPre};
 use crate::policy::capabilities::{LogCapability, LogLine, ReadCapability, ReadRecord};
 use crate::policy::limits::{Limit, LimitExceeded, Limits, MemoryLimiter};
-use crate::reader::AnswerSettings;
-use hunch_core::{QuestionMode, Reader, Usage};
+use hunch_core::{AnswerSettings, QuestionMode, ReadErrorKind, Reader, Usage};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -98,9 +98,16 @@ pub enum InvokeError {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PolicyFailure {
-    InvalidInput { message: String },
-    ReadFailed { read_error: String, message: String },
-    Failed { message: String },
+    InvalidInput {
+        message: String,
+    },
+    ReadFailed {
+        read_error: ReadErrorKind,
+        message: String,
+    },
+    Failed {
+        message: String,
+    },
 }
 
 impl std::fmt::Display for PolicyFailure {
@@ -119,14 +126,13 @@ impl From<wit::PolicyError> for PolicyFailure {
             wit::PolicyError::InvalidInput(message) => PolicyFailure::InvalidInput { message },
             wit::PolicyError::ReadFailed(r) => PolicyFailure::ReadFailed {
                 read_error: match r.kind {
-                    wit::ReadErrorKind::InvalidQuestion => "invalid_question",
-                    wit::ReadErrorKind::TooLarge => "too_large",
-                    wit::ReadErrorKind::Unavailable => "unavailable",
-                    wit::ReadErrorKind::Timeout => "timeout",
-                    wit::ReadErrorKind::Rejected => "rejected",
-                    wit::ReadErrorKind::Internal => "internal",
-                }
-                .to_string(),
+                    wit::ReadErrorKind::InvalidQuestion => ReadErrorKind::InvalidQuestion,
+                    wit::ReadErrorKind::TooLarge => ReadErrorKind::TooLarge,
+                    wit::ReadErrorKind::Unavailable => ReadErrorKind::Unavailable,
+                    wit::ReadErrorKind::Timeout => ReadErrorKind::Timeout,
+                    wit::ReadErrorKind::Rejected => ReadErrorKind::Rejected,
+                    wit::ReadErrorKind::Internal => ReadErrorKind::Internal,
+                },
                 message: r.message,
             },
             wit::PolicyError::Failed(message) => PolicyFailure::Failed { message },
@@ -177,7 +183,7 @@ pub struct LoadedPolicy {
     /// Masking of this version's decision events.
     pub log: crate::decision::mask::PolicyLogConfig,
     /// How this version runs when it is a candidate.
-    pub rollout: crate::decision::rollout::RolloutConfig,
+    pub rollout: crate::policy::rollout::RolloutConfig,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
     pre: PolicyPre<InvocationState>,
@@ -210,7 +216,7 @@ pub struct PolicyConfig {
     pub decision_log: Option<crate::decision::mask::PolicyLogConfig>,
     /// `[rollout]`: how a candidate version runs beside the active one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollout: Option<crate::decision::rollout::RolloutConfig>,
+    pub rollout: Option<crate::policy::rollout::RolloutConfig>,
 }
 
 impl PolicyConfig {
@@ -395,20 +401,11 @@ impl LoadedPolicy {
         }
     }
 
-    /// Runs `decide` on `input` in a fresh store, reading in the policy's question mode (else
-    /// isolated) without an answer cache.
-    pub async fn invoke(
-        &self,
-        reader: Option<Arc<dyn Reader>>,
-        input: &Value,
-    ) -> Result<Invocation, InvokeError> {
-        self.invoke_with(reader, AnswerSettings::default(), input)
-            .await
-    }
-
     /// Runs `decide` on `input` in a fresh store; reads use `answering`'s mode unless the
-    /// policy's `NAME.toml` chose one, and its answer cache.
-    pub async fn invoke_with(
+    /// policy's `NAME.toml` chose one, and its answer cache. The one way a policy runs: the
+    /// server, `hunch policy run`, replay and shadow runs all come here with the answer settings
+    /// they serve with (there is deliberately no variant that picks defaults).
+    pub async fn invoke(
         &self,
         reader: Option<Arc<dyn Reader>>,
         mut answering: AnswerSettings,
@@ -545,10 +542,36 @@ fn new_store(
 }
 
 impl InvokeError {
-    /// A read error returned by a policy keeps its meaning for status mapping.
-    pub fn read_error_kind(&self) -> Option<&str> {
+    /// The kind clients see as `error_type`, and decision events record.
+    pub fn kind(&self) -> FailureKind {
         match self {
-            InvokeError::Policy(PolicyFailure::ReadFailed { read_error, .. }) => Some(read_error),
+            InvokeError::NotFound(_) => FailureKind::NotFound,
+            InvokeError::InvalidInput(_) => FailureKind::InvalidInput,
+            InvokeError::Limit(_) => FailureKind::LimitExceeded,
+            InvokeError::Trap(_) => FailureKind::PolicyTrapped,
+            InvokeError::Forbidden(_) => FailureKind::PolicyForbiddenCapability,
+            InvokeError::Policy(_) => FailureKind::PolicyDeclined,
+            InvokeError::InvalidOutput(_) => FailureKind::PolicyInvalidOutput,
+            InvokeError::Busy => FailureKind::Unavailable,
+            InvokeError::Internal(_) => FailureKind::InternalError,
+        }
+    }
+
+    /// The limit this failure ran into, as events record it.
+    pub fn limit_hit(&self) -> Option<LimitHit> {
+        match self {
+            InvokeError::Limit(l) => Some(LimitHit {
+                limit: l.limit,
+                value: Some(l.limit_value),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The kind of the read error a policy returned (`policy-error::read-failed`), if it did.
+    pub fn read_error_kind(&self) -> Option<ReadErrorKind> {
+        match self {
+            InvokeError::Policy(PolicyFailure::ReadFailed { read_error, .. }) => Some(*read_error),
             _ => None,
         }
     }

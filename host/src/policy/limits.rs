@@ -69,34 +69,9 @@ impl Limits {
     }
 }
 
-/// Which limit an invocation broke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Limit {
-    Fuel,
-    Timeout,
-    Memory,
-    Stack,
-    Reads,
-    Questions,
-    StateSize,
-    OutputSize,
-}
-
-impl Limit {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Limit::Fuel => "fuel",
-            Limit::Timeout => "timeout",
-            Limit::Memory => "memory",
-            Limit::Stack => "stack",
-            Limit::Reads => "reads",
-            Limit::Questions => "questions",
-            Limit::StateSize => "state_size",
-            Limit::OutputSize => "output_size",
-        }
-    }
-}
+/// Which limit an invocation broke: the decision records' vocabulary (a policy's limits are
+/// among the limits an event can name).
+pub use crate::decision::event::Limit;
 
 /// A broken limit: which one, what it is, and what the policy tried.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -6,6 +6,8 @@
 //! - [`capabilities`]: what a guest may call (`read`, `log`), one module each.
 //! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
 //! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
+//! - [`rollout`]: candidate versions in shadow or canary, shadow runs, agreement.
+//! - [`replay`]: recorded decisions run again through a version (`hunch replay`).
 
 pub mod bindings;
 pub mod capabilities;
@@ -13,8 +15,9 @@ pub mod engine;
 pub mod invoke;
 pub mod limits;
 pub mod registry;
+pub mod replay;
+pub mod rollout;
 pub mod scaffold;
-pub mod service;
 /// Test support (a reader that answers at once, the policies built for tests): compiled only
 /// into this crate's unit tests and, through the `testing` feature, into the test and benchmark
 /// builds that ask for it; never into the server.
@@ -25,5 +28,7 @@ pub mod watch;
 pub use engine::{build_engine, EngineSettings};
 pub use invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 pub use limits::{Limit, LimitExceeded, Limits};
-pub use registry::{PolicySummary, ReaderSource, Registry, RegistryError, StaticReaders};
+pub use registry::{
+    Admission, Capacity, PolicySummary, ReaderSource, Registry, RegistryError, StaticReaders,
+};
 pub use watch::{watch, PolicyWatcher};

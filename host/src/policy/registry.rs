@@ -12,6 +12,7 @@
 
 use crate::policy::invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 use crate::policy::limits::Limits;
+use crate::policy::rollout::RolloutStats;
 use hunch_core::Reader;
 use serde::Serialize;
 use serde_json::Value;
@@ -29,16 +30,22 @@ pub trait ReaderSource: Send + Sync {
     /// `None` asks for the default reader.
     fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>>;
 
-    /// The server's question mode and answer cache for policy reads.
-    fn answering(&self) -> crate::reader::AnswerSettings {
-        crate::reader::AnswerSettings::default()
+    /// The reader a shadow run reads with: by default the live one; the server's reads at
+    /// background priority, admitted only when no live read waits.
+    fn shadow_reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
+        self.reader(name)
     }
+
+    /// The server's question mode and answer cache for policy reads. Required, so that no
+    /// source of readers can forget the server's settings.
+    fn answering(&self) -> hunch_core::AnswerSettings;
 }
 
-/// A fixed set of readers: a default and named ones.
+/// A fixed set of readers: a default and named ones, asked with fixed answer settings.
 pub struct StaticReaders {
     pub default: Option<Arc<dyn Reader>>,
     pub named: BTreeMap<String, Arc<dyn Reader>>,
+    pub answering: hunch_core::AnswerSettings,
 }
 
 impl StaticReaders {
@@ -46,6 +53,7 @@ impl StaticReaders {
         StaticReaders {
             default: Some(reader),
             named: BTreeMap::new(),
+            answering: hunch_core::AnswerSettings::default(),
         }
     }
 }
@@ -60,6 +68,10 @@ impl ReaderSource for StaticReaders {
                 .cloned()
                 .or_else(|| self.default.clone().filter(|r| r.model_name() == n)),
         }
+    }
+
+    fn answering(&self) -> hunch_core::AnswerSettings {
+        self.answering.clone()
     }
 }
 
@@ -173,7 +185,7 @@ pub struct CandidateSummary {
     pub version: String,
     pub declared_version: String,
     pub loaded_at_ms: u64,
-    pub rollout: crate::decision::rollout::RolloutConfig,
+    pub rollout: crate::policy::rollout::RolloutConfig,
 }
 
 /// Why a deployment or removal was refused.
@@ -198,8 +210,43 @@ pub struct Registry {
     entries: RwLock<BTreeMap<String, Entry>>,
     /// Invocations wait here rather than fail when every pool slot is in use.
     slots: Semaphore,
+    /// Shadow runs take these, never a live slot; when none is free the shadow run is
+    /// skipped (counted), so a candidate can never make a live decision wait.
+    shadow_slots: Semaphore,
     /// One reload at a time: two events for one file must not race their swaps.
     reload_lock: tokio::sync::Mutex<()>,
+    /// Shadow agreement and canary routing counts, per policy.
+    rollouts: Arc<RolloutStats>,
+}
+
+/// Who a policy run is for: a live decision waits for one of the live slots; a shadow run takes
+/// one of its own slots at once or does not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Live,
+    Shadow,
+}
+
+/// How the instance pool is shared out (`max_concurrent` = the engine's pool size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Live invocations at once.
+    pub live: usize,
+    /// Shadow runs at once.
+    pub shadow: usize,
+}
+
+impl Capacity {
+    /// One instance stays free for `describe` during reloads; shadow runs get up to a quarter
+    /// of the rest (at most `shadow_max`), live decisions the remainder.
+    pub fn split(pool: u32, shadow_max: usize) -> Capacity {
+        let usable = (pool as usize).saturating_sub(1).max(1);
+        let shadow = shadow_max.min(usable / 4);
+        Capacity {
+            live: (usable - shadow).max(1),
+            shadow,
+        }
+    }
 }
 
 /// `[a-z0-9][a-z0-9_-]{0,63}`: a file stem and a URL segment, never a path.
@@ -226,7 +273,7 @@ impl Registry {
         dir: Option<PathBuf>,
         ceiling: Limits,
         readers: Arc<dyn ReaderSource>,
-        max_concurrent: u32,
+        capacity: Capacity,
     ) -> Arc<Registry> {
         Arc::new(Registry {
             engine,
@@ -234,10 +281,16 @@ impl Registry {
             ceiling,
             readers,
             entries: RwLock::new(BTreeMap::new()),
-            // One slot stays free for `describe` during reloads.
-            slots: Semaphore::new(max_concurrent.saturating_sub(1).max(1) as usize),
+            slots: Semaphore::new(capacity.live.max(1)),
+            shadow_slots: Semaphore::new(capacity.shadow),
             reload_lock: tokio::sync::Mutex::new(()),
+            rollouts: Arc::default(),
         })
+    }
+
+    /// Shadow agreement and canary routing counts (reset when a candidate comes or goes).
+    pub fn rollouts(&self) -> &Arc<RolloutStats> {
+        &self.rollouts
     }
 
     pub fn dir(&self) -> Option<&Path> {
@@ -259,16 +312,61 @@ impl Registry {
         entries.get(name).map(|e| summary(name, e))
     }
 
-    /// Runs the current version of `name` on `input`.
+    /// What `GET /v1/policies/NAME?stage=…` shows: the summary with the version of `stage`
+    /// described (its schemas, limits, declared version), or `None` when the policy has no
+    /// version at that stage.
+    pub fn summary_of(&self, name: &str, stage: Stage) -> Option<PolicySummary> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let e = entries.get(name)?;
+        match stage {
+            Stage::Active => Some(summary(name, e)),
+            Stage::Candidate => e.candidate.as_ref().map(|v| describe(summary(name, e), v)),
+            Stage::Previous => e.previous.as_ref().map(|v| describe(summary(name, e), v)),
+        }
+    }
+
+    /// Runs the current version of `name` on `input` as a live decision.
     pub async fn invoke(&self, name: &str, input: &Value) -> Result<Invocation, InvokeError> {
         let policy = self
             .get(name)
             .ok_or_else(|| InvokeError::NotFound(name.to_string()))?;
-        let _slot = self.slots.acquire().await.map_err(|_| InvokeError::Busy)?;
-        let reader = self.readers.reader(policy.reader.as_deref());
-        policy
-            .invoke_with(reader, self.readers.answering(), input)
+        self.invoke_version(&policy, input, Admission::Live, |r| r)
             .await
+            .0
+    }
+
+    /// The one way the server runs a policy version: a slot for `admission`, the reader the
+    /// version reads with passed through `wrap` (a decision's recording reader), and the
+    /// server's answer settings (question mode, answer cache). Returns the model the reads went
+    /// to.
+    pub async fn invoke_version(
+        &self,
+        policy: &LoadedPolicy,
+        input: &Value,
+        admission: Admission,
+        wrap: impl FnOnce(Arc<dyn Reader>) -> Arc<dyn Reader>,
+    ) -> (Result<Invocation, InvokeError>, Option<String>) {
+        let slot = match admission {
+            Admission::Live => self.slots.acquire().await.map_err(|_| InvokeError::Busy),
+            Admission::Shadow => self
+                .shadow_slots
+                .try_acquire()
+                .map_err(|_| InvokeError::Busy),
+        };
+        let _slot = match slot {
+            Ok(permit) => permit,
+            Err(e) => return (Err(e), None),
+        };
+        let reader = match admission {
+            Admission::Live => self.readers.reader(policy.reader.as_deref()),
+            Admission::Shadow => self.readers.shadow_reader(policy.reader.as_deref()),
+        };
+        let model = reader.as_ref().map(|r| r.model_name().to_string());
+        let answering = self.readers.answering();
+        (
+            policy.invoke(reader.map(wrap), answering, input).await,
+            model,
+        )
     }
 
     /// Compiles and describes a version off the async workers.
@@ -508,6 +606,7 @@ impl Registry {
                 remove_if_exists(&dir.join(stage.file(name, "toml"))).await?;
             }
         }
+        self.rollouts.reset(name);
         if existed {
             Ok(())
         } else {
@@ -544,6 +643,23 @@ fn summary(name: &str, e: &Entry) -> PolicySummary {
             .unwrap_or("off"),
         candidate,
         previous_version: e.previous.as_ref().map(|p| p.version.clone()),
+    }
+}
+
+/// `summary` with `version` as the version it describes.
+fn describe(summary: PolicySummary, version: &LoadedPolicy) -> PolicySummary {
+    PolicySummary {
+        version: Some(version.version.clone()),
+        loaded_at_ms: Some(unix_ms(version.loaded_at)),
+        description: Some(version.descriptor.description.clone()),
+        declared_name: Some(version.descriptor.name.clone()),
+        declared_version: Some(version.descriptor.version.clone()),
+        input_schema: Some(version.descriptor.input_schema.clone()),
+        output_schema: Some(version.descriptor.output_schema.clone()),
+        limits: Some(version.limits),
+        reader: version.reader.clone(),
+        wasm_bytes: Some(version.wasm_bytes),
+        ..summary
     }
 }
 

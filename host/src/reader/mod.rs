@@ -11,28 +11,13 @@ pub mod sidecar;
 pub mod upstream;
 
 use crate::metrics::Metrics;
-use hunch_core::{AnswerCache, QuestionMode, ReadError, ReadOutcome, ReadRequest, Reader};
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// How this server asks its questions, for the raw API and the policies alike: the question
-/// mode when a request (or a policy) does not choose one, and the answer cache when it is on.
-#[derive(Debug, Clone)]
-pub struct AnswerSettings {
-    pub questions: QuestionMode,
-    pub cache: Option<Arc<AnswerCache>>,
-}
-
-impl Default for AnswerSettings {
-    fn default() -> Self {
-        AnswerSettings {
-            questions: QuestionMode::Isolated,
-            cache: None,
-        }
-    }
-}
+pub use hunch_core::AnswerSettings;
 
 /// The alias every client may use for the default (first) model.
 pub const DEFAULT_ALIAS: &str = "jev-latest";

@@ -6,8 +6,8 @@
 use crate::policy::bindings::hunch::policy::reader;
 use crate::policy::bindings::types as wit;
 use crate::policy::limits::{Limit, LimitExceeded, Limits};
-use crate::reader::AnswerSettings;
 use futures_util::future::join_all;
+use hunch_core::AnswerSettings;
 use hunch_core::{
     answer_set, Answer, Answering, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
     ReadOptions, Reader, Usage,

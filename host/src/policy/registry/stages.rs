@@ -1,4 +1,5 @@
-//! The candidate version beside the active one (docs/decision-records.md): loading it from
+//! The candidate version beside the active one (docs/decision-records.md), as the registry keeps
+//! it: loading it from
 //! `NAME.candidate.wasm` or a deployment, removing it, promoting it to active and rolling back
 //! (both persisted when the policies come from a directory), and routing each request to the
 //! version that decides it (shadow, canary).
@@ -97,6 +98,8 @@ impl Registry {
             self.validate_and_write(dir, Stage::Candidate, name, &wasm, toml_text.as_deref())
                 .await?;
         }
+        // A new candidate starts a new comparison.
+        self.rollouts.reset(name);
         match self.install_candidate(name, wasm, toml_text).await? {
             Some(p) => Ok(p),
             None => self
@@ -127,6 +130,7 @@ impl Registry {
             remove_if_exists(&dir.join(Stage::Candidate.file(name, "wasm"))).await?;
             remove_if_exists(&dir.join(Stage::Candidate.file(name, "toml"))).await?;
         }
+        self.rollouts.reset(name);
         if existed {
             Ok(())
         } else {
@@ -192,6 +196,7 @@ impl Registry {
                     .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
             }
         }
+        self.rollouts.reset(name);
         tracing::info!(
             policy = name,
             version = candidate.version,
@@ -253,6 +258,8 @@ impl Registry {
         e.config_hash = previous_toml
             .as_deref()
             .map(|t| crate::policy::invoke::content_hash(t.as_bytes()));
+        drop(entries);
+        self.rollouts.reset(name);
         tracing::info!(policy = name, version = previous.version, "rolled back");
         Ok(previous)
     }
@@ -260,7 +267,7 @@ impl Registry {
     /// Which version decides this request: the active one, or in canary mode the candidate for
     /// its share of route keys; in shadow mode (when sampled) the candidate runs after.
     pub fn route(&self, name: &str, input: &Value, route_key: Option<&str>) -> Option<Route> {
-        use crate::decision::rollout::RolloutMode;
+        use crate::policy::rollout::RolloutMode;
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let e = entries.get(name)?;
         let active = e.current.clone()?;
@@ -297,29 +304,5 @@ impl Registry {
                 }
             }
         })
-    }
-
-    /// Runs `policy` with its reader passed through `wrap` (a decision's recording reader).
-    /// `wait: false` gives up at once when every slot is taken (shadow runs never queue in
-    /// front of decisions). Returns the model the reads went to.
-    pub async fn invoke_version(
-        &self,
-        policy: &LoadedPolicy,
-        input: &Value,
-        wait: bool,
-        wrap: impl FnOnce(Arc<dyn Reader>) -> Arc<dyn Reader>,
-    ) -> (Result<Invocation, InvokeError>, Option<String>) {
-        let slot = if wait {
-            self.slots.acquire().await.map_err(|_| InvokeError::Busy)
-        } else {
-            self.slots.try_acquire().map_err(|_| InvokeError::Busy)
-        };
-        let _slot = match slot {
-            Ok(permit) => permit,
-            Err(e) => return (Err(e), None),
-        };
-        let reader = self.readers.reader(policy.reader.as_deref());
-        let model = reader.as_ref().map(|r| r.model_name().to_string());
-        (policy.invoke(reader.map(wrap), input).await, model)
     }
 }

@@ -1,7 +1,11 @@
-//! Candidate versions beside the active one: how a request is routed (`shadow`: the active
-//! version decides and the candidate runs after, on all or a sampled fraction of requests;
-//! `canary`: a stable share of request keys is decided by the candidate), and the agreement
-//! counters `/metrics` and `GET /v1/policies/NAME` show.
+//! Candidate versions beside the active one, owned here: how a request is routed (`shadow`: the
+//! active version decides and the candidate runs after, on all or a sampled fraction of
+//! requests; `canary`: a stable share of request keys is decided by the candidate), the shadow
+//! runs themselves ([`shadow`]), and the agreement counters `/metrics` and
+//! `GET /v1/policies/NAME` show. The registry (`policy/registry/stages.rs`) keeps the stages'
+//! versions and files: deploy, promote, rollback.
+
+pub mod shadow;
 
 use crate::metrics::family;
 use serde::{Deserialize, Serialize};
@@ -220,8 +224,10 @@ impl RolloutStats {
         let mut k = self.skipped.lock().unwrap_or_else(|p| p.into_inner());
         k.remove(policy);
     }
+}
 
-    pub fn render(&self, out: &mut String) {
+impl crate::metrics::MetricsSource for RolloutStats {
+    fn render_metrics(&self, out: &mut String) {
         family(
             out,
             "hunch_policy_shadow_total",
@@ -316,7 +322,7 @@ mod tests {
         let sum = s.summary("p");
         assert_eq!((sum.shadowed, sum.agree, sum.disagree), (3, 2, 1));
         let mut out = String::new();
-        s.render(&mut out);
+        crate::metrics::MetricsSource::render_metrics(&s, &mut out);
         assert!(out.contains("hunch_policy_shadow_total{policy=\"p\",agreement=\"agree\"} 2\n"));
         s.reset("p");
         assert_eq!(s.summary("p").shadowed, 0);

@@ -6,7 +6,7 @@ use crate::decision::event::DecisionEvent;
 use crate::decision::mask::PolicyLogConfig;
 use crate::decision::recorder::{BookReader, ReadBook};
 use crate::policy::LoadedPolicy;
-use hunch_core::{Answer, ReadRequest, Reader};
+use hunch_core::{Answer, AnswerSettings, ReadRequest, Reader};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -269,7 +269,19 @@ async fn replay_one(
     let model_name = e.model.as_ref().map(|m| m.name.clone()).unwrap_or_default();
     let has_model = model.is_some();
     let reader = Arc::new(BookReader::new(&model_name, ReadBook::new(&e.reads), model));
-    let outcome = policy.invoke(Some(reader.clone()), &e.input).await;
+    // The candidate asks in the mode the decision was recorded in (so its reads match the
+    // record), without an answer cache: replay answers from the log.
+    let answering = AnswerSettings {
+        questions: e
+            .reads
+            .first()
+            .map(|r| r.options.questions)
+            .unwrap_or_default(),
+        cache: None,
+    };
+    let outcome = policy
+        .invoke(Some(reader.clone() as Arc<dyn Reader>), answering, &e.input)
+        .await;
     let from_model = if has_model { reader.missed() } else { 0 };
     if !has_model && reader.missed() > 0 {
         return Verdict::NotReplayable("a read not in the log".into(), 0);
@@ -299,13 +311,11 @@ async fn replay_one(
             result_masks.apply(&mut masked);
             Ok(masked.result.unwrap_or(Value::Null))
         }
-        Err(err) => Err(crate::api::error::ApiError::from(err.clone())
-            .error_type()
-            .to_string()),
+        Err(err) => Err(err.kind()),
     };
     let old = match (&e.result, &e.error) {
         (Some(r), None) => Ok(r.clone()),
-        (_, Some(err)) => Err(err.kind.clone()),
+        (_, Some(err)) => Err(err.kind),
         (None, None) => Ok(Value::Null),
     };
     if old == new {
@@ -462,10 +472,7 @@ pub async fn reread(
                 Err(err) => {
                     not(
                         &mut report,
-                        &format!(
-                            "the model refused: {}",
-                            crate::reader::read_error_kind(&err)
-                        ),
+                        &format!("the model refused: {}", err.kind().as_str()),
                     );
                     continue;
                 }
