@@ -11,9 +11,9 @@
 use hunch::api::{router_with, ApiKeys, AppState, Limits};
 use hunch::decision::settings::DecisionLogSettings;
 use hunch::decision::DecisionLog;
-use hunch::policy::service::PolicyService;
 use hunch::policy::testing::{built_policy, with_marker, InstantReader};
 use hunch::reader::{ModelEntry, Registry};
+use hunch::server::policies::PolicyService;
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -50,7 +50,7 @@ async fn measure(
     })?;
     let mut state = AppState::new(models, Limits::default(), ApiKeys::default())?;
     state.decisions = DecisionLog::start(log)?;
-    let service = PolicyService::start(Some(dir.to_path_buf()), None).await?;
+    let service = PolicyService::start(Some(dir.to_path_buf()), None, &Default::default()).await?;
     let app = router_with(state.clone(), service.routes(&state));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/v1/policies/probe", listener.local_addr()?);

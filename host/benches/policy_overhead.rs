@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(dir.path().to_path_buf()),
         Limits::default(),
         Arc::new(StaticReaders::single(Arc::new(InstantReader::uniform()))),
-        settings.max_concurrent,
+        hunch::policy::Capacity::split(settings.max_concurrent, 0),
     );
     let started = Instant::now();
     registry.scan().await;

@@ -42,7 +42,7 @@ fn registry(dir: &Path, reader: Arc<dyn Reader>) -> Arc<Registry> {
         Some(dir.to_path_buf()),
         ceiling(),
         Arc::new(StaticReaders::single(reader)),
-        s.max_concurrent,
+        hunch::policy::Capacity::split(s.max_concurrent, 0),
     )
 }
 

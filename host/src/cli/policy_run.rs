@@ -40,6 +40,11 @@ pub struct RunArgs {
     /// The policy's configuration (reader, limits) instead of the `.toml` beside the component.
     #[arg(long = "policy-config", value_name = "FILE")]
     pub policy_config: Option<PathBuf>,
+    /// How the policy's reads ask their questions when its configuration does not say:
+    /// `isolated` (the server's default) or `joint`. Sent with every read, so the server's own
+    /// default does not matter.
+    #[arg(long, value_name = "isolated|joint", default_value = "isolated")]
+    pub questions: hunch_core::QuestionMode,
     /// Print the whole invocation (decision, reads, logs, limits) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -241,8 +246,9 @@ fn read_input(input: &str) -> Result<Value, PolicyRunError> {
 
 /// The invocation report for a terminal.
 /// What a local run gives: the decision, the model reads exactly as the decision log records
-/// them (`reads` of a decision event, one per model read: an isolated policy read of n
-/// questions is n model reads), and the limits it ran under.
+/// them (`reads` of a decision event: one record per question set the policy read, whatever the
+/// question mode — an isolated set of n questions is one record whose n questions were each
+/// read alone), and the limits it ran under.
 struct RunOutcome {
     invocation: Invocation,
     records: Vec<ReadEvent>,
@@ -348,9 +354,13 @@ async fn run_inner(args: &RunArgs) -> Result<RunOutcome, PolicyRunError> {
     .map_err(|e| PolicyRunError::Reader(e.to_string()))?;
     let log = ReadLog::default();
     let recording = RecordingReader::new(Arc::new(reader), log.clone(), false);
+    let answering = hunch_core::AnswerSettings {
+        questions: args.questions,
+        cache: None,
+    };
     let result = loaded
         .policy
-        .invoke(Some(Arc::new(recording)), &input)
+        .invoke(Some(Arc::new(recording)), answering, &input)
         .await;
     target.shutdown().await;
     let invocation = result.map_err(PolicyRunError::Invoke)?;

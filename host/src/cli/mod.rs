@@ -4,11 +4,69 @@ pub mod ask;
 pub mod batch;
 pub mod policy_run;
 pub mod render;
+pub mod replay;
 pub mod target;
 
-use crate::config::{Cli, Command, PolicyCommand, Settings};
-use clap::{CommandFactory, FromArgMatches};
+use crate::config::Settings;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hunch",
+    version,
+    about = "Fast, typed, calibrated System One decisions"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+// Parsed once per process: the size difference between variants costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the System One API.
+    Serve(crate::config::ServeArgs),
+    /// Print the JSON Schema requests are validated against.
+    Schema,
+    /// Print the OpenAPI document.
+    Openapi,
+    /// Replay recorded policy decisions from decision logs through a component (reads answered
+    /// from the log) and report what changed; `--reread --server URL` re-asks recorded reads.
+    Replay(replay::ReplayArgs),
+    /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
+    Batch(batch::BatchArgs),
+    /// Ask one System One question set from the shell and print the answers.
+    Ask(ask::AskArgs),
+    /// Decision policies: `new` scaffolds a crate, `run` runs one locally, `check` validates one.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a policy crate (Cargo.toml + src/lib.rs) that builds and tests as it is.
+    New {
+        /// The policy's name (`[a-z0-9][a-z0-9_-]*`): the crate, the file and the URL segment.
+        name: String,
+        /// Where to create the crate's folder (default: the repository's policies workspace).
+        #[arg(long, default_value = "policies")]
+        dir: PathBuf,
+        /// How the crate depends on the SDK, as a Cargo dependency spec. The default suits a crate
+        /// inside `policies/`; elsewhere use e.g. `{ path = "/path/to/hunch/guest-sdk" }`.
+        #[arg(long, default_value = "{ workspace = true }")]
+        sdk: String,
+    },
+    /// Run a policy component in this process on one input, its reads sent to a server or a
+    /// local model; print the decision, its reads, logs and limits.
+    Run(policy_run::RunArgs),
+    /// Validate a policy component as the server would before serving it, without deciding.
+    Check(policy_run::CheckArgs),
+}
 
 /// Runs the command line and returns the process' exit code.
 pub fn main() -> ExitCode {
@@ -43,7 +101,7 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Replay(args) => crate::decision::replay_cli::main(args),
+        Command::Replay(args) => replay::main(args),
         Command::Batch(args) => client_runtime(|| batch::run(args)),
         Command::Ask(args) => {
             // `ask` numbers its questions in command-line order, which only the matches know.
@@ -120,6 +178,41 @@ fn client_runtime<F: std::future::Future<Output = ExitCode>>(
         Err(e) => {
             eprintln!("hunch: cannot start the async runtime: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_flag_has_a_variable_and_a_key_and_its_help_names_both() {
+        let command = Cli::command();
+        let serve = command
+            .find_subcommand("serve")
+            .expect("a serve subcommand");
+        for arg in serve.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "config" {
+                continue;
+            }
+            let flag = format!("--{long}");
+            let (_, env, key) = crate::config::SETTINGS
+                .iter()
+                .chain(crate::decision::settings::SETTINGS)
+                .find(|(f, _, _)| *f == flag)
+                .unwrap_or_else(|| panic!("{flag} is missing from SETTINGS"));
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default()
+                + &arg
+                    .get_long_help()
+                    .map(|h| h.to_string())
+                    .unwrap_or_default();
+            assert!(help.contains(env), "--help of {flag} does not name {env}");
+            assert!(
+                help.contains(&format!("`{key}`")),
+                "--help of {flag} does not name `{key}`"
+            );
         }
     }
 }

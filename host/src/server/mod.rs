@@ -1,14 +1,18 @@
 //! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (stop
 //! accepting, let in-flight requests finish within the grace period, then stop the sidecars).
+//! [`policies`] adds the policy engine, registry, watcher and routes to the server.
+
+pub mod policies;
 
 use crate::api::{router_with, ApiKeys, AppState};
-use crate::config::{today, ModelSource, Settings, Source};
+use crate::config::{ModelSource, Settings, Source};
 use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
 use crate::reader::sidecar::{Sidecar, SidecarConfig};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
 use crate::reader::{ModelEntry, Registry};
 use anyhow::Context;
 use axum::Router;
+use hunch_core::date::today;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -254,7 +258,7 @@ pub async fn serve_until(
         ApiKeys::new(settings.api_keys.clone()),
     )
     .map_err(anyhow::Error::msg)?
-    .with_answering(crate::reader::AnswerSettings {
+    .with_answering(hunch_core::AnswerSettings {
         questions: settings.questions,
         cache: (settings.answer_cache_bytes > 0).then(|| {
             std::sync::Arc::new(hunch_core::AnswerCache::new(
@@ -269,6 +273,7 @@ pub async fn serve_until(
     );
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
     state.decisions.set_fingerprints(readers.fingerprints);
+    state.metrics.add_source(state.decisions.clone());
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
@@ -303,7 +308,7 @@ pub async fn serve_until(
         sidecar.stop().await;
     }
     state_decisions
-        .close(crate::decision::api::SHUTDOWN_GRACE)
+        .close(crate::api::decision::SHUTDOWN_GRACE)
         .await;
     tracing::info!("stopped");
     Ok(())
@@ -327,9 +332,10 @@ pub async fn serve_policies_until(
 ) -> anyhow::Result<()> {
     // Policies load (compile + describe, no reads) before the server listens, so the first
     // request already sees them; their reads go to the app's gated readers once it exists.
-    let policies = crate::policy::service::PolicyService::start(
+    let policies = policies::PolicyService::start(
         settings.policies.clone(),
         settings.admin_key.clone(),
+        &settings.policy_engine,
     )
     .await?;
     serve_until(

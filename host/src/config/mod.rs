@@ -14,65 +14,9 @@ pub use parse::model_name_of_dir;
 
 use crate::api::Limits;
 use crate::reader::sidecar::SIDECAR_BIN;
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use std::path::PathBuf;
 use std::time::Duration;
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "hunch",
-    version,
-    about = "Fast, typed, calibrated System One decisions"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-// Parsed once per process: the size difference between variants costs nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve the System One API.
-    Serve(ServeArgs),
-    /// Print the JSON Schema requests are validated against.
-    Schema,
-    /// Print the OpenAPI document.
-    Openapi,
-    /// Replay recorded policy decisions from decision logs through a component (reads answered
-    /// from the log) and report what changed; `--reread --server URL` re-asks recorded reads.
-    Replay(crate::decision::replay_cli::ReplayArgs),
-    /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
-    Batch(crate::cli::batch::BatchArgs),
-    /// Ask one System One question set from the shell and print the answers.
-    Ask(crate::cli::ask::AskArgs),
-    /// Decision policies: `new` scaffolds a crate, `run` runs one locally, `check` validates one.
-    Policy {
-        #[command(subcommand)]
-        command: PolicyCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum PolicyCommand {
-    /// Write a policy crate (Cargo.toml + src/lib.rs) that builds and tests as it is.
-    New {
-        /// The policy's name (`[a-z0-9][a-z0-9_-]*`): the crate, the file and the URL segment.
-        name: String,
-        /// Where to create the crate's folder (default: the repository's policies workspace).
-        #[arg(long, default_value = "policies")]
-        dir: PathBuf,
-        /// How the crate depends on the SDK, as a Cargo dependency spec. The default suits a crate
-        /// inside `policies/`; elsewhere use e.g. `{ path = "/path/to/hunch/guest-sdk" }`.
-        #[arg(long, default_value = "{ workspace = true }")]
-        sdk: String,
-    },
-    /// Run a policy component in this process on one input, its reads sent to a server or a
-    /// local model; print the decision, its reads, logs and limits.
-    Run(crate::cli::policy_run::RunArgs),
-    /// Validate a policy component as the server would before serving it, without deciding.
-    Check(crate::cli::policy_run::CheckArgs),
-}
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
@@ -174,6 +118,27 @@ pub struct ServeArgs {
     /// `answer_cache_mb`]
     #[arg(long, value_name = "MIB")]
     pub answer_cache_mb: Option<u64>,
+    /// Policy instances at once (the wasm instance pool): live decisions, shadow runs and one kept
+    /// for `describe` during reloads. Default 64. [env HUNCH_POLICY_POOL, TOML `policy_pool`]
+    #[arg(long, value_name = "N")]
+    pub policy_pool: Option<u32>,
+    /// Shadow runs of candidate versions at once, taken from the pool but never from live
+    /// decisions' share (at most a quarter of the pool); beyond, a shadow run is skipped and
+    /// counted. Default 16. [env HUNCH_POLICY_SHADOW_RUNS, TOML `policy_shadow_runs`]
+    #[arg(long, value_name = "N")]
+    pub policy_shadow_runs: Option<usize>,
+    /// The most linear memory any policy may use (its `NAME.toml` may only lower it), e.g. `64M`.
+    /// Default 64M. [env HUNCH_POLICY_MAX_MEMORY, TOML `policy_max_memory`]
+    #[arg(long, value_name = "SIZE")]
+    pub policy_max_memory: Option<hunch_core::size::ByteSize>,
+    /// Wasm stack per invocation: deeper recursion stops the policy with `limit: stack`, e.g.
+    /// `512K`. Default 512K. [env HUNCH_POLICY_MAX_STACK, TOML `policy_max_stack`]
+    #[arg(long, value_name = "SIZE")]
+    pub policy_max_stack: Option<hunch_core::size::ByteSize>,
+    /// The most fuel (≈ wasm instructions) any invocation may use (its `NAME.toml` may only lower
+    /// it). Default 1000000000. [env HUNCH_POLICY_MAX_FUEL, TOML `policy_max_fuel`]
+    #[arg(long, value_name = "N")]
+    pub policy_max_fuel: Option<u64>,
     #[command(flatten)]
     pub decision_log: crate::decision::settings::DecisionLogArgs,
 }
@@ -232,7 +197,95 @@ pub struct Settings {
     pub questions: hunch_core::QuestionMode,
     /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
     pub answer_cache_bytes: u64,
+    /// The policy engine: pool, shadow share and ceilings.
+    pub policy_engine: PolicyEngineSettings,
     pub decision_log: crate::decision::settings::DecisionLogSettings,
+}
+
+/// The policy engine's settings: how many instances run at once, how many of them shadow runs
+/// may take, and the ceilings no policy's `NAME.toml` can raise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyEngineSettings {
+    pub pool: u32,
+    pub shadow_runs: usize,
+    pub max_memory_bytes: u64,
+    pub max_stack_bytes: usize,
+    pub max_fuel: u64,
+}
+
+impl Default for PolicyEngineSettings {
+    fn default() -> Self {
+        let engine = crate::policy::EngineSettings::default();
+        let limits = crate::policy::Limits::default();
+        PolicyEngineSettings {
+            pool: engine.max_concurrent,
+            shadow_runs: 16,
+            max_memory_bytes: limits.memory_bytes,
+            max_stack_bytes: engine.max_wasm_stack_bytes,
+            max_fuel: limits.fuel,
+        }
+    }
+}
+
+impl PolicyEngineSettings {
+    fn from_layer(
+        pool: Option<u32>,
+        shadow_runs: Option<usize>,
+        max_memory: Option<hunch_core::size::ByteSize>,
+        max_stack: Option<hunch_core::size::ByteSize>,
+        max_fuel: Option<u64>,
+    ) -> Result<Self, ConfigError> {
+        let d = PolicyEngineSettings::default();
+        let settings = PolicyEngineSettings {
+            pool: pool.unwrap_or(d.pool),
+            shadow_runs: shadow_runs.unwrap_or(d.shadow_runs),
+            max_memory_bytes: max_memory.map_or(d.max_memory_bytes, |s| s.0),
+            max_stack_bytes: max_stack.map_or(d.max_stack_bytes, |s| {
+                usize::try_from(s.0).unwrap_or(usize::MAX)
+            }),
+            max_fuel: max_fuel.unwrap_or(d.max_fuel),
+        };
+        if settings.pool < 2 {
+            return Err(ConfigError::Invalid(
+                "policy_pool must be at least 2 (one instance stays free for reloads)".into(),
+            ));
+        }
+        if settings.max_memory_bytes < 64 * 1024 {
+            return Err(ConfigError::Invalid(
+                "policy_max_memory must be at least 64K (one wasm page)".into(),
+            ));
+        }
+        if settings.max_stack_bytes < 64 * 1024 {
+            return Err(ConfigError::Invalid(
+                "policy_max_stack must be at least 64K".into(),
+            ));
+        }
+        if settings.max_fuel == 0 {
+            return Err(ConfigError::Invalid(
+                "policy_max_fuel must be at least 1".into(),
+            ));
+        }
+        Ok(settings)
+    }
+
+    /// The engine these settings build (wasmtime's compile cache in its default place).
+    pub fn engine(&self) -> crate::policy::EngineSettings {
+        crate::policy::EngineSettings {
+            max_concurrent: self.pool,
+            max_memory_bytes: self.max_memory_bytes,
+            max_wasm_stack_bytes: self.max_stack_bytes,
+            ..crate::policy::EngineSettings::default()
+        }
+    }
+
+    /// The ceilings every policy's own limits are capped by.
+    pub fn ceiling(&self) -> crate::policy::Limits {
+        crate::policy::Limits {
+            fuel: self.max_fuel,
+            memory_bytes: self.max_memory_bytes,
+            ..crate::policy::Limits::default()
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -376,32 +429,34 @@ impl Settings {
                 .questions
                 .unwrap_or(hunch_core::QuestionMode::Isolated),
             answer_cache_bytes: layer.answer_cache_mb.unwrap_or(0).saturating_mul(1 << 20),
+            policy_engine: PolicyEngineSettings::from_layer(
+                layer.policy_pool,
+                layer.policy_shadow_runs,
+                layer.policy_max_memory,
+                layer.policy_max_stack,
+                layer.policy_max_fuel,
+            )?,
             decision_log,
         })
     }
 }
 
-/// Today's date as `YYYY-MM-DD` (UTC), the default `release_date` of a served model.
-pub fn today() -> String {
-    let days = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() / 86_400)
-        .unwrap_or(0) as i64;
-    let (y, m, d) = crate::decision::event::civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    /// `hunch serve`'s flags alone (the command line itself is `crate::cli`'s).
+    #[derive(Debug, Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
 
     fn args(line: &[&str]) -> ServeArgs {
-        let mut argv = vec!["hunch", "serve"];
+        let mut argv = vec!["hunch-serve"];
         argv.extend_from_slice(line);
-        match Cli::try_parse_from(argv).expect("valid flags").command {
-            Command::Serve(args) => args,
-            other => panic!("not serve: {other:?}"),
-        }
+        Serve::try_parse_from(argv).expect("valid flags").args
     }
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -524,7 +579,7 @@ mod tests {
             "{wrong}"
         );
         assert!(
-            Cli::try_parse_from(["hunch", "serve", "--memory-limit", "much"]).is_err(),
+            Serve::try_parse_from(["hunch-serve", "--memory-limit", "much"]).is_err(),
             "the flag is checked when parsed"
         );
     }
@@ -580,12 +635,5 @@ mod tests {
         let (_dir, path) = file("listen = 5");
         let err = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("hunch.toml"), "{err}");
-    }
-
-    #[test]
-    fn today_is_a_date() {
-        let t = today();
-        assert_eq!(t.len(), 10);
-        assert!(t.starts_with("20"));
     }
 }
