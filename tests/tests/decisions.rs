@@ -564,3 +564,88 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     assert_eq!(s, 503);
 }
+
+/// Defect: `POST /v1/policies/NAME` invoked policies with default answer settings, so a server
+/// started with `--questions joint` logged its policies' reads as isolated and never used the
+/// answer cache. The HTTP path now goes through the one invoke path with the server's settings.
+#[tokio::test]
+async fn a_policy_served_over_http_reads_in_the_servers_question_mode_and_uses_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let joint = fixture_server(&policies, &log, &["--questions", "joint"]).await;
+    let url = format!("{}/v1/policies/probe", joint.url);
+    let (s, _, body) = post_json(&url, &message(0), &[]).await;
+    assert_eq!(s, 200, "{body}");
+    let e = &events(&log, 1).await[0];
+    assert_eq!(e["reads"][0]["options"]["questions"], "joint", "{e}");
+    drop(joint);
+
+    // Isolated with the answer cache on (no decision log): the same decision twice is answered
+    // from the cache the second time.
+    let d = policies.display().to_string();
+    let cached = start_hunch_with_fixture(
+        "dg-test",
+        &["--policies", d.as_str(), "--answer-cache-mb", "16"],
+    )
+    .await;
+    let url = format!("{}/v1/policies/probe", cached.url);
+    for _ in 0..2 {
+        let (s, _, body) = post_json(&url, &message(1), &[]).await;
+        assert_eq!(s, 200, "{body}");
+    }
+    let hits: u64 = metric(&cached.url, "hunch_answer_cache_hits_total").await;
+    assert!(
+        hits >= 1,
+        "no answer-cache hit for a repeated policy decision"
+    );
+}
+
+/// Defect: `GET /v1/policies/NAME` said `stage: "active"` whatever was asked. `?stage=` now
+/// describes the candidate or the previous version, and a stage without a version is a 404.
+#[tokio::test]
+async fn describing_a_policy_names_the_stage_it_describes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let hunch = fixture_server(&policies, &log, &[]).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/policies/probe", hunch.url);
+    let active = get_json(&url).await;
+    assert_eq!(active["stage"], "active");
+    let r = client
+        .get(format!("{url}?stage=candidate"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["detail"]["error_type"], "not_found", "{body}");
+
+    let deployed = put_candidate(&client, &hunch.url, "mode=shadow", probe(2)).await;
+    let candidate = get_json(&format!("{url}?stage=candidate")).await;
+    assert_eq!(candidate["stage"], "candidate");
+    assert_eq!(candidate["version"], deployed["candidate"]["version"]);
+    assert_ne!(candidate["version"], active["version"]);
+    let r = client
+        .get(format!("{url}?stage=nonsense"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+
+    let r = client
+        .post(format!("{url}/promote"))
+        .header("x-admin-key", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let previous = get_json(&format!("{url}?stage=previous")).await;
+    assert_eq!(previous["stage"], "previous");
+    assert_eq!(previous["version"], active["version"]);
+}
