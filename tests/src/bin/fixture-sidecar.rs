@@ -80,7 +80,15 @@ async fn health(State(f): State<Arc<Fixture>>) -> Json<serde_json::Value> {
     } else {
         ("loading", elapsed.as_secs_f64() / f.load.as_secs_f64())
     };
-    Json(json!({"state": state, "model": f.name, "progress": progress, "message": "fixture"}))
+    // Its answers are a fixed function of the request, so its identity is its name: the
+    // host may cache them like any model's.
+    Json(json!({
+        "state": state,
+        "model": f.name,
+        "progress": progress,
+        "message": "fixture",
+        "info": {"fingerprint": format!("fixture-sidecar/1:{}", f.name), "limits": {}},
+    }))
 }
 
 fn error(status: StatusCode, e: ReadError) -> Response {
