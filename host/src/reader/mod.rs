@@ -121,21 +121,92 @@ impl Registry {
 /// The bounded queue in front of the readers: at most `slots` reads run at once, at most
 /// `max_waiting` more wait; beyond that a read is refused at once with `Unavailable`, which the API
 /// answers 503 + `Retry-After` (a retry may succeed, so a 5xx is right).
+///
+/// Background reads (a shadow candidate's) yield to live ones: one is admitted only while no live
+/// read waits and a slot is free, at most a quarter of the slots run them at once, and they wait
+/// outside the live queue, so they never count against its bound.
 #[derive(Debug)]
 pub struct ReadGate {
     slots: Semaphore,
     waiting: AtomicUsize,
     max_waiting: usize,
+    /// Background reads running at once.
+    background: Semaphore,
+    /// Woken whenever a slot is given back, for background reads waiting for one.
+    released: tokio::sync::Notify,
     metrics: Arc<Metrics>,
 }
 
+/// How a read is admitted to the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// A client is waiting for it.
+    Live,
+    /// A shadow run's: it waits while live reads need the slots.
+    Background,
+}
+
+/// A slot of the gate, given back (and waiting background reads woken) when dropped.
+pub struct Admitted<'a> {
+    gate: &'a ReadGate,
+    _slot: SemaphorePermit<'a>,
+    _background: Option<SemaphorePermit<'a>>,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        // The slot is released after this body; a woken reader that finds it still taken waits
+        // for the next release or its short recheck below.
+        self.gate.released.notify_waiters();
+    }
+}
+
+/// How long a waiting background read sleeps at most before looking again (a release it missed
+/// between its check and its wait costs at most this).
+const BACKGROUND_RECHECK: Duration = Duration::from_millis(20);
+
 impl ReadGate {
     pub fn new(slots: usize, max_waiting: usize, metrics: Arc<Metrics>) -> Self {
+        let slots = slots.max(1);
         ReadGate {
-            slots: Semaphore::new(slots.max(1)),
+            slots: Semaphore::new(slots),
             waiting: AtomicUsize::new(0),
             max_waiting,
+            background: Semaphore::new((slots / 4).max(1)),
+            released: tokio::sync::Notify::new(),
             metrics,
+        }
+    }
+
+    /// Takes a slot for a read of `priority`.
+    pub async fn admit(&self, priority: Priority) -> Result<Admitted<'_>, ReadError> {
+        match priority {
+            Priority::Live => Ok(Admitted {
+                gate: self,
+                _slot: self.enter().await?,
+                _background: None,
+            }),
+            Priority::Background => self.enter_background().await,
+        }
+    }
+
+    /// A background read's slot: only while no live read waits, never in the live queue.
+    async fn enter_background(&self) -> Result<Admitted<'_>, ReadError> {
+        let background = self.background.acquire().await.map_err(|_| {
+            ReadError::unavailable("the server is shutting down", Duration::from_secs(1))
+        })?;
+        loop {
+            let released = self.released.notified();
+            if self.waiting.load(Ordering::Acquire) == 0 {
+                if let Ok(slot) = self.slots.try_acquire() {
+                    return Ok(Admitted {
+                        gate: self,
+                        _slot: slot,
+                        _background: Some(background),
+                    });
+                }
+            }
+            let _ = tokio::time::timeout(BACKGROUND_RECHECK, released).await;
         }
     }
 
@@ -182,6 +253,7 @@ pub struct GatedReader {
     inner: Arc<dyn Reader>,
     gate: Arc<ReadGate>,
     metrics: Arc<Metrics>,
+    priority: Priority,
 }
 
 impl GatedReader {
@@ -191,7 +263,14 @@ impl GatedReader {
             inner: entry.reader.clone(),
             gate,
             metrics,
+            priority: Priority::Live,
         }
+    }
+
+    /// The same reader, admitted to the gate at `priority`.
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
     }
 }
 
@@ -202,7 +281,7 @@ impl Reader for GatedReader {
     }
 
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        let _permit = self.gate.enter().await.inspect_err(|_| {
+        let _admitted = self.gate.admit(self.priority).await.inspect_err(|_| {
             self.metrics
                 .record_read(&self.name, "refused", 0, Duration::ZERO);
         })?;
@@ -314,6 +393,44 @@ mod tests {
         ));
         drop(first);
         assert!(second.await.unwrap().is_ok());
+        assert_eq!(gate.waiting(), 0);
+    }
+
+    /// Defect: shadow reads queued with live reads and could push them into 503 "queue full".
+    #[tokio::test]
+    async fn background_reads_wait_for_live_ones_and_never_fill_the_live_queue() {
+        let gate = Arc::new(ReadGate::new(1, 1, Arc::new(Metrics::new())));
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let running = gate.admit(Priority::Live).await.unwrap();
+        let spawn = |priority: Priority, label: &'static str| {
+            let (g, order) = (gate.clone(), order.clone());
+            tokio::spawn(async move {
+                let admitted = g.admit(priority).await?;
+                order.lock().unwrap().push(label);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(admitted);
+                Ok::<_, ReadError>(())
+            })
+        };
+        // Background reads waiting for the slot are not in the live queue...
+        let background: Vec<_> = (0..3)
+            .map(|_| spawn(Priority::Background, "background"))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(gate.waiting(), 0);
+        // ...so a live read still finds room to wait, and gets the slot before them.
+        let live = spawn(Priority::Live, "live");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(gate.waiting(), 1);
+        drop(running);
+        assert!(live.await.unwrap().is_ok());
+        for b in background {
+            assert!(b.await.unwrap().is_ok());
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["live", "background", "background", "background"]
+        );
         assert_eq!(gate.waiting(), 0);
     }
 }

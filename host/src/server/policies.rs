@@ -7,7 +7,7 @@ use crate::api::AppState;
 use crate::config::PolicyEngineSettings;
 use crate::policy::rollout::shadow::ShadowRunner;
 use crate::policy::{build_engine, watch, Capacity, PolicyWatcher, ReaderSource, Registry};
-use crate::reader::DEFAULT_ALIAS;
+use crate::reader::{Priority, DEFAULT_ALIAS};
 use anyhow::Context;
 use axum::Router;
 use hunch_core::Reader;
@@ -23,6 +23,14 @@ impl ReaderSource for AppReaders {
         let state = self.0.get()?;
         let gated = state.reader(name.unwrap_or(DEFAULT_ALIAS)).ok()?;
         Some(Arc::new(gated))
+    }
+
+    /// A shadow run's reads are admitted at background priority: after every waiting live read,
+    /// never in the live queue.
+    fn shadow_reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
+        let state = self.0.get()?;
+        let gated = state.reader(name.unwrap_or(DEFAULT_ALIAS)).ok()?;
+        Some(Arc::new(gated.with_priority(Priority::Background)))
     }
 
     fn answering(&self) -> hunch_core::AnswerSettings {
