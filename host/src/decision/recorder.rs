@@ -2,11 +2,19 @@
 //!
 //! [`RecordingReader`] wraps whatever reader a decision uses and keeps every request and outcome,
 //! however the caller orchestrates its questions. [`ReadBook`] is the other direction: recorded
-//! reads by (state hash, rendered questions), answered again without a model — what `hunch
-//! replay` and a shadow candidate (reads it shares with the active version) use.
+//! reads by (state hash, rendered questions, read options), answered again without a model —
+//! what `hunch replay` and a shadow candidate (reads it shares with the active version) use.
+//!
+//! In isolated mode an answer depends only on the state, its own question and the seed settings
+//! (docs/read.md), so the book also answers question by question: a candidate that adds one
+//! question to a recorded set gets the recorded answers for the others, and only the new
+//! question goes to the model (or, with no model, makes the read "not in the log").
 
 use crate::decision::event::{sha256_hex, ReadEvent};
-use hunch_core::{Question, ReadError, ReadOutcome, ReadRequest, Reader};
+use hunch_core::{
+    LabelDistribution, Question, QuestionMode, ReadError, ReadOptions, ReadOutcome, ReadRequest,
+    Reader,
+};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,34 +101,58 @@ impl Reader for RecordingReader {
     }
 }
 
-/// What a read is matched on: the state's hash and the questions exactly as rendered.
-fn key(state_sha256: &str, questions: &[Question]) -> String {
-    // Questions serialise deterministically (struct field order, arrays in order).
+/// What a read is matched on: the state's hash, the questions exactly as rendered and the read
+/// options (a joint read never answers an isolated one, nor one seed another).
+fn key(state_sha256: &str, questions: &[Question], options: &ReadOptions) -> String {
+    // Questions and options serialise deterministically (struct field order, arrays in order).
     let q = serde_json::to_string(questions).unwrap_or_default();
-    format!("{state_sha256}\n{q}")
+    let o = serde_json::to_string(options).unwrap_or_default();
+    format!("{state_sha256}\n{q}\n{o}")
 }
 
-/// Successful recorded reads, by what they were asked.
+/// What one isolated question's answer is matched on.
+fn question_key(state_sha256: &str, question: &Question, options: &ReadOptions) -> String {
+    key(state_sha256, std::slice::from_ref(question), options)
+}
+
+/// Successful recorded reads, by what they were asked, and isolated answers by question.
 #[derive(Debug, Default, Clone)]
 pub struct ReadBook {
     outcomes: HashMap<String, ReadOutcome>,
+    isolated: HashMap<String, LabelDistribution>,
+}
+
+/// What the book holds for a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// The whole request, as recorded.
+    Whole(ReadOutcome),
+    /// An isolated request: the recorded answer of each question, where the book has one.
+    Questions(Vec<Option<LabelDistribution>>),
 }
 
 impl ReadBook {
     pub fn new<'a>(reads: impl IntoIterator<Item = &'a ReadEvent>) -> Self {
         let mut outcomes = HashMap::new();
+        let mut isolated = HashMap::new();
         for r in reads {
-            if let Some(d) = &r.distributions {
-                outcomes
-                    .entry(key(&r.state_sha256, &r.questions))
-                    .or_insert_with(|| ReadOutcome {
-                        distributions: d.clone(),
-                        usage: r.usage,
-                        stats: Default::default(),
-                    });
+            let Some(d) = &r.distributions else { continue };
+            outcomes
+                .entry(key(&r.state_sha256, &r.questions, &r.options))
+                .or_insert_with(|| ReadOutcome {
+                    distributions: d.clone(),
+                    usage: r.usage,
+                    stats: Default::default(),
+                });
+            if r.options.questions == QuestionMode::Isolated && d.len() == r.questions.len() {
+                for (q, dist) in r.questions.iter().zip(d) {
+                    isolated
+                        .entry(question_key(&r.state_sha256, q, &r.options))
+                        .or_insert_with(|| dist.clone());
+                }
             }
         }
-        ReadBook { outcomes }
+        ReadBook { outcomes, isolated }
     }
 
     pub fn len(&self) -> usize {
@@ -131,13 +163,32 @@ impl ReadBook {
         self.outcomes.is_empty()
     }
 
-    pub fn lookup(&self, request: &ReadRequest) -> Option<ReadOutcome> {
-        self.outcomes
-            .get(&key(
-                &sha256_hex(request.state.as_bytes()),
-                &request.questions,
-            ))
-            .cloned()
+    /// The recorded answer to `request`: the whole read, else (isolated) question by question;
+    /// `None` when the book holds nothing for it.
+    pub fn lookup(&self, request: &ReadRequest) -> Option<Lookup> {
+        let state = sha256_hex(request.state.as_bytes());
+        if let Some(o) = self
+            .outcomes
+            .get(&key(&state, &request.questions, &request.options))
+        {
+            return Some(Lookup::Whole(o.clone()));
+        }
+        if request.options.questions != QuestionMode::Isolated {
+            return None;
+        }
+        let found: Vec<Option<LabelDistribution>> = request
+            .questions
+            .iter()
+            .map(|q| {
+                self.isolated
+                    .get(&question_key(&state, q, &request.options))
+                    .cloned()
+            })
+            .collect();
+        found
+            .iter()
+            .any(Option::is_some)
+            .then_some(Lookup::Questions(found))
     }
 }
 
@@ -175,25 +226,71 @@ impl Reader for BookReader {
     }
 
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        if let Some(outcome) = self.book.lookup(&request) {
-            self.answered.fetch_add(1, Ordering::Relaxed);
-            return Ok(outcome);
-        }
+        let found = match self.book.lookup(&request) {
+            Some(Lookup::Whole(outcome)) => {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                return Ok(outcome);
+            }
+            Some(Lookup::Questions(found)) if found.iter().all(Option::is_some) => {
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                return Ok(ReadOutcome {
+                    distributions: found.into_iter().flatten().collect(),
+                    usage: Default::default(),
+                    stats: Default::default(),
+                });
+            }
+            Some(Lookup::Questions(found)) => found,
+            None => vec![None; request.questions.len()],
+        };
         self.missed.fetch_add(1, Ordering::Relaxed);
-        match &self.fallback {
-            Some(reader) => reader.read(request).await,
-            None => Err(ReadError::unavailable(
+        let Some(reader) = &self.fallback else {
+            return Err(ReadError::unavailable(
                 "this read is not in the decision log and no model was given",
                 std::time::Duration::from_secs(1),
-            )),
+            ));
+        };
+        if found.iter().all(Option::is_none) {
+            return reader.read(request).await;
         }
+        // Isolated: only the questions the book lacks go to the model; each answer is the same
+        // as it would be in the whole set.
+        let missing: Vec<Question> = request
+            .questions
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(q, _)| q.clone())
+            .collect();
+        let asked = ReadRequest {
+            state: request.state.clone(),
+            questions: missing,
+            options: request.options.clone(),
+        };
+        let read = reader.read(asked).await?;
+        let mut fresh = read.distributions.into_iter();
+        let mut distributions = Vec::with_capacity(found.len());
+        for f in found {
+            match f.or_else(|| fresh.next()) {
+                Some(d) => distributions.push(d),
+                None => {
+                    return Err(ReadError::internal(
+                        "the model answered fewer questions than it was asked",
+                    ))
+                }
+            }
+        }
+        Ok(ReadOutcome {
+            distributions,
+            usage: read.usage,
+            stats: read.stats,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hunch_core::{LabelDistribution, QuestionKind};
+    use hunch_core::QuestionKind;
 
     /// Answers every noul 0.7 and counts its reads.
     #[derive(Default)]
@@ -253,5 +350,75 @@ mod tests {
             (1, 1)
         );
         assert_eq!(live.reads.load(Ordering::Relaxed), 1);
+    }
+
+    fn noul(instructions: &str) -> Question {
+        Question {
+            instructions: instructions.into(),
+            kind: QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
+        }
+    }
+
+    /// Defect: the book matched whole requests only, so in isolated mode a candidate that adds
+    /// one question re-asked every question, and replay called it "a read not in the log".
+    #[tokio::test]
+    async fn isolated_reads_are_answered_question_by_question() {
+        let isolated = ReadOptions {
+            questions: QuestionMode::Isolated,
+            ..Default::default()
+        };
+        let asked = |questions: Vec<Question>, options: &ReadOptions| ReadRequest {
+            state: "s".into(),
+            questions,
+            options: options.clone(),
+        };
+        let recorded = ReadEvent {
+            state: None,
+            state_sha256: sha256_hex(b"s"),
+            questions: vec![noul("a"), noul("b")],
+            options: isolated.clone(),
+            distributions: Some(vec![
+                LabelDistribution(vec![0.9, 0.1]),
+                LabelDistribution(vec![0.2, 0.8]),
+            ]),
+            usage: Default::default(),
+            stats: Default::default(),
+            elapsed_ms: 1.0,
+            error: None,
+        };
+        let live = Arc::new(Fixed::default());
+        let book = BookReader::new("m", ReadBook::new([&recorded]), Some(live.clone()));
+        // A subset, and the set in another order: answered from the record alone.
+        let b = book.read(asked(vec![noul("b")], &isolated)).await.unwrap();
+        assert_eq!(b.distributions, [LabelDistribution(vec![0.2, 0.8])]);
+        let ba = book
+            .read(asked(vec![noul("b"), noul("a")], &isolated))
+            .await
+            .unwrap();
+        assert_eq!(ba.distributions[1], LabelDistribution(vec![0.9, 0.1]));
+        assert_eq!(live.reads.load(Ordering::Relaxed), 0);
+        // One new question: only it goes to the model, the others keep their recorded answers.
+        let abc = book
+            .read(asked(vec![noul("a"), noul("c"), noul("b")], &isolated))
+            .await
+            .unwrap();
+        assert_eq!(
+            abc.distributions,
+            [
+                LabelDistribution(vec![0.9, 0.1]),
+                LabelDistribution(vec![0.7, 0.3]),
+                LabelDistribution(vec![0.2, 0.8]),
+            ]
+        );
+        assert_eq!(live.reads.load(Ordering::Relaxed), 1);
+        // A joint read is never answered from isolated records.
+        let joint = ReadOptions {
+            questions: QuestionMode::Joint,
+            ..Default::default()
+        };
+        assert!(book.book.lookup(&asked(vec![noul("a")], &joint)).is_none());
     }
 }
