@@ -29,6 +29,7 @@ pub use engine::{build_engine, EngineSettings};
 pub use invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 pub use limits::{Limit, LimitExceeded, Limits};
 pub use registry::{
-    Admission, Capacity, PolicySummary, ReaderSource, Registry, RegistryError, StaticReaders,
+    Admission, Capacity, PolicySummary, ReaderSource, Registry, RegistryError, ShadowSlot,
+    StaticReaders,
 };
 pub use watch::{watch, PolicyWatcher};

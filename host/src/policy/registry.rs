@@ -212,20 +212,24 @@ pub struct Registry {
     slots: Semaphore,
     /// Shadow runs take these, never a live slot; when none is free the shadow run is
     /// skipped (counted), so a candidate can never make a live decision wait.
-    shadow_slots: Semaphore,
+    shadow_slots: Arc<Semaphore>,
     /// One reload at a time: two events for one file must not race their swaps.
     reload_lock: tokio::sync::Mutex<()>,
     /// Shadow agreement and canary routing counts, per policy.
     rollouts: Arc<RolloutStats>,
 }
 
-/// Who a policy run is for: a live decision waits for one of the live slots; a shadow run takes
-/// one of its own slots at once or does not run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who a policy run is for: a live decision waits for one of the live slots; a shadow run holds
+/// one of its own, taken before it was scheduled ([`Registry::shadow_slot`]).
+#[derive(Debug)]
 pub enum Admission {
     Live,
-    Shadow,
+    Shadow(ShadowSlot),
 }
+
+/// A shadow run's instance slot.
+#[derive(Debug)]
+pub struct ShadowSlot(tokio::sync::OwnedSemaphorePermit);
 
 /// How the instance pool is shared out (`max_concurrent` = the engine's pool size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,10 +286,21 @@ impl Registry {
             readers,
             entries: RwLock::new(BTreeMap::new()),
             slots: Semaphore::new(capacity.live.max(1)),
-            shadow_slots: Semaphore::new(capacity.shadow),
+            shadow_slots: Arc::new(Semaphore::new(capacity.shadow)),
             reload_lock: tokio::sync::Mutex::new(()),
             rollouts: Arc::default(),
         })
+    }
+
+    /// A slot for one more shadow run, or `None` when every shadow slot is taken (the run is then
+    /// skipped, never queued: a queue of shadow runs would grow without bound while live
+    /// decisions keep the CPU).
+    pub fn shadow_slot(&self) -> Option<ShadowSlot> {
+        self.shadow_slots
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .map(ShadowSlot)
     }
 
     /// Shadow agreement and canary routing counts (reset when a candidate comes or goes).
@@ -346,20 +361,18 @@ impl Registry {
         admission: Admission,
         wrap: impl FnOnce(Arc<dyn Reader>) -> Arc<dyn Reader>,
     ) -> (Result<Invocation, InvokeError>, Option<String>) {
-        let slot = match admission {
-            Admission::Live => self.slots.acquire().await.map_err(|_| InvokeError::Busy),
-            Admission::Shadow => self
-                .shadow_slots
-                .try_acquire()
-                .map_err(|_| InvokeError::Busy),
+        // A live run waits for a live slot; a shadow run already holds its own (in `admission`,
+        // alive until this function returns).
+        let _live_slot = match &admission {
+            Admission::Live => match self.slots.acquire().await {
+                Ok(permit) => Some(permit),
+                Err(_) => return (Err(InvokeError::Busy), None),
+            },
+            Admission::Shadow(_) => None,
         };
-        let _slot = match slot {
-            Ok(permit) => permit,
-            Err(e) => return (Err(e), None),
-        };
-        let reader = match admission {
+        let reader = match &admission {
             Admission::Live => self.readers.reader(policy.reader.as_deref()),
-            Admission::Shadow => self.readers.shadow_reader(policy.reader.as_deref()),
+            Admission::Shadow(_) => self.readers.shadow_reader(policy.reader.as_deref()),
         };
         let model = reader.as_ref().map(|r| r.model_name().to_string());
         let answering = self.readers.answering();

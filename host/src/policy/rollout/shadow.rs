@@ -5,7 +5,7 @@
 //! - takes an instance slot of its own (never a live one) or is skipped and counted;
 //! - runs on a thread of its own at the lowest CPU priority ([`ShadowRunner`]), so its guest
 //!   code yields the CPU to live decisions;
-//! - reads at background priority (`Admission::Shadow`: the read queue admits it only when no
+//! - reads at background priority (`Admission::Shadow`: the read queue admits its reads only when no
 //!   live read waits, and never counts it against the live queue's bound).
 //!
 //! Its event is written like any decision's, marked `shadow_of`.
@@ -13,7 +13,7 @@
 use crate::decision::event::{DecisionEvent, ErrorRecord, PolicyRef};
 use crate::decision::recorder::{BookReader, ReadBook};
 use crate::decision::{Decision, DecisionLog};
-use crate::policy::registry::{Admission, Registry, Stage};
+use crate::policy::registry::{Admission, Registry, ShadowSlot, Stage};
 use crate::policy::rollout::Agreement;
 use crate::policy::{Invocation, InvokeError, LoadedPolicy};
 use serde_json::Value;
@@ -128,9 +128,15 @@ impl ShadowRunner {
         Ok(ShadowRunner { handle })
     }
 
-    /// Runs the candidate in the background; the caller has its answer already.
+    /// Runs the candidate in the background when a shadow slot is free, else counts it skipped;
+    /// the caller has its answer already.
     pub fn spawn(&self, job: ShadowJob) {
-        self.handle.spawn(run_shadow(job));
+        match job.registry.shadow_slot() {
+            Some(slot) => {
+                self.handle.spawn(run_shadow(job, slot));
+            }
+            None => job.registry.rollouts().skipped(&job.candidate.name),
+        }
     }
 }
 
@@ -150,7 +156,7 @@ fn lower_this_threads_priority() {
     }
 }
 
-async fn run_shadow(job: ShadowJob) {
+async fn run_shadow(job: ShadowJob, slot: ShadowSlot) {
     let ShadowJob {
         registry,
         log,
@@ -170,7 +176,7 @@ async fn run_shadow(job: ShadowJob) {
     let book = ReadBook::new(&active.reads());
     let decision_for_reads = decision.clone();
     let (outcome, model) = registry
-        .invoke_version(&candidate, &input, Admission::Shadow, move |live| {
+        .invoke_version(&candidate, &input, Admission::Shadow(slot), move |live| {
             let model = live.model_name().to_string();
             decision_for_reads.reader(Arc::new(BookReader::new(&model, book, Some(live))))
         })
