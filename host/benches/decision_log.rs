@@ -8,19 +8,14 @@
 //!
 //! Not a test: it prints numbers and asserts nothing.
 
-use hunch::api::{router_with, ApiKeys, AppState, Limits};
 use hunch::decision::settings::DecisionLogSettings;
-use hunch::decision::DecisionLog;
-use hunch::policy::testing::{built_policy, with_marker, InstantReader};
-use hunch::reader::{ModelEntry, Registry};
-use hunch::server::policies::PolicyService;
+use hunch::policy::testing::{built_policy, with_marker};
 use serde_json::json;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 mod common;
-use common::{percentile, samples_from_env};
+use common::{percentile, samples_from_env, PolicyServer};
 
 struct Figures {
     p50_ms: f64,
@@ -35,26 +30,8 @@ async fn measure(
     log: DecisionLogSettings,
     n: usize,
 ) -> Result<Figures, Box<dyn std::error::Error>> {
-    let mut models = Registry::new();
-    models.add(ModelEntry {
-        name: "instant".into(),
-        description: String::new(),
-        release_date: String::new(),
-        reader: Arc::new(InstantReader::scripted(|_, i| {
-            if i == 0 {
-                vec![0.7, 0.3]
-            } else {
-                vec![0.4, 0.6]
-            }
-        })),
-    })?;
-    let mut state = AppState::new(models, Limits::default(), ApiKeys::default())?;
-    state.decisions = DecisionLog::start(log)?;
-    let service = PolicyService::start(Some(dir.to_path_buf()), None, &Default::default()).await?;
-    let app = router_with(state.clone(), service.routes(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/v1/policies/probe", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let served = PolicyServer::start(dir, log).await?;
+    let url = served.url.clone();
     let client = reqwest::Client::new();
     let body = json!({"id": 1, "message": "The production database is down."});
     let call = |client: reqwest::Client, body: serde_json::Value, url: String| async move {
@@ -88,10 +65,7 @@ async fn measure(
         h.await??;
     }
     let per_second = (n / clients * clients) as f64 / started.elapsed().as_secs_f64();
-    // Let shadow runs and the writer finish before the next configuration starts.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    state.decisions.close(Duration::from_secs(5)).await;
-    server.abort();
+    served.stop().await;
     Ok(Figures {
         p50_ms: percentile(&latencies, 0.5),
         p99_ms: percentile(&latencies, 0.99),

@@ -13,63 +13,13 @@
 //!
 //! Not a test: it prints numbers and asserts nothing.
 
-use hunch::api::{router_with, ApiKeys, AppState, Limits};
 use hunch::decision::settings::DecisionLogSettings;
-use hunch::decision::DecisionLog;
-use hunch::policy::testing::{built_policy, with_marker, InstantReader};
-use hunch::reader::{ModelEntry, Registry};
-use hunch::server::policies::PolicyService;
+use hunch::policy::testing::{built_policy, with_marker};
 use serde_json::json;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{percentile, samples_from_env};
-
-/// A policy server on an ephemeral port; dropped, it stops.
-struct Served {
-    url: String,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
-    decisions: Arc<DecisionLog>,
-}
-
-async fn serve(dir: &Path, log: DecisionLogSettings) -> Result<Served, Box<dyn std::error::Error>> {
-    let mut models = Registry::new();
-    models.add(ModelEntry {
-        name: "instant".into(),
-        description: String::new(),
-        release_date: String::new(),
-        reader: Arc::new(InstantReader::scripted(|_, i| {
-            if i == 0 {
-                vec![0.7, 0.3]
-            } else {
-                vec![0.4, 0.6]
-            }
-        })),
-    })?;
-    let mut state = AppState::new(models, Limits::default(), ApiKeys::default())?;
-    state.decisions = DecisionLog::start(log)?;
-    let service = PolicyService::start(Some(dir.to_path_buf()), None, &Default::default()).await?;
-    let app = router_with(state.clone(), service.routes(&state));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/v1/policies/probe", listener.local_addr()?);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok(Served {
-        url,
-        server,
-        decisions: state.decisions.clone(),
-    })
-}
-
-impl Served {
-    async fn stop(self) {
-        // Let shadow runs and the writer finish before the next configuration starts.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        self.decisions.close(Duration::from_secs(5)).await;
-        self.server.abort();
-    }
-}
+use common::{percentile, samples_from_env, PolicyServer};
 
 fn body() -> serde_json::Value {
     json!({"id": 1, "message": "The production database is down."})
@@ -163,7 +113,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..DecisionLogSettings::default()
     };
 
-    let served = serve(plain.path(), to_file("capacity.ndjson")).await?;
+    let served = PolicyServer::start(plain.path(), to_file("capacity.ndjson")).await?;
     let max = capacity(&served.url, n).await?;
     served.stop().await;
     let rate = max * load;
@@ -178,10 +128,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "round", "", "p50 ms", "p99 ms", "max ms", "p50 ratio", "p99 ratio"
     );
     for round in 1..=rounds {
-        let without = serve(plain.path(), to_file(&format!("plain-{round}.ndjson"))).await?;
+        let without =
+            PolicyServer::start(plain.path(), to_file(&format!("plain-{round}.ndjson"))).await?;
         let base = open_loop(&without.url, rate, n).await?;
         without.stop().await;
-        let with = serve(shadowed.path(), to_file(&format!("shadow-{round}.ndjson"))).await?;
+        let with = PolicyServer::start(shadowed.path(), to_file(&format!("shadow-{round}.ndjson")))
+            .await?;
         let shadow = open_loop(&with.url, rate, n).await?;
         with.stop().await;
         let (b50, b99) = (percentile(&base, 0.5), percentile(&base, 0.99));

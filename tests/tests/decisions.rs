@@ -83,6 +83,17 @@ fn write(dir: &Path, file: &str, bytes: &[u8]) -> PathBuf {
     path
 }
 
+/// A temporary folder with `probe` v1 in its policy directory `p/`, and where its decision log
+/// goes: (the folder, which must outlive the test's server, the log, the policy directory).
+fn probe_policies() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    (dir, log, policies)
+}
+
 fn sha256(bytes: &[u8]) -> String {
     hunch::decision::event::sha256_hex(bytes)
 }
@@ -257,11 +268,7 @@ fn without_ids(mut body: Value) -> Value {
 
 #[tokio::test]
 async fn a_shadow_candidate_never_changes_the_active_answer_and_its_agreement_matches_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("decisions.ndjson");
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (_dir, log, policies) = probe_policies();
     let hunch = fixture_server(&policies, &log, &[]).await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/policies/probe", hunch.url);
@@ -570,11 +577,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
 /// answer cache. The HTTP path now goes through the one invoke path with the server's settings.
 #[tokio::test]
 async fn a_policy_served_over_http_reads_in_the_servers_question_mode_and_uses_its_cache() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("decisions.ndjson");
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (_dir, log, policies) = probe_policies();
     let joint = fixture_server(&policies, &log, &["--questions", "joint"]).await;
     let url = format!("{}/v1/policies/probe", joint.url);
     let (s, _, body) = post_json(&url, &message(0), &[]).await;
@@ -607,11 +610,7 @@ async fn a_policy_served_over_http_reads_in_the_servers_question_mode_and_uses_i
 /// describes the candidate or the previous version, and a stage without a version is a 404.
 #[tokio::test]
 async fn describing_a_policy_names_the_stage_it_describes() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = dir.path().join("decisions.ndjson");
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (_dir, log, policies) = probe_policies();
     let hunch = fixture_server(&policies, &log, &[]).await;
     let client = reqwest::Client::new();
     let url = format!("{}/v1/policies/probe", hunch.url);

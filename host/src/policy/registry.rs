@@ -227,9 +227,11 @@ pub enum Admission {
     Shadow(ShadowSlot),
 }
 
-/// A shadow run's instance slot.
+/// A shadow run's instance slot, given back when dropped.
 #[derive(Debug)]
-pub struct ShadowSlot(tokio::sync::OwnedSemaphorePermit);
+pub struct ShadowSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
 
 /// How the instance pool is shared out (`max_concurrent` = the engine's pool size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,11 +298,8 @@ impl Registry {
     /// skipped, never queued: a queue of shadow runs would grow without bound while live
     /// decisions keep the CPU).
     pub fn shadow_slot(&self) -> Option<ShadowSlot> {
-        self.shadow_slots
-            .clone()
-            .try_acquire_owned()
-            .ok()
-            .map(ShadowSlot)
+        let permit = self.shadow_slots.clone().try_acquire_owned().ok()?;
+        Some(ShadowSlot { _permit: permit })
     }
 
     /// Shadow agreement and canary routing counts (reset when a candidate comes or goes).
