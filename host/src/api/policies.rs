@@ -201,17 +201,13 @@ async fn decide(
             &input,
             &outcome,
         );
-        if api
-            .decisions
-            .write(event, Some(&route.decider.log))
-            .await
-            .is_err()
-        {
+        if let Err(e) = api.decisions.write(event, Some(&route.decider.log)).await {
             let error = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unrecorded",
-                "the decision could not be recorded in the required decision log",
-            );
+                format!("the decision could not be recorded in the required decision log: {e}"),
+            )
+            .retry_after(e.retry_after_seconds());
             return decision_api::with_id(
                 error.with_decision(&decision.id).into_response(),
                 &decision,

@@ -5,6 +5,7 @@
 use crate::api::error::ApiError;
 use crate::api::middleware::{ReadSummary, RequestId, CLIENT_REQUEST_ID_HEADER};
 use crate::decision::event::{ErrorRecord, LimitHit};
+use crate::decision::sink::file::FileSinkError;
 use crate::decision::{Decision, DecisionLog, DECISION_ID_HEADER};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -57,10 +58,10 @@ pub fn api_error_record(e: &ApiError) -> ErrorRecord {
 }
 
 /// The answer when a required decision log could not take the event.
-pub fn unrecorded() -> ApiError {
+pub fn unrecorded(e: &FileSinkError) -> ApiError {
     ApiError::Unavailable {
-        message: "the decision could not be recorded in the required decision log".into(),
-        retry_after_seconds: 1,
+        message: format!("the decision could not be recorded in the required decision log: {e}"),
+        retry_after_seconds: e.retry_after_seconds(),
     }
 }
 
@@ -99,8 +100,8 @@ pub async fn finish_systemone(
                     .extend(limit.map(|limit| LimitHit { limit, value: None }));
             }
         }
-        if log.write(event, None).await.is_err() {
-            return with_id(unrecorded().into_response(), decision);
+        if let Err(e) = log.write(event, None).await {
+            return with_id(unrecorded(&e).into_response(), decision);
         }
     }
     let response = match result {
