@@ -17,7 +17,7 @@
 //! `rotate_after`, it is renamed `PATH.<UTC time>` and a new one started; only the newest `keep`
 //! rotated files are kept.
 
-use super::{Buffer, BufferFull, Held, Settled, SinkStats};
+use super::{lock, Buffer, BufferFull, Held, Settled, SinkStats};
 use crate::decision::event::rfc3339_ms;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -258,10 +258,6 @@ impl FileSink {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Lines written together, holding their room in the buffer until written.

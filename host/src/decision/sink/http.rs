@@ -5,7 +5,7 @@
 //! Requests never wait for the collector. What is still held when the shutdown grace ends is
 //! counted as dropped (cause `shutdown`).
 
-use super::{Buffer, Held, Settled, SinkStats};
+use super::{lock, Buffer, Held, Settled, SinkStats};
 use flate2::write::GzEncoder;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -129,10 +129,6 @@ impl HttpSink {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Counts a batch's fate, and that it is settled.
