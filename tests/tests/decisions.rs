@@ -553,6 +553,39 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     );
     drop(hunch);
 
+    // The collector's buffer is bounded in bytes too: with room for 10 000 events but only
+    // 4 KiB, a hanging collector makes the sink drop within a few events.
+    let hunch = fixture_server(
+        &policies,
+        &dir.path().join("ok2.ndjson"),
+        &[
+            "--decision-log-url",
+            &hanging,
+            "--decision-log-buffer-bytes",
+            "4096",
+        ],
+    )
+    .await;
+    let mut sent = 0;
+    while metric::<u64>(
+        &hunch.url,
+        "hunch_decision_events_dropped_total{sink=\"http\",cause=\"buffer_full\"}",
+    )
+    .await
+        == 0
+    {
+        let (s, _, _) = post_json(
+            &format!("{}/v1/systemone", hunch.url),
+            &hunch_e2e::sample_request(),
+            &[],
+        )
+        .await;
+        assert_eq!(s, 200, "request {sent}");
+        sent += 1;
+        assert!(sent < 100, "a 4 KiB buffer took {sent} events");
+    }
+    drop(hunch);
+
     // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-required"]).await;
     let (s, h, body) = post_json(
@@ -647,4 +680,132 @@ async fn describing_a_policy_names_the_stage_it_describes() {
     let previous = get_json(&format!("{url}?stage=previous")).await;
     assert_eq!(previous["stage"], "previous");
     assert_eq!(previous["version"], active["version"]);
+}
+
+/// A collector that keeps every event it is sent.
+async fn recording_collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use std::io::Read;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                let mut text = String::new();
+                flate2::read::GzDecoder::new(&body[..])
+                    .read_to_string(&mut text)
+                    .unwrap();
+                let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+                kept.lock().unwrap().extend(events);
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn a_required_log_writes_the_file_first_and_the_collector_never_sees_a_503_as_a_200() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let missing = dir.path().join("later");
+    let log = missing.join("decisions.ndjson");
+    let (url, seen) = recording_collector().await;
+    let hunch = fixture_server(
+        &policies,
+        &log,
+        &["--decision-log-required", "--decision-log-url", &url],
+    )
+    .await;
+    let decide = format!("{}/v1/policies/probe", hunch.url);
+
+    // The file cannot be written: 503, with Retry-After.
+    let (s, h, body) = post_json(&decide, &message(0), &[]).await;
+    assert_eq!(s, 503, "{body}");
+    assert!(h.contains_key("retry-after"), "{h:?}");
+    let unrecorded = h["x-hunch-decision-id"].to_str().unwrap().to_string();
+
+    // The directory appears: the next decision is recorded, in the file and at the collector.
+    std::fs::create_dir(&missing).unwrap();
+    let (s, h, body) = post_json(&decide, &message(1), &[]).await;
+    assert_eq!(s, 200, "{body}");
+    let recorded = h["x-hunch-decision-id"].to_str().unwrap().to_string();
+    assert_eq!(events(&log, 1).await[0]["decision_id"], recorded.as_str());
+    let start = Instant::now();
+    while seen.lock().unwrap().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing collected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The collector gets events in the order they were offered: had the 503 decision been
+    // offered, it would be here before the recorded one.
+    let collected: Vec<Value> = seen.lock().unwrap().clone();
+    assert_eq!(collected.len(), 1, "{collected:?}");
+    assert_eq!(collected[0]["decision_id"], recorded.as_str());
+    assert_ne!(collected[0]["decision_id"], unrecorded.as_str());
+    assert_eq!(
+        metric::<u64>(
+            &hunch.url,
+            "hunch_decision_events_dropped_total{sink=\"http\",cause=\"unrecorded\"}"
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_hung_disk_answers_503_with_retry_after_not_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    // A FIFO nobody reads stands for a hung disk: once an event larger than the pipe is
+    // written, the writer never returns.
+    let fifo = dir.path().join("decisions.ndjson");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let hunch = fixture_server(
+        &policies,
+        &fifo,
+        &[
+            "--decision-log-required",
+            "--decision-log-write-timeout",
+            "0.5",
+            "--request-timeout",
+            "30",
+        ],
+    )
+    .await;
+    let mut big = hunch_e2e::sample_request();
+    big["state"] = json!("the disk hangs. ".repeat(20_000));
+    let (s, h, body) = post_json(&format!("{}/v1/systemone", hunch.url), &big, &[]).await;
+    assert_eq!(s, 503, "{body}");
+    assert!(h.contains_key("retry-after"), "{h:?}");
+    // The next decisions wait behind it, and are answered 503 at their own timeout too.
+    let (s, h, body) = post_json(
+        &format!("{}/v1/policies/probe", hunch.url),
+        &message(0),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 503, "{body}");
+    assert!(h.contains_key("retry-after"), "{h:?}");
+    assert!(
+        metric::<u64>(
+            &hunch.url,
+            "hunch_decision_events_dropped_total{sink=\"file\",cause=\"timed_out\"}"
+        )
+        .await
+            >= 1
+    );
 }

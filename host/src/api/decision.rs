@@ -7,6 +7,7 @@ use crate::api::error::ApiError;
 use crate::api::middleware::{RequestId, CLIENT_REQUEST_ID_HEADER};
 use crate::decision::event::{DecisionEvent, ErrorRecord};
 use crate::decision::mask::PolicyLogConfig;
+use crate::decision::sink::file::FileSinkError;
 use crate::decision::{Decision, DecisionLog, DECISION_ID_HEADER};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
@@ -48,11 +49,11 @@ fn with_id(mut response: Response, decision: &Decision) -> Response {
 }
 
 /// The answer when a required decision log could not take the event: retrying can help (the
-/// disk or the collector may recover), so a 503 with `Retry-After`.
-fn unrecorded(why: impl std::fmt::Display) -> ApiError {
+/// disk may recover, the queue drain), so a 503 with the `Retry-After` the sink suggests.
+fn unrecorded(why: &FileSinkError) -> ApiError {
     ApiError::Unavailable {
         message: format!("the decision could not be recorded in the required decision log: {why}"),
-        retry_after_seconds: 1,
+        retry_after_seconds: why.retry_after_seconds(),
     }
 }
 
@@ -87,7 +88,7 @@ pub async fn finish(
             });
         }
         if let Err(why) = log.write(event, policy).await {
-            answer = Err(unrecorded(why));
+            answer = Err(unrecorded(&why));
         }
     }
     let response = match answer {

@@ -361,6 +361,14 @@ impl Settings {
                 .unwrap_or(defaults.max_concurrent_reads),
             max_queued_reads: layer.max_queued_reads.unwrap_or(defaults.max_queued_reads),
         };
+        // A required write that could outlast the request would be answered 504 by the request
+        // timeout instead of 503 (retryable, "not recorded") by the decision log.
+        if decision_log.required && decision_log.write_timeout >= limits.request_timeout {
+            return Err(ConfigError::Invalid(format!(
+                "decision_log.write_timeout ({:?}) must be shorter than request_timeout ({:?})",
+                decision_log.write_timeout, limits.request_timeout
+            )));
+        }
         if limits.max_concurrent_reads == 0 {
             return Err(ConfigError::Invalid(
                 "max_concurrent_reads must be at least 1".into(),
@@ -632,6 +640,12 @@ mod tests {
             Settings::resolve(&args(&["--alias", "a=b", "--alias", "a=c"]), &env(&[])).is_err()
         );
         assert!(toml::from_str::<Layer>("nonsense = 1").is_err());
+        // A required decision log must give up on a hung disk before the request times out.
+        let required = ["--decision-log", "/d", "--decision-log-required"];
+        let slow = [&required[..], &["--request-timeout", "1"]].concat();
+        assert!(Settings::resolve(&args(&slow), &env(&[])).is_err());
+        let fast = [&slow[..], &["--decision-log-write-timeout", "0.5"]].concat();
+        assert!(Settings::resolve(&args(&fast), &env(&[])).is_ok());
         let (_dir, path) = file("listen = 5");
         let err = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap_err();
         assert!(err.to_string().contains("hunch.toml"), "{err}");

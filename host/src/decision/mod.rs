@@ -29,8 +29,8 @@ use settings::DecisionLogSettings;
 use sink::file::{FileSink, FileSinkConfig, FileSinkError};
 use sink::http::{HttpSink, HttpSinkConfig, HttpSinkError};
 use sink::SinkStats;
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The response header carrying a decision's id.
@@ -49,6 +49,8 @@ pub struct DecisionLog {
     http: Option<HttpSink>,
     pub stats: Arc<SinkStats>,
     fingerprints: RwLock<BTreeMap<String, Value>>,
+    /// Policies whose `drop = true` a required log has overridden (warned once each).
+    drop_overridden: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for DecisionLog {
@@ -68,6 +70,7 @@ impl DecisionLog {
             http: None,
             stats: Arc::default(),
             fingerprints: RwLock::default(),
+            drop_overridden: Mutex::default(),
         })
     }
 
@@ -82,6 +85,8 @@ impl DecisionLog {
                     rotate_after: settings.rotate_after,
                     keep: settings.keep,
                     queue: settings.buffer,
+                    queue_bytes: settings.buffer_bytes,
+                    fsync: settings.fsync,
                 },
                 stats.clone(),
             )
@@ -93,13 +98,19 @@ impl DecisionLog {
                     key: settings.url_key.clone(),
                     batch_bytes: settings.batch_bytes,
                     buffer: settings.buffer,
+                    buffer_bytes: settings.buffer_bytes,
                 },
                 stats.clone(),
             )?),
             None => None,
         };
         if let Some(p) = &settings.path {
-            tracing::info!(path = %p.display(), required = settings.required, "decision log file");
+            tracing::info!(
+                path = %p.display(),
+                required = settings.required,
+                fsync = settings.fsync.as_str(),
+                "decision log file"
+            );
         }
         if let Some(u) = &settings.url {
             tracing::info!(url = %u, "decision log collector");
@@ -110,6 +121,7 @@ impl DecisionLog {
             http,
             stats,
             fingerprints: RwLock::default(),
+            drop_overridden: Mutex::default(),
         }))
     }
 
@@ -156,15 +168,27 @@ impl DecisionLog {
     }
 
     /// Masks and writes an event. `Err` only when the log is required and the event could not
-    /// be written to the file: the caller answers 503. Every other failure is counted and
-    /// logged by the sink, never returned.
+    /// be written to the file within the write timeout: the caller answers 503 with
+    /// `Retry-After` ([`FileSinkError::retry_after_seconds`]). Every other failure is counted
+    /// and logged by the sink, never returned.
+    ///
+    /// With a required log the file comes first: the collector is offered only an event the
+    /// file took, so a decision answered 503 never reaches it (it is counted as dropped for the
+    /// collector, cause `unrecorded`). A required log records every decision, so a policy's
+    /// `drop = true` is overridden (its masks still apply).
     pub async fn write(
         &self,
         mut event: DecisionEvent,
         policy: Option<&PolicyLogConfig>,
     ) -> Result<(), FileSinkError> {
-        if !self.enabled() || policy.is_some_and(|p| p.drop) {
+        if !self.enabled() {
             return Ok(());
+        }
+        if policy.is_some_and(|p| p.drop) {
+            if !self.settings.required {
+                return Ok(());
+            }
+            self.warn_drop_overridden(&event);
         }
         if let Some(p) = policy {
             p.apply(&mut event);
@@ -182,7 +206,7 @@ impl DecisionLog {
                 }
             }
         }
-        let mut bytes = match serde_json::to_vec(&event) {
+        let bytes = match serde_json::to_vec(&event) {
             Ok(b) => b,
             Err(e) => {
                 // Cannot happen for these types; never fail a decision over it.
@@ -191,27 +215,55 @@ impl DecisionLog {
                 return Ok(());
             }
         };
-        if let Some(http) = &self.http {
-            http.submit(bytes.clone());
-        }
         if let Some(file) = &self.file {
-            bytes.push(b'\n');
+            let mut line = Vec::with_capacity(bytes.len() + 1);
+            line.extend_from_slice(&bytes);
+            line.push(b'\n');
             if self.settings.required {
-                return file.write_flushed(bytes).await;
+                if let Err(e) = file.write_required(line, self.settings.write_timeout).await {
+                    if let Some(http) = &self.http {
+                        http.skipped("unrecorded", &e.to_string());
+                    }
+                    return Err(e);
+                }
+            } else {
+                file.submit(line);
             }
-            file.submit(bytes);
+        }
+        if let Some(http) = &self.http {
+            http.submit(bytes);
         }
         Ok(())
     }
 
-    /// Writes what the sinks hold (the collector gets `grace`).
+    fn warn_drop_overridden(&self, event: &DecisionEvent) {
+        let name = event.policy.as_ref().map_or("", |p| p.name.as_str());
+        let mut warned = self
+            .drop_overridden
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if warned.insert(name.to_string()) {
+            tracing::warn!(
+                policy = name,
+                "the decision log is required: this policy's `drop = true` is overridden and its decisions are recorded"
+            );
+        }
+    }
+
+    /// Writes what the sinks hold; each gets `grace`, and what is still held after it is
+    /// counted as dropped (cause `shutdown`).
     pub async fn close(&self, grace: Duration) {
-        if let Some(http) = &self.http {
-            http.close(grace).await;
-        }
-        if let Some(file) = &self.file {
-            file.close();
-        }
+        let http = async {
+            if let Some(http) = &self.http {
+                http.close(grace).await;
+            }
+        };
+        let file = async {
+            if let Some(file) = &self.file {
+                file.close(grace).await;
+            }
+        };
+        tokio::join!(http, file);
     }
 }
 
@@ -297,5 +349,129 @@ impl Decision {
             },
             limits_hit: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Bytes;
+    use std::io::Read;
+    use std::path::Path;
+
+    /// A collector that keeps every event it is sent.
+    async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
+        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let kept = seen.clone();
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::post(move |body: Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let mut text = String::new();
+                    flate2::read::GzDecoder::new(&body[..])
+                        .read_to_string(&mut text)
+                        .unwrap();
+                    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
+                    kept.lock().unwrap().extend(events);
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, seen)
+    }
+
+    fn required(path: &Path, url: Option<String>) -> DecisionLogSettings {
+        DecisionLogSettings {
+            path: Some(path.to_path_buf()),
+            required: true,
+            url,
+            ..Default::default()
+        }
+    }
+
+    fn policy_event(log: &DecisionLog) -> DecisionEvent {
+        let mut event = log.begin("/v1/policies/{name}", None, None).event(200);
+        event.policy = Some(event::PolicyRef {
+            name: "quiet".into(),
+            version: "v".into(),
+            sha256: "s".into(),
+            declared_version: None,
+            stage: "active".into(),
+        });
+        event
+    }
+
+    fn lines(path: &Path) -> usize {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_required_log_offers_the_collector_only_events_the_file_took() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, seen) = collector().await;
+        let unwritable = dir.path().join("no-such-dir").join("d.ndjson");
+        let log = DecisionLog::start(required(&unwritable, Some(url.clone()))).unwrap();
+        let refused = log.write(policy_event(&log), None).await;
+        assert!(
+            matches!(refused, Err(FileSinkError::Failed(_))),
+            "{refused:?}"
+        );
+        log.close(Duration::from_secs(5)).await;
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "the collector got an unrecorded decision"
+        );
+        assert_eq!(log.stats.dropped_for("http", "unrecorded"), 1);
+
+        let path = dir.path().join("d.ndjson");
+        let log = DecisionLog::start(required(&path, Some(url))).unwrap();
+        log.write(policy_event(&log), None).await.unwrap();
+        log.close(Duration::from_secs(5)).await;
+        assert_eq!(lines(&path), 1);
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_required_log_records_a_policy_that_asks_to_drop_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let dropping = PolicyLogConfig {
+            drop: true,
+            mask: vec!["/input/secret".into()],
+            ..Default::default()
+        };
+        let optional = dir.path().join("optional.ndjson");
+        let log = DecisionLog::start(DecisionLogSettings {
+            path: Some(optional.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        log.write(policy_event(&log), Some(&dropping))
+            .await
+            .unwrap();
+        log.close(Duration::from_secs(5)).await;
+        assert_eq!(
+            lines(&optional),
+            0,
+            "drop = true drops when the log is optional"
+        );
+
+        let path = dir.path().join("required.ndjson");
+        let log = DecisionLog::start(required(&path, None)).unwrap();
+        let mut event = policy_event(&log);
+        event.input = serde_json::json!({"secret": "s", "plain": 1});
+        log.write(event, Some(&dropping)).await.unwrap();
+        log.close(Duration::from_secs(5)).await;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let written: Value = serde_json::from_str(text.trim()).unwrap();
+        // Recorded, and still masked as the policy asks.
+        assert_eq!(written["input"]["secret"], mask::MASKED);
+        assert_eq!(written["input"]["plain"], 1);
     }
 }

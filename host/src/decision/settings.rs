@@ -1,6 +1,7 @@
 //! The decision log's server settings: flags (`--decision-log…`), `HUNCH_DECISION_LOG…`
 //! variables and the `[decision_log]` table of the TOML file, merged flags first.
 
+use super::sink::file::Fsync;
 use clap::Args;
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -54,6 +55,21 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "HUNCH_DECISION_LOG_BUFFER",
         "decision_log.buffer",
     ),
+    (
+        "--decision-log-buffer-bytes",
+        "HUNCH_DECISION_LOG_BUFFER_BYTES",
+        "decision_log.buffer_bytes",
+    ),
+    (
+        "--decision-log-write-timeout",
+        "HUNCH_DECISION_LOG_WRITE_TIMEOUT",
+        "decision_log.write_timeout",
+    ),
+    (
+        "--decision-log-fsync",
+        "HUNCH_DECISION_LOG_FSYNC",
+        "decision_log.fsync",
+    ),
 ];
 
 #[derive(Debug, Clone, Default, Args)]
@@ -78,8 +94,10 @@ pub struct DecisionLogArgs {
     /// [env HUNCH_DECISION_LOG_KEEP, TOML `decision_log.keep`]
     #[arg(long, env = "HUNCH_DECISION_LOG_KEEP", value_name = "N")]
     pub decision_log_keep: Option<usize>,
-    /// Answer 503 for a decision whose event cannot be written and flushed to the file before the
-    /// response.
+    /// Answer 503 (with Retry-After) for a decision whose event cannot be written and flushed to
+    /// the file, within `--decision-log-write-timeout`, before the response. The collector gets
+    /// only events the file took. A policy's `drop = true` is overridden: every decision is
+    /// recorded.
     /// [env HUNCH_DECISION_LOG_REQUIRED, TOML `decision_log.required`]
     #[arg(long, env = "HUNCH_DECISION_LOG_REQUIRED")]
     pub decision_log_required: bool,
@@ -104,6 +122,21 @@ pub struct DecisionLogArgs {
     /// [env HUNCH_DECISION_LOG_BUFFER, TOML `decision_log.buffer`]
     #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER", value_name = "EVENTS")]
     pub decision_log_buffer: Option<usize>,
+    /// Bytes of events held for the URL (and, apart, for the file) while it is slow or down;
+    /// more are dropped and counted. Default 64 MiB each.
+    /// [env HUNCH_DECISION_LOG_BUFFER_BYTES, TOML `decision_log.buffer_bytes`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER_BYTES", value_name = "BYTES")]
+    pub decision_log_buffer_bytes: Option<usize>,
+    /// With `--decision-log-required`: how long a decision waits for its event to be written
+    /// before it is answered 503 (a hung disk). Keep it below `--request-timeout`. Default 2.
+    /// [env HUNCH_DECISION_LOG_WRITE_TIMEOUT, TOML `decision_log.write_timeout`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_WRITE_TIMEOUT", value_name = "SECONDS")]
+    pub decision_log_write_timeout: Option<f64>,
+    /// `always`: fsync the file after each write, before a required decision is answered
+    /// (survives a power loss); `off`: flushed to the operating system only. Default off.
+    /// [env HUNCH_DECISION_LOG_FSYNC, TOML `decision_log.fsync`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_FSYNC", value_name = "WHEN")]
+    pub decision_log_fsync: Option<Fsync>,
 }
 
 /// `[decision_log]` in the TOML file.
@@ -120,6 +153,9 @@ pub struct DecisionLogFile {
     pub url_key: Option<String>,
     pub batch_bytes: Option<usize>,
     pub buffer: Option<usize>,
+    pub buffer_bytes: Option<usize>,
+    pub write_timeout: Option<f64>,
+    pub fsync: Option<Fsync>,
 }
 
 /// The resolved settings.
@@ -135,7 +171,13 @@ pub struct DecisionLogSettings {
     pub url: Option<String>,
     pub url_key: Option<String>,
     pub batch_bytes: usize,
+    /// Events each sink holds at most.
     pub buffer: usize,
+    /// Bytes of events each sink holds at most.
+    pub buffer_bytes: usize,
+    /// How long a required write may take.
+    pub write_timeout: Duration,
+    pub fsync: Fsync,
 }
 
 impl Default for DecisionLogSettings {
@@ -151,6 +193,9 @@ impl Default for DecisionLogSettings {
             url_key: None,
             batch_bytes: 1 << 20,
             buffer: 10_000,
+            buffer_bytes: 64 << 20,
+            write_timeout: Duration::from_secs(2),
+            fsync: Fsync::Off,
         }
     }
 }
@@ -192,10 +237,31 @@ impl DecisionLogSettings {
                 .or(file.batch_bytes)
                 .unwrap_or(d.batch_bytes),
             buffer: args.decision_log_buffer.or(file.buffer).unwrap_or(d.buffer),
+            buffer_bytes: args
+                .decision_log_buffer_bytes
+                .or(file.buffer_bytes)
+                .unwrap_or(d.buffer_bytes),
+            write_timeout: match args.decision_log_write_timeout.or(file.write_timeout) {
+                Some(seconds) => Duration::try_from_secs_f64(seconds)
+                    .ok()
+                    .filter(|t| !t.is_zero())
+                    .ok_or_else(|| {
+                        DecisionLogSettingsError(format!(
+                            "write_timeout must be a positive number of seconds, not {seconds}"
+                        ))
+                    })?,
+                None => d.write_timeout,
+            },
+            fsync: args.decision_log_fsync.or(file.fsync).unwrap_or(d.fsync),
         };
-        if s.max_bytes == 0 || s.batch_bytes == 0 || s.buffer == 0 {
+        if s.max_bytes == 0 || s.batch_bytes == 0 || s.buffer == 0 || s.buffer_bytes == 0 {
             return Err(DecisionLogSettingsError(
-                "max_bytes, batch_bytes and buffer must be positive".into(),
+                "max_bytes, batch_bytes, buffer and buffer_bytes must be positive".into(),
+            ));
+        }
+        if s.fsync == Fsync::Always && s.path.as_ref().is_none_or(|p| p.as_os_str() == "-") {
+            return Err(DecisionLogSettingsError(
+                "--decision-log-fsync always needs --decision-log PATH (a file, not stdout)".into(),
             ));
         }
         if s.required && s.path.is_none() {
@@ -235,6 +301,33 @@ mod tests {
         assert_eq!(s.rotate_after, Some(Duration::from_secs(60)));
         assert_eq!(s.url.as_deref(), Some("http://l"));
         assert!(s.enabled());
+        assert_eq!(s.buffer_bytes, 64 << 20);
+        assert_eq!(s.write_timeout, Duration::from_secs(2));
+        assert_eq!(s.fsync, Fsync::Off);
+    }
+
+    #[test]
+    fn the_write_path_settings_merge_like_the_others() {
+        let file: DecisionLogFile = toml::from_str(
+            "path = \"/f\"\nbuffer_bytes = 1000\nwrite_timeout = 0.25\nfsync = \"always\"",
+        )
+        .unwrap();
+        let s =
+            DecisionLogSettings::merge(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
+        assert_eq!(s.buffer_bytes, 1000);
+        assert_eq!(s.write_timeout, Duration::from_millis(250));
+        assert_eq!(s.fsync, Fsync::Always);
+        let args = DecisionLogArgs {
+            decision_log_buffer_bytes: Some(5),
+            decision_log_write_timeout: Some(3.0),
+            decision_log_fsync: Some(Fsync::Off),
+            ..Default::default()
+        };
+        let s = DecisionLogSettings::merge(&args, Some(file)).unwrap();
+        assert_eq!(
+            (s.buffer_bytes, s.write_timeout, s.fsync),
+            (5, Duration::from_secs(3), Fsync::Off)
+        );
     }
 
     #[test]
@@ -249,6 +342,27 @@ mod tests {
             ..Default::default()
         };
         assert!(DecisionLogSettings::merge(&ftp, None).is_err());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let timeout = DecisionLogArgs {
+                decision_log: Some("/f".into()),
+                decision_log_write_timeout: Some(bad),
+                ..Default::default()
+            };
+            assert!(DecisionLogSettings::merge(&timeout, None).is_err(), "{bad}");
+        }
+        for path in [None, Some("-")] {
+            let fsync_without_file = DecisionLogArgs {
+                decision_log: path.map(PathBuf::from),
+                decision_log_fsync: Some(Fsync::Always),
+                ..Default::default()
+            };
+            assert!(DecisionLogSettings::merge(&fsync_without_file, None).is_err());
+        }
+        let no_bytes = DecisionLogArgs {
+            decision_log_buffer_bytes: Some(0),
+            ..Default::default()
+        };
+        assert!(DecisionLogSettings::merge(&no_bytes, None).is_err());
         assert!(toml::from_str::<DecisionLogFile>("nonsense = 1").is_err());
     }
 }

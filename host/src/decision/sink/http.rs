@@ -1,9 +1,11 @@
-//! The HTTP sink: events are queued (bounded) and a background task POSTs them as gzip JSON
-//! arrays (`content-encoding: gzip`), at most `batch_bytes` of JSON each, retrying a failed batch
-//! with exponential backoff. While it retries, new events wait in the queue; when the queue is
-//! full they are dropped and counted. Requests never wait for the collector.
+//! The HTTP sink: events are queued (bounded in events and in bytes, counting the batch being
+//! sent) and a background task POSTs them as gzip JSON arrays (`content-encoding: gzip`), at most
+//! `batch_bytes` of JSON each, retrying a failed batch with exponential backoff. While it
+//! retries, new events wait in the queue; when the queue is full they are dropped and counted.
+//! Requests never wait for the collector. What is still held when the shutdown grace ends is
+//! counted as dropped (cause `shutdown`).
 
-use super::SinkStats;
+use super::{lock, Buffer, Held, Settled, SinkStats};
 use flate2::write::GzEncoder;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -25,12 +27,20 @@ pub struct HttpSinkConfig {
     pub url: String,
     pub key: Option<String>,
     pub batch_bytes: usize,
+    /// Events held at most.
     pub buffer: usize,
+    /// Bytes of events held at most.
+    pub buffer_bytes: usize,
 }
 
+/// One queued event and its room in the buffer.
+type Queued = (Vec<u8>, Held);
+
 pub struct HttpSink {
-    tx: Mutex<Option<mpsc::Sender<Vec<u8>>>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Queued>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    buffer: Arc<Buffer>,
+    settled: Arc<Settled>,
     stats: Arc<SinkStats>,
 }
 
@@ -46,56 +56,106 @@ impl HttpSink {
             .timeout(POST_TIMEOUT)
             .build()
             .map_err(|e| HttpSinkError(format!("cannot build an HTTP client: {e}")))?;
-        let (tx, rx) = mpsc::channel(config.buffer.max(1));
-        let task = tokio::spawn(run(client, config, rx, stats.clone()));
+        // The buffer bounds the queue; the channel itself never refuses.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let buffer = Buffer::new(config.buffer, config.buffer_bytes);
+        let settled = Arc::new(Settled::default());
+        let counter = Counter {
+            stats: stats.clone(),
+            settled: settled.clone(),
+        };
+        let task = tokio::spawn(run(client, config, rx, counter));
         Ok(HttpSink {
             tx: Mutex::new(Some(tx)),
             task: Mutex::new(Some(task)),
+            buffer,
+            settled,
             stats,
         })
     }
 
     /// Queues one event (its JSON, no newline) without waiting.
     pub fn submit(&self, event: Vec<u8>) {
-        let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        let result = match guard.as_ref() {
-            Some(tx) => tx.try_send(event).map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => "buffer_full",
-                mpsc::error::TrySendError::Closed(_) => "closed",
-            }),
-            None => Err("closed"),
+        let held = match self.buffer.hold(event.len()) {
+            Ok(h) => h,
+            Err(full) => {
+                return self
+                    .stats
+                    .dropped(SINK, full.cause("buffer_full"), 1, full.detail())
+            }
         };
-        drop(guard);
-        if let Err(cause) = result {
+        self.settled.accepted(1);
+        let sent = match lock(&self.tx).as_ref() {
+            Some(tx) => tx.send((event, held)).is_ok(),
+            None => false,
+        };
+        if !sent {
+            self.settled.settled(1);
             self.stats.dropped(
                 SINK,
-                cause,
+                "closed",
                 1,
-                "the decision log collector is not keeping up",
+                "the decision log collector sink has stopped",
             );
         }
     }
 
-    /// Stops taking events and gives the task `grace` to send what it holds.
+    /// Counts an event that was never offered to the collector (the required file write failed
+    /// first), so every event is counted once per sink, written or dropped.
+    pub fn skipped(&self, cause: &'static str, detail: &str) {
+        self.stats.dropped(SINK, cause, 1, detail);
+    }
+
+    /// Stops taking events and gives the task `grace` to send what it holds; what it still holds
+    /// then is lost, and counted as dropped (cause `shutdown`).
     pub async fn close(&self, grace: Duration) {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        lock(&self.tx).take();
+        let task = lock(&self.task).take();
         if let Some(mut task) = task {
             if tokio::time::timeout(grace, &mut task).await.is_err() {
                 task.abort();
-                tracing::warn!("decision log collector: events still queued at shutdown were lost");
+                // Once the task has stopped, nothing it held can be counted by it any more.
+                let _ = task.await;
+                let lost = self.settled.outstanding();
+                if lost > 0 {
+                    self.settled.settled(lost);
+                    self.stats.dropped(
+                        SINK,
+                        "shutdown",
+                        lost,
+                        "events still held for the collector at shutdown were lost",
+                    );
+                }
             }
         }
+    }
+}
+
+/// Counts a batch's fate, and that it is settled.
+struct Counter {
+    stats: Arc<SinkStats>,
+    settled: Arc<Settled>,
+}
+
+impl Counter {
+    fn written(&self, n: u64) {
+        self.stats.written(SINK, n);
+        self.settled.settled(n);
+    }
+
+    fn dropped(&self, cause: &'static str, n: u64, detail: &str) {
+        self.stats.dropped(SINK, cause, n, detail);
+        self.settled.settled(n);
     }
 }
 
 async fn run(
     client: reqwest::Client,
     config: HttpSinkConfig,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-    stats: Arc<SinkStats>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    counter: Counter,
 ) {
-    let mut carry: Option<Vec<u8>> = None;
+    let mut carry: Option<Queued> = None;
     loop {
         let first = match carry.take() {
             Some(e) => e,
@@ -104,23 +164,26 @@ async fn run(
                 None => return,
             },
         };
-        let mut batch = vec![first];
-        let mut size = batch[0].len() + 2;
+        let mut size = first.0.len() + 2;
+        let (mut batch, mut held) = (vec![first.0], vec![first.1]);
         let deadline = tokio::time::Instant::now() + LINGER;
         while size < config.batch_bytes {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(Some(e)) => {
-                    if size + e.len() + 1 > config.batch_bytes {
+                    if size + e.0.len() + 1 > config.batch_bytes {
                         carry = Some(e);
                         break;
                     }
-                    size += e.len() + 1;
-                    batch.push(e);
+                    size += e.0.len() + 1;
+                    batch.push(e.0);
+                    held.push(e.1);
                 }
                 Ok(None) | Err(_) => break,
             }
         }
-        send(&client, &config, &batch, &stats).await;
+        send(&client, &config, &batch, &counter).await;
+        // The batch's room in the buffer is given back once it is sent or given up.
+        drop(held);
     }
 }
 
@@ -142,12 +205,12 @@ async fn send(
     client: &reqwest::Client,
     config: &HttpSinkConfig,
     batch: &[Vec<u8>],
-    stats: &SinkStats,
+    counter: &Counter,
 ) {
     let n = batch.len() as u64;
     let body = match gzip_array(batch) {
         Ok(b) => b,
-        Err(e) => return stats.dropped(SINK, "encode_failed", n, &e.to_string()),
+        Err(e) => return counter.dropped("encode_failed", n, &e.to_string()),
     };
     let mut backoff = FIRST_BACKOFF;
     let mut last_error = String::new();
@@ -166,7 +229,7 @@ async fn send(
         }
         match call.send().await {
             Ok(r) if r.status().is_success() => {
-                stats.written(SINK, n);
+                counter.written(n);
                 return;
             }
             Ok(r) => {
@@ -177,13 +240,13 @@ async fn send(
                     && status != reqwest::StatusCode::REQUEST_TIMEOUT
                     && status != reqwest::StatusCode::TOO_MANY_REQUESTS;
                 if permanent {
-                    return stats.dropped(SINK, "rejected", n, &last_error);
+                    return counter.dropped("rejected", n, &last_error);
                 }
             }
             Err(e) => last_error = format!("{}: {e}", config.url),
         }
     }
-    stats.dropped(SINK, "send_failed", n, &last_error);
+    counter.dropped("send_failed", n, &last_error);
 }
 
 #[cfg(test)]
@@ -225,7 +288,23 @@ mod tests {
             key: None,
             batch_bytes: 64,
             buffer,
+            buffer_bytes: 1 << 20,
         }
+    }
+
+    /// A collector that takes the connection and never answers.
+    async fn hanging_collector() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let app = axum::Router::new().route(
+            "/",
+            post(|| async {
+                std::future::pending::<()>().await;
+                axum::http::StatusCode::OK
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
     }
 
     #[tokio::test]
@@ -257,5 +336,45 @@ mod tests {
         sink.close(Duration::from_secs(5)).await;
         assert_eq!(stats.written_count("http"), 0);
         assert_eq!(stats.dropped_count("http"), 50);
+    }
+
+    #[tokio::test]
+    async fn the_buffer_is_bounded_in_bytes_counting_the_batch_in_flight() {
+        let url = hanging_collector().await;
+        let stats = Arc::new(SinkStats::default());
+        let sink = HttpSink::start(
+            HttpSinkConfig {
+                batch_bytes: 1 << 20,
+                buffer_bytes: 100,
+                ..config(url, 10_000)
+            },
+            stats.clone(),
+        )
+        .unwrap();
+        // 60 bytes taken (and held while its POST hangs); 60 more do not fit in 100.
+        let event = |c: char| format!("\"{}\"", c.to_string().repeat(58)).into_bytes();
+        sink.submit(event('a'));
+        tokio::time::sleep(LINGER * 2).await;
+        sink.submit(event('b'));
+        sink.submit(b"1".to_vec());
+        assert_eq!(stats.dropped_for("http", "buffer_full"), 1);
+        sink.submit(vec![b'1'; 101]);
+        assert_eq!(stats.dropped_for("http", "too_large"), 1);
+        sink.close(Duration::from_millis(200)).await;
+    }
+
+    #[tokio::test]
+    async fn events_still_held_at_shutdown_are_counted_as_dropped() {
+        let url = hanging_collector().await;
+        let stats = Arc::new(SinkStats::default());
+        let sink = HttpSink::start(config(url, 100), stats.clone()).unwrap();
+        for i in 0..5 {
+            sink.submit(format!("{{\"n\":{i}}}").into_bytes());
+        }
+        sink.close(Duration::from_millis(300)).await;
+        assert_eq!(stats.written_count("http"), 0);
+        assert_eq!(stats.dropped_for("http", "shutdown"), 5);
+        sink.submit(b"{}".to_vec());
+        assert_eq!(stats.dropped_for("http", "closed"), 1);
     }
 }

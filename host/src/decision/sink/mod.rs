@@ -1,6 +1,7 @@
 //! Where decision events go: an NDJSON file ([`file`]) and an HTTP collector ([`http`]). Both
-//! take events without waiting; what they cannot take is counted here (rendered in `/metrics`)
-//! and the cause logged, at most every few seconds per cause.
+//! take events without waiting, holding them in a [`Buffer`] bounded in events and in bytes;
+//! what they cannot take is counted here (rendered in `/metrics`) and the cause logged, at most
+//! every few seconds per cause.
 
 pub mod file;
 pub mod http;
@@ -8,7 +9,8 @@ pub mod http;
 use crate::metrics::family;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often a repeated drop cause is logged.
@@ -20,6 +22,7 @@ pub struct SinkStats {
     written: Mutex<BTreeMap<&'static str, u64>>,
     dropped: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     last_warned: Mutex<BTreeMap<(&'static str, &'static str), Instant>>,
+    fsyncs: AtomicU64,
 }
 
 impl SinkStats {
@@ -46,6 +49,24 @@ impl SinkStats {
                 "decision events dropped"
             );
         }
+    }
+
+    /// Counts one `fsync` of the decision log file.
+    pub fn fsynced(&self) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn fsync_count(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+
+    /// Events `sink` lost for `cause`.
+    pub fn dropped_for(&self, sink: &str, cause: &str) -> u64 {
+        lock(&self.dropped)
+            .iter()
+            .filter(|((s, c), _)| *s == sink && *c == cause)
+            .map(|(_, n)| n)
+            .sum()
     }
 
     pub fn written_count(&self, sink: &str) -> u64 {
@@ -85,6 +106,132 @@ impl SinkStats {
                 "hunch_decision_events_dropped_total{{sink=\"{sink}\",cause=\"{cause}\"}} {n}"
             );
         }
+        family(
+            out,
+            "hunch_decision_log_fsyncs_total",
+            "counter",
+            "fsync calls on the decision log file (--decision-log-fsync always).",
+        );
+        let _ = writeln!(
+            out,
+            "hunch_decision_log_fsyncs_total {}",
+            self.fsyncs.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// What a sink holds in memory (queued, or in a batch being sent), bounded both in events and
+/// in bytes: an event carries its reads' state text, so a count of events alone does not bound
+/// memory.
+#[derive(Debug)]
+pub struct Buffer {
+    max_events: usize,
+    max_bytes: usize,
+    /// (events, bytes) held now.
+    held: Mutex<(usize, usize)>,
+}
+
+/// Why a [`Buffer`] would not take an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferFull {
+    /// It holds its maximum number of events.
+    Events,
+    /// The event does not fit in the bytes left.
+    Bytes,
+    /// The event alone is larger than the whole buffer: it could never be taken.
+    TooLarge,
+}
+
+impl BufferFull {
+    /// The `cause` label of the drop; `full` is the sink's own name for a full buffer.
+    pub fn cause(self, full: &'static str) -> &'static str {
+        match self {
+            BufferFull::Events | BufferFull::Bytes => full,
+            BufferFull::TooLarge => "too_large",
+        }
+    }
+
+    pub fn detail(self) -> &'static str {
+        match self {
+            BufferFull::Events => "the sink holds its maximum number of events",
+            BufferFull::Bytes => "the sink holds its maximum number of bytes",
+            BufferFull::TooLarge => "the event is larger than the sink's whole buffer",
+        }
+    }
+}
+
+impl Buffer {
+    pub fn new(max_events: usize, max_bytes: usize) -> Arc<Buffer> {
+        Arc::new(Buffer {
+            max_events: max_events.max(1),
+            max_bytes: max_bytes.max(1),
+            held: Mutex::new((0, 0)),
+        })
+    }
+
+    /// Takes room for one event of `bytes` until the returned [`Held`] is dropped.
+    pub fn hold(self: &Arc<Self>, bytes: usize) -> Result<Held, BufferFull> {
+        if bytes > self.max_bytes {
+            return Err(BufferFull::TooLarge);
+        }
+        let mut held = lock(&self.held);
+        if held.0 >= self.max_events {
+            return Err(BufferFull::Events);
+        }
+        if held.1 + bytes > self.max_bytes {
+            return Err(BufferFull::Bytes);
+        }
+        held.0 += 1;
+        held.1 += bytes;
+        Ok(Held {
+            buffer: self.clone(),
+            bytes,
+        })
+    }
+
+    /// (events, bytes) held now.
+    pub fn held(&self) -> (usize, usize) {
+        *lock(&self.held)
+    }
+}
+
+/// One event's room in a [`Buffer`], given back when dropped.
+#[derive(Debug)]
+pub struct Held {
+    buffer: Arc<Buffer>,
+    bytes: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut held = lock(&self.buffer.held);
+        held.0 = held.0.saturating_sub(1);
+        held.1 = held.1.saturating_sub(self.bytes);
+    }
+}
+
+/// Events a sink took, and of those, how many it has counted as written or dropped: the rest
+/// are still held, and are what a sink that stops early loses.
+#[derive(Debug, Default)]
+pub struct Settled {
+    accepted: AtomicU64,
+    settled: AtomicU64,
+}
+
+impl Settled {
+    pub fn accepted(&self, events: u64) {
+        self.accepted.fetch_add(events, Ordering::Relaxed);
+    }
+
+    pub fn settled(&self, events: u64) {
+        self.settled.fetch_add(events, Ordering::Relaxed);
+    }
+
+    /// Events taken and not yet counted either way.
+    pub fn outstanding(&self) -> u64 {
+        self.accepted
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.settled.load(Ordering::Relaxed))
     }
 }
 
@@ -109,5 +256,22 @@ mod tests {
             "hunch_decision_events_dropped_total{sink=\"http\",cause=\"buffer_full\"} 3\n"
         ));
         assert_eq!(s.dropped_count("http"), 3);
+        assert_eq!(s.dropped_for("http", "buffer_full"), 3);
+        assert_eq!(s.dropped_for("http", "closed"), 0);
+    }
+
+    #[test]
+    fn a_buffer_is_bounded_in_events_and_in_bytes_and_gives_room_back() {
+        let b = Buffer::new(3, 100);
+        let first = b.hold(60).unwrap();
+        assert_eq!(b.hold(41).unwrap_err(), BufferFull::Bytes);
+        assert_eq!(b.hold(101).unwrap_err(), BufferFull::TooLarge);
+        let small: Vec<Held> = (0..2).map(|_| b.hold(1).unwrap()).collect();
+        assert_eq!(b.hold(1).unwrap_err(), BufferFull::Events);
+        assert_eq!(b.held(), (3, 62));
+        drop(first);
+        drop(small);
+        assert_eq!(b.held(), (0, 0));
+        assert!(b.hold(100).is_ok());
     }
 }
