@@ -200,7 +200,7 @@ mod tests {
             let flag = format!("--{long}");
             let (_, env, key) = crate::config::SETTINGS
                 .iter()
-                .chain(crate::decision::settings::SETTINGS)
+                .chain(crate::config::decision_log::SETTINGS)
                 .find(|(f, _, _)| *f == flag)
                 .unwrap_or_else(|| panic!("{flag} is missing from SETTINGS"));
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default()

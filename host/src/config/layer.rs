@@ -125,8 +125,8 @@ pub struct Layer {
     pub policy_max_stack: Option<hunch_core::size::ByteSize>,
     pub policy_max_fuel: Option<u64>,
     /// `[decision_log]`, in the file only: its flags are clap's, each with its variable
-    /// (`crate::decision::settings`), and go over this table.
-    pub decision_log: Option<crate::decision::settings::DecisionLogFile>,
+    /// (`config/decision_log.rs`), and go over this table.
+    pub decision_log: Option<super::decision_log::DecisionLogFile>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -6,6 +6,7 @@
 //! are not merged across sources). Models are registered sidecars (`models`) first, then
 //! `accelerators`, then `upstreams`; the first is the default (`jev-latest`).
 
+pub mod decision_log;
 mod layer;
 mod parse;
 
@@ -140,7 +141,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N")]
     pub policy_max_fuel: Option<u64>,
     #[command(flatten)]
-    pub decision_log: crate::decision::settings::DecisionLogArgs,
+    pub decision_log: decision_log::DecisionLogArgs,
 }
 
 fn parse_no_demo(value: &str) -> Result<bool, ConfigError> {
@@ -342,13 +343,10 @@ impl Settings {
     /// `[decision_log]` table.
     pub fn from_layer(
         layer: Layer,
-        decision_log_flags: &crate::decision::settings::DecisionLogArgs,
+        decision_log_flags: &decision_log::DecisionLogArgs,
     ) -> Result<Settings, ConfigError> {
-        let decision_log = crate::decision::settings::DecisionLogSettings::merge(
-            decision_log_flags,
-            layer.decision_log.clone(),
-        )
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let decision_log = decision_log::resolve(decision_log_flags, layer.decision_log.clone())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let defaults = Limits::default();
         let limits = Limits {
             max_body_bytes: layer.max_body_bytes.unwrap_or(defaults.max_body_bytes),

@@ -1,0 +1,321 @@
+//! The decision log's server settings: flags (`--decision-log…`), `HUNCH_DECISION_LOG…`
+//! variables and the `[decision_log]` table of the TOML file, merged flags first.
+
+use crate::decision::settings::DecisionLogSettings;
+use crate::decision::sink::file::Fsync;
+use clap::Args;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The decision log's settings: flag, environment variable, TOML key (in `[decision_log]`).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("--decision-log", "HUNCH_DECISION_LOG", "decision_log.path"),
+    (
+        "--decision-log-max-bytes",
+        "HUNCH_DECISION_LOG_MAX_BYTES",
+        "decision_log.max_bytes",
+    ),
+    (
+        "--decision-log-rotate-seconds",
+        "HUNCH_DECISION_LOG_ROTATE_SECONDS",
+        "decision_log.rotate_seconds",
+    ),
+    (
+        "--decision-log-keep",
+        "HUNCH_DECISION_LOG_KEEP",
+        "decision_log.keep",
+    ),
+    (
+        "--decision-log-required",
+        "HUNCH_DECISION_LOG_REQUIRED",
+        "decision_log.required",
+    ),
+    (
+        "--decision-log-omit-state",
+        "HUNCH_DECISION_LOG_OMIT_STATE",
+        "decision_log.omit_state",
+    ),
+    (
+        "--decision-log-url",
+        "HUNCH_DECISION_LOG_URL",
+        "decision_log.url",
+    ),
+    (
+        "--decision-log-url-key",
+        "HUNCH_DECISION_LOG_URL_KEY",
+        "decision_log.url_key",
+    ),
+    (
+        "--decision-log-batch-bytes",
+        "HUNCH_DECISION_LOG_BATCH_BYTES",
+        "decision_log.batch_bytes",
+    ),
+    (
+        "--decision-log-buffer",
+        "HUNCH_DECISION_LOG_BUFFER",
+        "decision_log.buffer",
+    ),
+    (
+        "--decision-log-buffer-bytes",
+        "HUNCH_DECISION_LOG_BUFFER_BYTES",
+        "decision_log.buffer_bytes",
+    ),
+    (
+        "--decision-log-write-timeout",
+        "HUNCH_DECISION_LOG_WRITE_TIMEOUT",
+        "decision_log.write_timeout",
+    ),
+    (
+        "--decision-log-fsync",
+        "HUNCH_DECISION_LOG_FSYNC",
+        "decision_log.fsync",
+    ),
+];
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct DecisionLogArgs {
+    /// Write one JSON line per decision to this file (`-`: stdout). Rotated by size and age.
+    /// [env HUNCH_DECISION_LOG, TOML `decision_log.path`]
+    #[arg(long = "decision-log", env = "HUNCH_DECISION_LOG", value_name = "PATH")]
+    pub decision_log: Option<PathBuf>,
+    /// Rotate the decision log file when it would grow past this many bytes. Default 100 MiB.
+    /// [env HUNCH_DECISION_LOG_MAX_BYTES, TOML `decision_log.max_bytes`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_MAX_BYTES", value_name = "BYTES")]
+    pub decision_log_max_bytes: Option<u64>,
+    /// Rotate the decision log file when it is this many seconds old (0: never). Default 0.
+    /// [env HUNCH_DECISION_LOG_ROTATE_SECONDS, TOML `decision_log.rotate_seconds`]
+    #[arg(
+        long,
+        env = "HUNCH_DECISION_LOG_ROTATE_SECONDS",
+        value_name = "SECONDS"
+    )]
+    pub decision_log_rotate_seconds: Option<u64>,
+    /// Rotated decision log files kept; older ones are deleted. Default 10.
+    /// [env HUNCH_DECISION_LOG_KEEP, TOML `decision_log.keep`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_KEEP", value_name = "N")]
+    pub decision_log_keep: Option<usize>,
+    /// Answer 503 (with Retry-After) for a decision whose event cannot be written and flushed to
+    /// the file, within `--decision-log-write-timeout`, before the response. The collector gets
+    /// only events the file took. A policy's `drop = true` is overridden: every decision is
+    /// recorded.
+    /// [env HUNCH_DECISION_LOG_REQUIRED, TOML `decision_log.required`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_REQUIRED")]
+    pub decision_log_required: bool,
+    /// Leave state text out of decision events (its sha256 stays, enough to replay).
+    /// [env HUNCH_DECISION_LOG_OMIT_STATE, TOML `decision_log.omit_state`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_OMIT_STATE")]
+    pub decision_log_omit_state: bool,
+    /// POST decision events as gzip JSON arrays to this URL (http:// or https://).
+    /// [env HUNCH_DECISION_LOG_URL, TOML `decision_log.url`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_URL", value_name = "URL")]
+    pub decision_log_url: Option<String>,
+    /// Bearer key sent to `--decision-log-url`.
+    /// [env HUNCH_DECISION_LOG_URL_KEY, TOML `decision_log.url_key`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_URL_KEY", hide_env_values = true)]
+    pub decision_log_url_key: Option<String>,
+    /// Largest batch POSTed to the URL, in bytes of JSON before gzip. Default 1 MiB.
+    /// [env HUNCH_DECISION_LOG_BATCH_BYTES, TOML `decision_log.batch_bytes`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_BATCH_BYTES", value_name = "BYTES")]
+    pub decision_log_batch_bytes: Option<usize>,
+    /// Events held for the URL (or the file) while it is slow or down; more are dropped and
+    /// counted. Default 10000.
+    /// [env HUNCH_DECISION_LOG_BUFFER, TOML `decision_log.buffer`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER", value_name = "EVENTS")]
+    pub decision_log_buffer: Option<usize>,
+    /// Bytes of events held for the URL (and, apart, for the file) while it is slow or down;
+    /// more are dropped and counted. Default 64 MiB each.
+    /// [env HUNCH_DECISION_LOG_BUFFER_BYTES, TOML `decision_log.buffer_bytes`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER_BYTES", value_name = "BYTES")]
+    pub decision_log_buffer_bytes: Option<usize>,
+    /// With `--decision-log-required`: how long a decision waits for its event to be written
+    /// before it is answered 503 (a hung disk). Keep it below `--request-timeout`. Default 2.
+    /// [env HUNCH_DECISION_LOG_WRITE_TIMEOUT, TOML `decision_log.write_timeout`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_WRITE_TIMEOUT", value_name = "SECONDS")]
+    pub decision_log_write_timeout: Option<f64>,
+    /// `always`: fsync the file after each write, before a required decision is answered
+    /// (survives a power loss); `off`: flushed to the operating system only. Default off.
+    /// [env HUNCH_DECISION_LOG_FSYNC, TOML `decision_log.fsync`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_FSYNC", value_name = "WHEN")]
+    pub decision_log_fsync: Option<Fsync>,
+}
+
+/// `[decision_log]` in the TOML file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionLogFile {
+    pub path: Option<PathBuf>,
+    pub max_bytes: Option<u64>,
+    pub rotate_seconds: Option<u64>,
+    pub keep: Option<usize>,
+    pub required: Option<bool>,
+    pub omit_state: Option<bool>,
+    pub url: Option<String>,
+    pub url_key: Option<String>,
+    pub batch_bytes: Option<usize>,
+    pub buffer: Option<usize>,
+    pub buffer_bytes: Option<usize>,
+    pub write_timeout: Option<f64>,
+    pub fsync: Option<Fsync>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("decision log: {0}")]
+pub struct DecisionLogSettingsError(pub String);
+
+/// The decision log's settings: its flags (and their variables) over the file's
+/// `[decision_log]` over the defaults.
+pub fn resolve(
+    args: &DecisionLogArgs,
+    file: Option<DecisionLogFile>,
+) -> Result<DecisionLogSettings, DecisionLogSettingsError> {
+    let file = file.unwrap_or_default();
+    let d = DecisionLogSettings::default();
+    let s = DecisionLogSettings {
+        path: args.decision_log.clone().or(file.path),
+        max_bytes: args
+            .decision_log_max_bytes
+            .or(file.max_bytes)
+            .unwrap_or(d.max_bytes),
+        rotate_after: args
+            .decision_log_rotate_seconds
+            .or(file.rotate_seconds)
+            .filter(|s| *s > 0)
+            .map(Duration::from_secs),
+        keep: args.decision_log_keep.or(file.keep).unwrap_or(d.keep),
+        required: args.decision_log_required || file.required.unwrap_or(false),
+        omit_state: args.decision_log_omit_state || file.omit_state.unwrap_or(false),
+        url: args.decision_log_url.clone().or(file.url),
+        url_key: args
+            .decision_log_url_key
+            .clone()
+            .or(file.url_key)
+            .filter(|k| !k.trim().is_empty()),
+        batch_bytes: args
+            .decision_log_batch_bytes
+            .or(file.batch_bytes)
+            .unwrap_or(d.batch_bytes),
+        buffer: args.decision_log_buffer.or(file.buffer).unwrap_or(d.buffer),
+        buffer_bytes: args
+            .decision_log_buffer_bytes
+            .or(file.buffer_bytes)
+            .unwrap_or(d.buffer_bytes),
+        write_timeout: match args.decision_log_write_timeout.or(file.write_timeout) {
+            Some(seconds) => Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| {
+                    DecisionLogSettingsError(format!(
+                        "write_timeout must be a positive number of seconds, not {seconds}"
+                    ))
+                })?,
+            None => d.write_timeout,
+        },
+        fsync: args.decision_log_fsync.or(file.fsync).unwrap_or(d.fsync),
+    };
+    if s.max_bytes == 0 || s.batch_bytes == 0 || s.buffer == 0 || s.buffer_bytes == 0 {
+        return Err(DecisionLogSettingsError(
+            "max_bytes, batch_bytes, buffer and buffer_bytes must be positive".into(),
+        ));
+    }
+    if s.fsync == Fsync::Always && s.path.as_ref().is_none_or(|p| p.as_os_str() == "-") {
+        return Err(DecisionLogSettingsError(
+            "--decision-log-fsync always needs --decision-log PATH (a file, not stdout)".into(),
+        ));
+    }
+    if s.required && s.path.is_none() {
+        return Err(DecisionLogSettingsError(
+            "--decision-log-required needs --decision-log PATH (the file sink)".into(),
+        ));
+    }
+    if let Some(url) = &s.url {
+        crate::http_url::check("--decision-log-url", url)
+            .map_err(|e| DecisionLogSettingsError(e.to_string()))?;
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file: DecisionLogFile =
+            toml::from_str("path = \"/f\"\nkeep = 3\nrequired = true\nurl = \"http://l\"").unwrap();
+        let args = DecisionLogArgs {
+            decision_log: Some("/flag".into()),
+            decision_log_rotate_seconds: Some(60),
+            ..Default::default()
+        };
+        let s = resolve(&args, Some(file)).unwrap();
+        assert_eq!(s.path, Some(PathBuf::from("/flag")));
+        assert_eq!(s.keep, 3);
+        assert!(s.required);
+        assert_eq!(s.rotate_after, Some(Duration::from_secs(60)));
+        assert_eq!(s.url.as_deref(), Some("http://l"));
+        assert!(s.enabled());
+        assert_eq!(s.buffer_bytes, 64 << 20);
+        assert_eq!(s.write_timeout, Duration::from_secs(2));
+        assert_eq!(s.fsync, Fsync::Off);
+    }
+
+    #[test]
+    fn the_write_path_settings_merge_like_the_others() {
+        let file: DecisionLogFile = toml::from_str(
+            "path = \"/f\"\nbuffer_bytes = 1000\nwrite_timeout = 0.25\nfsync = \"always\"",
+        )
+        .unwrap();
+        let s = resolve(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
+        assert_eq!(s.buffer_bytes, 1000);
+        assert_eq!(s.write_timeout, Duration::from_millis(250));
+        assert_eq!(s.fsync, Fsync::Always);
+        let args = DecisionLogArgs {
+            decision_log_buffer_bytes: Some(5),
+            decision_log_write_timeout: Some(3.0),
+            decision_log_fsync: Some(Fsync::Off),
+            ..Default::default()
+        };
+        let s = resolve(&args, Some(file)).unwrap();
+        assert_eq!(
+            (s.buffer_bytes, s.write_timeout, s.fsync),
+            (5, Duration::from_secs(3), Fsync::Off)
+        );
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        let required_without_file = DecisionLogArgs {
+            decision_log_required: true,
+            ..Default::default()
+        };
+        assert!(resolve(&required_without_file, None).is_err());
+        let ftp = DecisionLogArgs {
+            decision_log_url: Some("ftp://x".into()),
+            ..Default::default()
+        };
+        assert!(resolve(&ftp, None).is_err());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let timeout = DecisionLogArgs {
+                decision_log: Some("/f".into()),
+                decision_log_write_timeout: Some(bad),
+                ..Default::default()
+            };
+            assert!(resolve(&timeout, None).is_err(), "{bad}");
+        }
+        for path in [None, Some("-")] {
+            let fsync_without_file = DecisionLogArgs {
+                decision_log: path.map(PathBuf::from),
+                decision_log_fsync: Some(Fsync::Always),
+                ..Default::default()
+            };
+            assert!(resolve(&fsync_without_file, None).is_err());
+        }
+        let no_bytes = DecisionLogArgs {
+            decision_log_buffer_bytes: Some(0),
+            ..Default::default()
+        };
+        assert!(resolve(&no_bytes, None).is_err());
+        assert!(toml::from_str::<DecisionLogFile>("nonsense = 1").is_err());
+    }
+}
