@@ -9,6 +9,7 @@
 pub mod answer;
 pub mod answering;
 pub mod cache;
+pub mod calibration;
 pub mod date;
 pub mod process;
 pub mod protocol;
