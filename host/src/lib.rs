@@ -8,6 +8,7 @@
 //! - [`policy`]: WebAssembly decision policies: runtime, limits, registry, hot reload.
 
 pub mod api;
+pub mod calibration;
 pub mod cli;
 pub mod config;
 pub mod decision;

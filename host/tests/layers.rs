@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["config"],
     &["api"],
-    &["policy", "reader"],
+    &["policy", "reader", "calibration"],
     &["decision"],
     &["metrics", "http_url"],
 ];

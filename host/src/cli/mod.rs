@@ -2,6 +2,7 @@
 
 pub mod ask;
 pub mod batch;
+pub mod calibrate;
 pub mod policy_run;
 pub mod render;
 pub mod replay;
@@ -38,6 +39,9 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Answer a JSONL file of requests (OpenAI's batch format), resumably.
     Batch(batch::BatchArgs),
+    /// Fit a calibration per question from decision logs and labels, and report it before and
+    /// after on held-out folds.
+    Calibrate(calibrate::CalibrateArgs),
     /// Ask one System One question set from the shell and print the answers.
     Ask(ask::AskArgs),
     /// Decision policies: `new` scaffolds a crate, `run` runs one locally, `check` validates one.
@@ -102,6 +106,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Replay(args) => replay::main(args),
+        Command::Calibrate(args) => calibrate::main(args),
         Command::Batch(args) => client_runtime(|| batch::run(args)),
         Command::Ask(args) => {
             // `ask` numbers its questions in command-line order, which only the matches know.

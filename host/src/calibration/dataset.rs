@@ -1,0 +1,266 @@
+//! Joins labels to recorded distributions: each label becomes an [`Example`] of the question the
+//! model was asked, or a [`Problem`] saying why it could not.
+
+use super::labels::LabelLine;
+use super::question_key;
+use crate::decision::event::ReadEvent;
+use hunch_core::calibration::Example;
+use hunch_core::{Question, QuestionId, QuestionKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+/// A recorded `/v1/systemone` decision with its questions typed (by the caller, which owns
+/// request validation) and its reads.
+#[derive(Debug, Clone)]
+pub struct RecordedDecision<'a> {
+    pub decision_id: &'a str,
+    /// The request's questions, in request order.
+    pub questions: Vec<(QuestionId, Question)>,
+    pub reads: &'a [ReadEvent],
+}
+
+/// A label that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Problem {
+    /// Line of the labels file.
+    pub line: usize,
+    pub decision_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_id: Option<String>,
+    pub reason: String,
+}
+
+/// Every labelled answer of one question.
+#[derive(Debug, Clone)]
+pub struct QuestionSet {
+    pub question: Question,
+    /// The caller ids it was asked under (for people reading the report).
+    pub ids: Vec<String>,
+    pub examples: Vec<Example>,
+}
+
+/// The labelled answers by question key, and the labels that could not be used.
+#[derive(Debug, Default)]
+pub struct Dataset {
+    pub questions: BTreeMap<String, QuestionSet>,
+    pub problems: Vec<Problem>,
+}
+
+/// Joins `labels` to `decisions` by decision id.
+pub fn join(labels: &[LabelLine], decisions: &[RecordedDecision<'_>]) -> Dataset {
+    let by_id: HashMap<&str, &RecordedDecision<'_>> =
+        decisions.iter().map(|d| (d.decision_id, d)).collect();
+    let mut out = Dataset::default();
+    for line in labels {
+        let problem = |question_id: Option<&str>, reason: String| Problem {
+            line: line.line,
+            decision_id: line.decision_id.clone(),
+            question_id: question_id.map(str::to_owned),
+            reason,
+        };
+        let Some(decision) = by_id.get(line.decision_id.as_str()) else {
+            out.problems.push(problem(
+                None,
+                "no /v1/systemone decision with this id in the logs".into(),
+            ));
+            continue;
+        };
+        for (qid, label) in &line.labels {
+            let Some((_, question)) = decision.questions.iter().find(|(id, _)| id.0 == *qid) else {
+                out.problems.push(problem(
+                    Some(qid),
+                    "the decision has no question with this id".into(),
+                ));
+                continue;
+            };
+            let index = match label_index(question, label) {
+                Ok(i) => i,
+                Err(reason) => {
+                    out.problems.push(problem(Some(qid), reason));
+                    continue;
+                }
+            };
+            let Some(probabilities) = recorded_distribution(decision.reads, question) else {
+                out.problems.push(problem(
+                    Some(qid),
+                    "no recorded read answered this question (an answer-cache hit, a failed read, or a question needing no read)".into(),
+                ));
+                continue;
+            };
+            let set = out
+                .questions
+                .entry(question_key(question))
+                .or_insert_with(|| QuestionSet {
+                    question: question.clone(),
+                    ids: Vec::new(),
+                    examples: Vec::new(),
+                });
+            if !set.ids.contains(qid) {
+                set.ids.push(qid.clone());
+            }
+            set.examples.push(hunch_core::calibration::Example {
+                probabilities,
+                label: index,
+            });
+        }
+    }
+    out
+}
+
+/// The distribution a read recorded for `question`, normalised as the answer math does; `None`
+/// when no read holds it (or what it holds is not a distribution).
+fn recorded_distribution(reads: &[ReadEvent], question: &Question) -> Option<Vec<f64>> {
+    reads.iter().find_map(|read| {
+        let j = read.questions.iter().position(|q| q == question)?;
+        let p = read.distributions.as_ref()?.get(j)?.probabilities();
+        let total: f64 = p.iter().sum();
+        let valid = p.len() == question.label_count()
+            && p.iter().all(|x| x.is_finite() && *x >= 0.0)
+            && total > 0.0
+            && total.is_finite();
+        valid.then(|| p.iter().map(|x| x / total).collect())
+    })
+}
+
+/// The label's index in the question's distribution: `true`/`false` for a noul (`[yes, no]`),
+/// an option name for a choice, a level index or level text for a score.
+pub fn label_index(question: &Question, label: &Value) -> Result<usize, String> {
+    match (&question.kind, label) {
+        (QuestionKind::Noul { .. }, Value::Bool(yes)) => Ok(if *yes { 0 } else { 1 }),
+        (QuestionKind::Noul { .. }, other) => {
+            Err(format!("a noul's label is true or false, got {other}"))
+        }
+        (QuestionKind::Choice { options }, Value::String(name)) => {
+            options.iter().position(|o| o.name == *name).ok_or_else(|| {
+                let names: Vec<&str> = options.iter().map(|o| o.name.as_str()).collect();
+                format!("{name:?} is not an option of this choice ({names:?})")
+            })
+        }
+        (QuestionKind::Choice { .. }, other) => {
+            Err(format!("a choice's label is an option name, got {other}"))
+        }
+        (QuestionKind::Score { levels }, Value::Number(n)) => n
+            .as_u64()
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| *i < levels.len())
+            .ok_or_else(|| format!("level {n} is not one of 0..{}", levels.len())),
+        (QuestionKind::Score { levels }, Value::String(text)) => levels
+            .iter()
+            .position(|l| l == text)
+            .ok_or_else(|| format!("{text:?} is not a level of this score")),
+        (QuestionKind::Score { .. }, other) => Err(format!(
+            "a score's label is a level index or level text, got {other}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hunch_core::{ChoiceOption, LabelDistribution};
+    use serde_json::json;
+
+    fn noul(text: &str) -> Question {
+        Question {
+            instructions: text.into(),
+            kind: QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
+        }
+    }
+
+    fn read(questions: Vec<Question>, dists: Vec<Vec<f64>>) -> ReadEvent {
+        ReadEvent {
+            state: None,
+            state_sha256: String::new(),
+            questions,
+            options: Default::default(),
+            distributions: Some(dists.into_iter().map(LabelDistribution).collect()),
+            usage: Default::default(),
+            stats: Default::default(),
+            elapsed_ms: 0.0,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn labels_join_to_their_reads_and_every_miss_is_reported() {
+        let choice = Question {
+            instructions: "team?".into(),
+            kind: QuestionKind::Choice {
+                options: ["a", "b"]
+                    .iter()
+                    .map(|n| ChoiceOption {
+                        name: (*n).into(),
+                        description: None,
+                    })
+                    .collect(),
+            },
+        };
+        // Isolated mode: one read per question, in any order.
+        let reads = vec![
+            read(vec![choice.clone()], vec![vec![0.2, 0.6]]),
+            read(vec![noul("urgent?")], vec![vec![0.9, 0.1]]),
+        ];
+        let decision = RecordedDecision {
+            decision_id: "d1",
+            questions: vec![
+                (QuestionId("u".into()), noul("urgent?")),
+                (QuestionId("t".into()), choice.clone()),
+                (QuestionId("cached".into()), noul("other?")),
+            ],
+            reads: &reads,
+        };
+        let labels = super::super::labels::parse_labels(
+            r#"{"decision_id": "d1", "labels": {"u": false, "t": "b", "cached": true, "nope": 1}}
+{"decision_id": "d1", "labels": {"t": "c", "u": "yes"}}
+{"decision_id": "gone", "labels": {"u": true}}"#,
+        )
+        .0;
+        let data = join(&labels, &[decision]);
+        assert_eq!(data.questions.len(), 2);
+        let u = &data.questions[&question_key(&noul("urgent?"))];
+        assert_eq!(u.examples[0].label, 1);
+        assert_eq!(u.examples[0].probabilities, vec![0.9, 0.1]);
+        let t = &data.questions[&question_key(&choice)];
+        // Normalised as the answer math does.
+        assert!((t.examples[0].probabilities[1] - 0.75).abs() < 1e-12);
+        let reasons: Vec<(Option<&str>, &str)> = data
+            .problems
+            .iter()
+            .map(|p| (p.question_id.as_deref(), p.reason.as_str()))
+            .collect();
+        assert_eq!(reasons.len(), 5, "{reasons:?}");
+        assert!(reasons
+            .iter()
+            .any(|(q, r)| *q == Some("cached") && r.contains("no recorded read")));
+        assert!(reasons
+            .iter()
+            .any(|(q, r)| *q == Some("nope") && r.contains("no question")));
+        assert!(reasons
+            .iter()
+            .any(|(q, r)| *q == Some("t") && r.contains("not an option")));
+        assert!(reasons
+            .iter()
+            .any(|(q, r)| *q == Some("u") && r.contains("true or false")));
+        assert!(reasons
+            .iter()
+            .any(|(q, r)| q.is_none() && r.contains("no /v1/systemone")));
+    }
+
+    #[test]
+    fn score_labels_are_indices_or_level_texts() {
+        let q = Question {
+            instructions: "how bad?".into(),
+            kind: QuestionKind::Score {
+                levels: vec!["low".into(), "high".into()],
+            },
+        };
+        assert_eq!(label_index(&q, &json!(1)), Ok(1));
+        assert_eq!(label_index(&q, &json!("low")), Ok(0));
+        assert!(label_index(&q, &json!(2)).is_err());
+        assert!(label_index(&q, &json!(-1)).is_err());
+    }
+}
