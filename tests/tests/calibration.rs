@@ -1,0 +1,144 @@
+//! `hunch calibrate` end to end (docs/calibration.md): a server with the fixture sidecar writes a
+//! decision log, labels are written for its decisions, and the command fits, refuses what has too
+//! few labels, reports every label it could not use, and writes the file and the HTML report.
+
+use hunch_e2e::http::post_json;
+use hunch_e2e::{hunch_bin, start_hunch_with_fixture};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The log's events once it holds `n` (the file sink writes in the background).
+async fn wait_for_events(path: &Path, n: usize) {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().filter(|l| !l.trim().is_empty()).count() >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the log holds fewer than {n} events"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn labelled_decisions_are_calibrated_and_every_unused_label_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let l = log.display().to_string();
+    let hunch = start_hunch_with_fixture("dg-test", &["--decision-log", &l]).await;
+    let n = 60;
+    let mut lines = Vec::new();
+    for i in 0..n {
+        let body = json!({
+            "model": "dg-test",
+            "state": format!("ticket {i}: the printer on floor {} is {}", i % 7, i * 13 % 11),
+            "questions": {
+                "urgent": {"type": "noul", "instructions": "Is this urgent?"},
+                "team": {"type": "choice", "instructions": "Which team?",
+                         "criteria": {"it": "IT", "facilities": "Facilities", "sales": "Sales"}}
+            }
+        });
+        let (status, headers, answer) =
+            post_json(&format!("{}/v1/systemone", hunch.url), &body, &[]).await;
+        assert_eq!(status, 200, "{answer}");
+        let id = headers["x-hunch-decision-id"].to_str().unwrap().to_owned();
+        // The labels agree with the answer three times in four: a model over-confident here.
+        let p_yes = answer["answers"]["urgent"]["noul"].as_f64().unwrap();
+        let label = (p_yes >= 0.5) != (i % 4 == 0);
+        let mut labels = json!({"urgent": label});
+        if i < 10 {
+            labels["team"] = json!("it");
+        }
+        if i == 0 {
+            labels["nope"] = json!(true);
+        }
+        if i == 1 {
+            labels["team"] = json!("marketing");
+        }
+        lines.push(json!({"decision_id": id, "labels": labels}).to_string());
+    }
+    lines.push(json!({"decision_id": "not-a-decision", "labels": {"urgent": true}}).to_string());
+    lines.push("not json".into());
+    let labels = dir.path().join("labels.jsonl");
+    std::fs::write(&labels, lines.join("\n")).unwrap();
+    wait_for_events(&log, n).await;
+
+    let out_file = dir.path().join("calibration.json");
+    let report = dir.path().join("report");
+    let out = Command::new(hunch_bin())
+        .args(["calibrate", "--log", &l, "--labels"])
+        .arg(&labels)
+        .arg("-o")
+        .arg(&out_file)
+        .arg("--report")
+        .arg(&report)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let written: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
+    assert_eq!(printed, written);
+
+    let questions = printed["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{printed:#}");
+    let urgent = &questions[0];
+    assert_eq!(urgent["ids"], json!(["urgent"]));
+    assert_eq!(urgent["labels"], json!(n));
+    assert!(urgent["temperature"].as_f64().unwrap() > 0.0);
+    for side in ["before", "after"] {
+        for metric in ["nll", "brier", "ece", "accuracy"] {
+            assert!(urgent[side][metric].is_number(), "{side}.{metric}");
+        }
+    }
+    // A temperature never changes which answer is most likely.
+    assert_eq!(urgent["before"]["accuracy"], urgent["after"]["accuracy"]);
+    assert_eq!(urgent["cut_points"].as_array().unwrap().len(), 3);
+
+    // 9 usable team labels (one named an option the question does not have) are too few.
+    let refused = &printed["refused"][0];
+    assert_eq!(refused["ids"], json!(["team"]));
+    assert_eq!(refused["labels"], json!(9));
+    assert_eq!(refused["needed"], printed["min_labels"]);
+
+    let reasons: Vec<String> = printed["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            format!(
+                "{} {}",
+                p["question_id"].as_str().unwrap_or("-"),
+                p["reason"]
+            )
+        })
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert!(reasons
+        .iter()
+        .any(|r| r.starts_with("nope ") && r.contains("no question")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.starts_with("team ") && r.contains("marketing")));
+    assert!(reasons
+        .iter()
+        .any(|r| r.contains("no /v1/systemone decision")));
+    assert!(reasons.iter().any(|r| r.contains("not JSON")));
+
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    assert_eq!(
+        html.matches("<svg").count(),
+        2,
+        "before and after for the one fitted question"
+    );
+    assert!(html.contains("Cut-points") && !html.contains("<script"));
+}
