@@ -142,3 +142,121 @@ async fn labelled_decisions_are_calibrated_and_every_unused_label_is_reported() 
     );
     assert!(html.contains("Cut-points") && !html.contains("<script"));
 }
+
+/// A calibration fitted on 60 fixture decisions whose `urgent` labels agree with the answer three
+/// times in four; returns the calibration file.
+async fn fitted_calibration(dir: &Path) -> std::path::PathBuf {
+    let log = dir.join("fit.ndjson");
+    let l = log.display().to_string();
+    let hunch = start_hunch_with_fixture("dg-test", &["--decision-log", &l]).await;
+    let mut lines = Vec::new();
+    let n = 60;
+    for i in 0..n {
+        let (status, headers, answer) = post_json(
+            &format!("{}/v1/systemone", hunch.url),
+            &urgent_request(i),
+            &[],
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let id = headers["x-hunch-decision-id"].to_str().unwrap().to_owned();
+        let p_yes = answer["answers"]["urgent"]["noul"].as_f64().unwrap();
+        let label = (p_yes >= 0.5) != (i % 4 == 0);
+        lines.push(json!({"decision_id": id, "labels": {"urgent": label}}).to_string());
+    }
+    let labels = dir.join("fit-labels.jsonl");
+    std::fs::write(&labels, lines.join("\n")).unwrap();
+    wait_for_events(&log, n).await;
+    let file = dir.join("calibration.json");
+    let out = Command::new(hunch_bin())
+        .args(["calibrate", "--log", &l, "--labels"])
+        .arg(&labels)
+        .arg("-o")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    file
+}
+
+fn urgent_request(i: usize) -> Value {
+    json!({
+        "model": "dg-test",
+        "state": format!("ticket {i}: the printer on floor {} is {}", i % 7, i * 13 % 11),
+        "questions": {"urgent": {"type": "noul", "instructions": "Is this urgent?"}}
+    })
+}
+
+#[tokio::test]
+async fn a_served_calibrated_answer_equals_the_offline_calibration_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = fitted_calibration(dir.path()).await;
+    let bytes = std::fs::read(&file).unwrap();
+    let calibrations = hunch::calibration::file::Calibrations::from_bytes(&bytes).unwrap();
+    let temperature = serde_json::from_slice::<Value>(&bytes).unwrap()["questions"][0]
+        ["temperature"]
+        .as_f64()
+        .unwrap();
+    assert_ne!(temperature, 1.0);
+
+    let log = dir.path().join("served.ndjson");
+    let (l, f) = (log.display().to_string(), file.display().to_string());
+    let hunch =
+        start_hunch_with_fixture("dg-test", &["--decision-log", &l, "--calibration", &f]).await;
+    let models = hunch_e2e::http::get_json(&format!("{}/v1/models", hunch.url)).await;
+    assert_eq!(models["x_calibration"]["id"], json!(calibrations.id));
+
+    // A state the calibration was not fitted on, asked calibrated and raw.
+    let mut request = urgent_request(1000);
+    let (_, _, calibrated) = post_json(&format!("{}/v1/systemone", hunch.url), &request, &[]).await;
+    request["x_calibration"] = json!("off");
+    let (status, _, raw) = post_json(&format!("{}/v1/systemone", hunch.url), &request, &[]).await;
+    assert_eq!(status, 200, "{raw}");
+    wait_for_events(&log, 2).await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<hunch::decision::event::DecisionEvent> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let read = &events[0].reads[0];
+    let question = &read.questions[0];
+    let recorded_raw = &read.distributions.as_ref().unwrap()[0];
+    let offline = hunch_core::LabelDistribution(
+        calibrations
+            .for_question(question)
+            .expect("the calibration covers the question")
+            .apply(recorded_raw.probabilities()),
+    );
+    let noul = |d: &hunch_core::LabelDistribution| match hunch_core::Answer::from_distribution(
+        question, d,
+    )
+    .unwrap()
+    {
+        hunch_core::Answer::Noul { noul } => noul,
+        other => panic!("{other:?}"),
+    };
+    let served = calibrated["answers"]["urgent"]["noul"].as_f64().unwrap();
+    assert_eq!(served.to_bits(), noul(&offline).to_bits());
+    assert_eq!(
+        raw["answers"]["urgent"]["noul"].as_f64().unwrap().to_bits(),
+        noul(recorded_raw).to_bits()
+    );
+    assert_ne!(served, noul(recorded_raw));
+    // The record holds raw and calibrated distributions and the calibration's id; the raw
+    // request's record names no calibration.
+    assert_eq!(
+        events[0].calibration.as_deref(),
+        Some(calibrations.id.as_str())
+    );
+    assert_eq!(
+        read.calibrated.as_ref().unwrap()[0].as_ref(),
+        Some(&offline)
+    );
+    assert_eq!(events[1].calibration, None);
+    assert!(events[1].reads[0].calibrated.is_none());
+}

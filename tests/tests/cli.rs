@@ -536,6 +536,7 @@ fn every_client_command_has_help_with_an_example_and_one_line_errors() {
         &["ask"],
         &["policy", "run"],
         &["policy", "check"],
+        &["calibrate"],
     ] {
         let out = hunch(&[cmd, &["--help"]].concat());
         assert!(out.status.success(), "{cmd:?}");

@@ -65,6 +65,8 @@ pub struct AppState {
     pub answering: AnswerSettings,
     /// Decision ids and events (`crate::decision`); off until the server configures it.
     pub decisions: Arc<crate::decision::DecisionLog>,
+    /// The calibration applied to `/v1/systemone` answers (`--calibration`), if any.
+    pub calibration: Option<Arc<crate::calibration::file::Calibrations>>,
 }
 
 impl AppState {
@@ -87,6 +89,7 @@ impl AppState {
             limits,
             answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
+            calibration: None,
         })
     }
 

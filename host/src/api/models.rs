@@ -25,5 +25,9 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             "release_date": m.release_date,
         }));
     }
-    Ok(Json(json!({ "models": models })))
+    let mut body = json!({ "models": models });
+    if let Some(c) = &state.calibration {
+        body["x_calibration"] = json!({"id": c.id, "questions": c.len()});
+    }
+    Ok(Json(body))
 }

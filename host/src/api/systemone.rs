@@ -8,6 +8,8 @@ use super::middleware::{ReadSummary, RequestId};
 use super::validate::SystemOneRequest;
 use super::AppState;
 use crate::api::decision as decision_api;
+use crate::calibration::file::Calibrations;
+use crate::calibration::serve::{calibrated, CalibratingReader};
 use crate::decision::Decision;
 use axum::body::Body;
 use axum::extract::State;
@@ -60,6 +62,14 @@ pub async fn handle(
             event.input = seen.input.unwrap_or(Value::Null);
             event.model = seen.model.as_deref().map(|m| log.model_ref(m));
             event.result = recorded_body;
+            if let Some(c) = &seen.calibration {
+                event.calibration = Some(c.id.clone());
+                for read in &mut event.reads {
+                    if let Some(raw) = &read.distributions {
+                        read.calibrated = Some(calibrated(c, &read.questions, raw));
+                    }
+                }
+            }
         },
         result.map(IntoResponse::into_response),
     )
@@ -71,6 +81,8 @@ pub async fn handle(
 struct Seen {
     model: Option<String>,
     input: Option<Value>,
+    /// The calibration the answers were computed with.
+    calibration: Option<Arc<Calibrations>>,
 }
 
 async fn decide(
@@ -96,8 +108,25 @@ async fn decide(
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
     let reader = decision.reader(Arc::new(state.reader(&request.model)?));
     seen.model = Some(reader.model_name().to_string());
+    // The calibration wraps the recording reader: the record keeps the raw distributions.
+    let mut answering = state.answering.clone();
+    let reader: Arc<dyn Reader> = match &state.calibration {
+        Some(c) if !request.calibration_off => {
+            seen.calibration = Some(c.clone());
+            Arc::new(CalibratingReader {
+                inner: reader,
+                calibrations: c.clone(),
+            })
+        }
+        Some(_) => {
+            // The answer cache holds calibrated answers; raw ones are read afresh.
+            answering.cache = None;
+            reader
+        }
+        None => reader,
+    };
     let started = Instant::now();
-    let answered = answer(reader.as_ref(), &request, &state.answering).await?;
+    let answered = answer(reader.as_ref(), &request, &answering).await?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),

@@ -22,6 +22,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "x_seed",
     "x_draws",
     "x_questions",
+    "x_calibration",
 ];
 
 /// A validated System One request.
@@ -38,6 +39,9 @@ pub struct SystemOneRequest {
     pub options: ReadOptions,
     /// `x_questions`, when sent.
     pub x_questions: Option<QuestionMode>,
+    /// `"x_calibration": "off"`: answer from the raw distributions even when the server has a
+    /// calibration.
+    pub calibration_off: bool,
     /// Top-level fields this server does not know, in request order: ignored, and named in the
     /// `x-hunch-ignored-fields` response header.
     pub ignored_fields: Vec<String>,
@@ -268,6 +272,9 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         .and_then(Value::as_str)
         .and_then(|m| m.parse().ok());
 
+    // The schema admits only "on" and "off".
+    let calibration_off = body.get("x_calibration").and_then(Value::as_str) == Some("off");
+
     let mut questions = Vec::new();
     match body.get("questions").and_then(Value::as_object) {
         Some(map) => {
@@ -294,6 +301,7 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         questions,
         options,
         x_questions,
+        calibration_off,
         ignored_fields,
     })
 }

@@ -178,6 +178,7 @@ mod tests {
             questions,
             options: Default::default(),
             distributions: Some(dists.into_iter().map(LabelDistribution).collect()),
+            calibrated: None,
             usage: Default::default(),
             stats: Default::default(),
             elapsed_ms: 0.0,

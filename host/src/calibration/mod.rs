@@ -7,6 +7,7 @@ pub mod dataset;
 pub mod file;
 pub mod labels;
 pub mod report;
+pub mod serve;
 
 use hunch_core::Question;
 use sha2::{Digest, Sha256};

@@ -56,6 +56,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--shutdown-grace", "HUNCH_SHUTDOWN_GRACE", "shutdown_grace"),
     ("--no-demo", "HUNCH_NO_DEMO", "no_demo"),
     ("--policies", "HUNCH_POLICIES", "policies"),
+    ("--calibration", "HUNCH_CALIBRATION", "calibration"),
     ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
     ("--questions", "HUNCH_QUESTIONS", "questions"),
     (
@@ -113,6 +114,7 @@ pub struct Layer {
     pub shutdown_grace: Option<f64>,
     pub no_demo: Option<bool>,
     pub policies: Option<PathBuf>,
+    pub calibration: Option<PathBuf>,
     pub admin_key: Option<String>,
     /// `isolated` or `joint`.
     pub questions: Option<hunch_core::QuestionMode>,
@@ -244,6 +246,7 @@ impl Layer {
             shutdown_grace: args.shutdown_grace,
             no_demo: args.no_demo,
             policies: args.policies.clone(),
+            calibration: args.calibration.clone(),
             admin_key: args.admin_key.clone(),
             questions: args.questions,
             answer_cache_mb: args.answer_cache_mb,
@@ -329,6 +332,7 @@ impl Layer {
                 })
                 .transpose()?,
             policies: var("HUNCH_POLICIES").map(PathBuf::from),
+            calibration: var("HUNCH_CALIBRATION").map(PathBuf::from),
             admin_key: var("HUNCH_ADMIN_KEY"),
             questions: var("HUNCH_QUESTIONS")
                 .map(|v| {
@@ -387,6 +391,7 @@ impl Layer {
             shutdown_grace,
             no_demo,
             policies,
+            calibration,
             admin_key,
             questions,
             answer_cache_mb,

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     /// [env HUNCH_POLICIES, TOML `policies`]
     #[arg(long)]
     pub policies: Option<PathBuf>,
+    /// A calibration file written by `hunch calibrate`: answers to the questions it covers are
+    /// computed from calibrated distributions (docs/calibration.md); a request sends
+    /// `"x_calibration": "off"` for raw ones. [env HUNCH_CALIBRATION, TOML `calibration`]
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
     /// The key for deploying policies over HTTP (`PUT`/`DELETE /v1/policies/NAME`, sent as
     /// `X-Admin-Key`). None = deployments over HTTP are off. [env HUNCH_ADMIN_KEY, TOML
     /// `admin_key`]
@@ -192,6 +197,8 @@ pub struct Settings {
     pub demo: bool,
     /// `--policies DIR`.
     pub policies: Option<PathBuf>,
+    /// `--calibration FILE`.
+    pub calibration: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP.
     pub admin_key: Option<String>,
     /// The default question mode (`--questions`).
@@ -430,6 +437,7 @@ impl Settings {
             shutdown_grace,
             demo: !layer.no_demo.unwrap_or(false),
             policies: layer.policies,
+            calibration: layer.calibration,
             admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
             questions: layer
                 .questions

@@ -57,6 +57,10 @@ pub struct DecisionEvent {
     pub timings: EventTimings,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits_hit: Vec<LimitHit>,
+    /// The id (sha256 of the file) of the calibration applied to this decision's answers;
+    /// absent when none was (docs/calibration.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 /// Which policy version decided.
@@ -98,6 +102,11 @@ pub struct ReadEvent {
     /// One distribution per question, in the questions' order; absent when the read failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distributions: Option<Vec<LabelDistribution>>,
+    /// With a calibration applied: per question, the calibrated distribution the answer was
+    /// computed from (`null` for a question the calibration does not cover). `distributions`
+    /// stays the raw one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibrated: Option<Vec<Option<LabelDistribution>>>,
     #[serde(default)]
     pub usage: Usage,
     /// Draws, tokens, cache use and the model-side timings.
@@ -300,6 +309,7 @@ mod tests {
             usage: Usage::default(),
             timings: EventTimings::default(),
             limits_hit: vec![],
+            calibration: Some("c".into()),
         };
         let text = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<DecisionEvent>(&text).unwrap(), e);

@@ -348,6 +348,7 @@ impl Decision {
                 read_ms,
             },
             limits_hit: Vec::new(),
+            calibration: None,
         }
     }
 }

@@ -271,6 +271,14 @@ pub async fn serve_until(
         answer_cache_bytes = settings.answer_cache_bytes,
         "answering"
     );
+    if let Some(path) = &settings.calibration {
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("cannot read the calibration {}", path.display()))?;
+        let calibrations = crate::calibration::file::Calibrations::from_bytes(&bytes)
+            .with_context(|| format!("the calibration {}", path.display()))?;
+        tracing::info!(id = %calibrations.id, questions = calibrations.len(), "calibration");
+        state.calibration = Some(std::sync::Arc::new(calibrations));
+    }
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
     state.decisions.set_fingerprints(readers.fingerprints);
     state.metrics.add_source(state.decisions.clone());
