@@ -259,4 +259,27 @@ async fn a_served_calibrated_answer_equals_the_offline_calibration_bit_for_bit()
     );
     assert_eq!(events[1].calibration, None);
     assert!(events[1].reads[0].calibrated.is_none());
+
+    // Replaying the same calibration: the calibrated decision does not move at all, the raw one
+    // moves by exactly the calibration's change of its probabilities.
+    let out = Command::new(hunch_bin())
+        .args(["replay", "--log", &l, "--calibration", &f, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let replayed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(replayed["calibration"], json!(calibrations.id));
+    assert_eq!(
+        (replayed["decisions"].clone(), replayed["covered"].clone()),
+        (json!(2), json!(2))
+    );
+    let moved = replayed["max_probability_move"].as_f64().unwrap();
+    assert!(
+        (moved - (served - noul(recorded_raw)).abs()).abs() < 1e-12,
+        "{moved}"
+    );
 }

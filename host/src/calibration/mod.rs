@@ -6,6 +6,7 @@
 pub mod dataset;
 pub mod file;
 pub mod labels;
+pub mod replay;
 pub mod report;
 pub mod serve;
 

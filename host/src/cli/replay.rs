@@ -54,6 +54,10 @@ pub struct ReplayArgs {
     /// Exit 1 when a decision changed or could not be replayed (for CI).
     #[arg(long)]
     pub fail_on_change: bool,
+    /// Instead of replaying policies: report which recorded `/v1/systemone` answers this
+    /// calibration file (from `hunch calibrate`) would flip, against what was served.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["policies", "policy_dir", "reread"])]
+    pub calibration: Option<PathBuf>,
 }
 
 /// Why `hunch replay` could not run (exit code 2).
@@ -78,6 +82,11 @@ enum ReplayCliError {
     },
     #[error("{path}: {message}")]
     Policy { path: PathBuf, message: String },
+    #[error("{path}: {source}")]
+    Calibration {
+        path: PathBuf,
+        source: crate::calibration::file::LoadError,
+    },
 }
 
 /// Runs `hunch replay`; the exit code is 0, 1 (`--fail-on-change` and a change) or 2 (bad
@@ -115,6 +124,9 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, ReplayCliError> {
         .into_iter()
         .filter(|e| filter.matches(e))
         .collect();
+    if let Some(path) = &args.calibration {
+        return replay_calibration(args, path, &events);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -271,4 +283,47 @@ fn reread_table(r: &RereadReport) -> String {
         }
     }
     out
+}
+
+/// `--calibration FILE`: the flips a calibration would make, against what was served.
+fn replay_calibration(
+    args: &ReplayArgs,
+    path: &std::path::Path,
+    events: &[crate::decision::event::DecisionEvent],
+) -> Result<ExitCode, ReplayCliError> {
+    let bytes = std::fs::read(path).map_err(|source| ReplayCliError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let calibrations =
+        crate::calibration::file::Calibrations::from_bytes(&bytes).map_err(|source| {
+            ReplayCliError::Calibration {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+    let report = crate::calibration::replay::replay(events, &calibrations);
+    let mut table = format!(
+        "calibration {}: {} decisions, {} answers, {} covered, largest probability move {:.4}, {} flips\n",
+        report.calibration,
+        report.decisions,
+        report.answers,
+        report.covered,
+        report.max_probability_move,
+        report.flips.len()
+    );
+    for f in report.flips.iter().take(args.samples) {
+        let _ = writeln!(
+            table,
+            "  {} {:?}: {} -> {}",
+            f.decision_id, f.instructions, f.served, f.replayed
+        );
+    }
+    let changed = !report.flips.is_empty();
+    print(args.json, &report, table);
+    Ok(if args.fail_on_change && changed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
