@@ -283,3 +283,42 @@ async fn a_served_calibrated_answer_equals_the_offline_calibration_bit_for_bit()
         "{moved}"
     );
 }
+
+#[tokio::test]
+async fn a_rewritten_calibration_file_is_swapped_in_while_serving_and_a_broken_one_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = fitted_calibration(dir.path()).await;
+    let served = dir.path().join("served.json");
+    std::fs::copy(&file, &served).unwrap();
+    let s = served.display().to_string();
+    let hunch = start_hunch_with_fixture("dg-test", &["--calibration", &s]).await;
+    let models = format!("{}/v1/models", hunch.url);
+    let first = hunch_e2e::http::get_json(&models).await["x_calibration"]["id"].clone();
+
+    // The same calibration with one question fewer is another file, so another id.
+    let mut edited: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    edited["questions"] = json!([]);
+    std::fs::write(&served, serde_json::to_vec(&edited).unwrap()).unwrap();
+    let start = Instant::now();
+    loop {
+        let now = hunch_e2e::http::get_json(&models).await["x_calibration"].clone();
+        if now["id"] != first {
+            assert_eq!(now["questions"], json!(0));
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never reloaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A broken file leaves the served calibration in place.
+    std::fs::write(&served, b"{ not a calibration").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let now = hunch_e2e::http::get_json(&models).await["x_calibration"]["questions"].clone();
+    assert_eq!(now, json!(0));
+    let (status, _, _) = post_json(
+        &format!("{}/v1/systemone", hunch.url),
+        &urgent_request(1),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+}

@@ -66,7 +66,7 @@ pub struct AppState {
     /// Decision ids and events (`crate::decision`); off until the server configures it.
     pub decisions: Arc<crate::decision::DecisionLog>,
     /// The calibration applied to `/v1/systemone` answers (`--calibration`), if any.
-    pub calibration: Option<Arc<crate::calibration::file::Calibrations>>,
+    pub calibration: Arc<crate::calibration::serve::CalibrationSlot>,
 }
 
 impl AppState {
@@ -89,7 +89,7 @@ impl AppState {
             limits,
             answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
-            calibration: None,
+            calibration: Default::default(),
         })
     }
 

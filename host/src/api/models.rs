@@ -26,7 +26,7 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
         }));
     }
     let mut body = json!({ "models": models });
-    if let Some(c) = &state.calibration {
+    if let Some(c) = state.calibration.current() {
         body["x_calibration"] = json!({"id": c.id, "questions": c.len()});
     }
     Ok(Json(body))

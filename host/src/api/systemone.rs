@@ -108,20 +108,22 @@ async fn decide(
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
     let reader = decision.reader(Arc::new(state.reader(&request.model)?));
     seen.model = Some(reader.model_name().to_string());
-    // The calibration wraps the recording reader: the record keeps the raw distributions.
+    // The calibration wraps the recording reader: the record keeps the raw distributions. The
+    // answer cache is not used while a calibration is served: its answers would outlive a
+    // reloaded calibration and mix raw with calibrated ones.
     let mut answering = state.answering.clone();
-    let reader: Arc<dyn Reader> = match &state.calibration {
-        Some(c) if !request.calibration_off => {
-            seen.calibration = Some(c.clone());
-            Arc::new(CalibratingReader {
-                inner: reader,
-                calibrations: c.clone(),
-            })
-        }
-        Some(_) => {
-            // The answer cache holds calibrated answers; raw ones are read afresh.
+    let reader: Arc<dyn Reader> = match state.calibration.current() {
+        Some(c) => {
             answering.cache = None;
-            reader
+            if request.calibration_off {
+                reader
+            } else {
+                seen.calibration = Some(c.clone());
+                Arc::new(CalibratingReader {
+                    inner: reader,
+                    calibrations: c,
+                })
+            }
         }
         None => reader,
     };

@@ -27,6 +27,70 @@ pub fn calibrated(
         .collect()
 }
 
+/// The calibration being served, swapped whole when its file changes: a request takes the
+/// current one once and keeps it for all its reads and its record.
+#[derive(Debug, Default)]
+pub struct CalibrationSlot {
+    current: std::sync::RwLock<Option<Arc<Calibrations>>>,
+}
+
+impl CalibrationSlot {
+    pub fn new(calibrations: Option<Calibrations>) -> CalibrationSlot {
+        CalibrationSlot {
+            current: std::sync::RwLock::new(calibrations.map(Arc::new)),
+        }
+    }
+
+    pub fn current(&self) -> Option<Arc<Calibrations>> {
+        // A poisoned lock only means a writer panicked mid-swap of one `Option<Arc>`; the value
+        // is still whole, so it is read anyway.
+        match self.current.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn swap(&self, calibrations: Calibrations) {
+        let new = Some(Arc::new(calibrations));
+        match self.current.write() {
+            Ok(mut g) => *g = new,
+            Err(poisoned) => *poisoned.into_inner() = new,
+        }
+    }
+}
+
+/// Polls `path` every `every` and swaps in its calibration when its bytes change; a file that
+/// does not load (half written, broken) leaves the served one in place and is logged.
+pub async fn watch(
+    slot: Arc<CalibrationSlot>,
+    path: std::path::PathBuf,
+    every: std::time::Duration,
+) {
+    let mut last_refused: Option<String> = None;
+    loop {
+        tokio::time::sleep(every).await;
+        let Ok(bytes) = tokio::fs::read(&path).await else {
+            continue;
+        };
+        let id = super::file_id(&bytes);
+        let current = slot.current().map(|c| c.id.clone());
+        if current.as_deref() == Some(id.as_str()) || last_refused.as_deref() == Some(id.as_str()) {
+            continue;
+        }
+        match Calibrations::from_bytes(&bytes) {
+            Ok(c) => {
+                tracing::info!(id = %c.id, questions = c.len(), "calibration reloaded");
+                slot.swap(c);
+                last_refused = None;
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "calibration file refused; the served one stays");
+                last_refused = Some(id);
+            }
+        }
+    }
+}
+
 /// Wraps a reader (the decision's recording reader, so the record keeps the raw distributions)
 /// and calibrates what it answers.
 pub struct CalibratingReader {

@@ -277,7 +277,14 @@ pub async fn serve_until(
         let calibrations = crate::calibration::file::Calibrations::from_bytes(&bytes)
             .with_context(|| format!("the calibration {}", path.display()))?;
         tracing::info!(id = %calibrations.id, questions = calibrations.len(), "calibration");
-        state.calibration = Some(std::sync::Arc::new(calibrations));
+        state.calibration = std::sync::Arc::new(crate::calibration::serve::CalibrationSlot::new(
+            Some(calibrations),
+        ));
+        tokio::spawn(crate::calibration::serve::watch(
+            state.calibration.clone(),
+            path.clone(),
+            std::time::Duration::from_secs(1),
+        ));
     }
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
     state.decisions.set_fingerprints(readers.fingerprints);
