@@ -83,6 +83,7 @@ impl PolicyService {
     /// The `/v1/policies` routes; from now on policy reads use `state`'s readers.
     pub fn routes(self, state: &AppState) -> Router<AppState> {
         let _ = self.readers.0.set(state.clone());
+        state.served_policies.serve(self.registry.clone());
         let api = Arc::new(PolicyApi {
             registry: self.registry.clone(),
             admin_key: self.admin_key.clone(),
