@@ -319,7 +319,9 @@ fn generic_policy_paths() -> Map<String, Value> {
         "put": {"summary": "Deploy a component (admin key); limits, reader and rollout as query parameters, written to NAME.toml",
                 "security": [{"bearer": [], "admin": []}],
                 "parameters": deploy_parameters,
-                "requestBody": {"required": true, "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}}}},
+                "requestBody": {"required": true, "description": "The component's bytes; the server reads the body whatever its Content-Type.",
+                                "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}},
+                                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
                 "responses": admin_responses(json!({
                     "200": summary_200("New version serving (or the candidate deployed)"),
                     "201": summary_200("New policy serving"),
@@ -397,7 +399,11 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                 {"name": "Content-Encoding", "in": "header", "required": false, "schema": {"enum": ["zstd", "gzip", "deflate", "identity"]}},
                 {"name": "x-request-id", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Echoed in x-typesafe-request-id when plain."}
             ],
-            "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}},
+            "requestBody": {"required": true, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
+                "example": {"model": "jev-latest", "state": "I was charged twice. Please help.",
+                            "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"},
+                                          "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["Can wait", "Today"]}}}}}},
             "responses": v1_responses(json!({
                 "200": {"description": "Answers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}},
                         "headers": {
