@@ -206,6 +206,9 @@ async fn the_fuzzer_finds_no_undocumented_status_and_no_5xx() {
             "--request-timeout",
             "120",
             "--no-color",
+            // A failure's `curl` line whole, so it can be replayed.
+            "--output-truncate",
+            "false",
             "--header",
             &format!("Authorization: Bearer {API_KEY}"),
         ])
