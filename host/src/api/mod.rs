@@ -65,6 +65,8 @@ pub struct AppState {
     pub answering: AnswerSettings,
     /// Decision ids and events (`crate::decision`); off until the server configures it.
     pub decisions: Arc<crate::decision::DecisionLog>,
+    /// The policies `/openapi.json` describes, once the policy routes exist.
+    pub served_policies: openapi::ServedPolicies,
 }
 
 impl AppState {
@@ -87,6 +89,7 @@ impl AppState {
             limits,
             answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
+            served_policies: openapi::ServedPolicies::default(),
         })
     }
 
