@@ -87,8 +87,9 @@ MLX_VERSION="$(tr -d '[:space:]' < accelerator/mlx-sys/MLX_VERSION)"
 if [ "$backend" = cpu ]; then
   scripts/fetch-mlx.sh >/dev/null
   if [ "$profile" = dev ]; then
-    # The same command line as scripts/test.sh, so nothing is rebuilt after a test run.
-    cargo build --workspace
+    # The same command line as scripts/test.sh (so nothing is rebuilt after a test run): it builds
+    # the binaries of every package with integration tests, hunch and hunch-accelerator among them.
+    cargo test --workspace --no-run
   else
     cargo build --release -p hunch -p hunch-accelerator
   fi
