@@ -63,8 +63,13 @@ fi
 
 # --- 2. Builds ---------------------------------------------------------------------------------
 run setup scripts/setup.sh
-run build-host cargo build --profile "$profile" -p hunch -p hunch-accelerator -p hunch-e2e \
-  --bin hunch --bin hunch-ckpt --bin read-bench --bin hunch-accelerator
+if [ "$profile" = dev ]; then
+  # The test build's command line: reuses what `cargo test --workspace` built.
+  run build-host cargo test --workspace --no-run
+else
+  run build-host cargo build --profile "$profile" -p hunch -p hunch-accelerator -p hunch-e2e \
+    --bin hunch --bin hunch-ckpt --bin read-bench --bin hunch-accelerator
+fi
 ckpt_tool="target/$dir/hunch-ckpt"
 if [ "$mode" = gpu ]; then
   run build-cuda env PROFILE="$profile" scripts/build-cuda.sh cuda13
@@ -120,5 +125,5 @@ run "client-$full_name" python3 scripts/gpu_check_client.py --url "$url" --model
   --state-tokens 600 --draws 4 --seed 7 --reps 10 --clients 8 --seconds "$seconds" \
   --weights-bytes "$weights" --bandwidth "$bandwidth"
 curl -fsS "$url/metrics" > "$out/metrics-$full_name.txt"
-cat "$out/client-$full_name.txt" | tail -6 | tee -a "$log"
+tail -6 "$out/client-$full_name.txt" | tee -a "$log"
 say "done: raw output in $out"
