@@ -63,6 +63,8 @@ pub struct AppState {
     pub answering: AnswerSettings,
     /// Decision ids and events (`crate::decision`); off until the server configures it.
     pub decisions: Arc<crate::decision::DecisionLog>,
+    /// Set once a shutdown began: `/readyz` answers 503 so balancers send no new work.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -85,6 +87,7 @@ impl AppState {
             limits,
             answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
+            draining: Arc::default(),
         })
     }
 
