@@ -120,7 +120,7 @@ for _ in $(seq 1 3600); do
   sleep 1
 done
 curl -fsS -o /dev/null "$url/readyz" || { say "$full_name never became ready"; exit 1; }
-say "$full_name: ready after ${SECONDS} s of this script"
+say "$full_name: ready ($SECONDS s since this script started, builds included)"
 run "client-$full_name" python3 scripts/gpu_check_client.py --url "$url" --model "$full_name" \
   --state-tokens 600 --draws 4 --seed 7 --reps 10 --clients 8 --seconds "$seconds" \
   --weights-bytes "$weights" --bandwidth "$bandwidth"
