@@ -165,6 +165,10 @@ pub struct EngineGauges {
     pub cache_entries: u64,
     /// Bytes of prompt K/V held by reads in flight.
     pub inflight_kv_bytes: u64,
+    /// The prefix cache's byte bound (0: a sidecar that does not say), so the host can publish
+    /// the cache's utilisation as a fraction.
+    #[serde(default)]
+    pub cache_capacity_bytes: u64,
 }
 
 /// The answer to a [`ReadRequest`]: one distribution per question, same order.

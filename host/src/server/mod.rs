@@ -1,5 +1,6 @@
-//! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (stop
-//! accepting, let in-flight requests finish within the grace period, then stop the sidecars).
+//! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (turn
+//! unready, keep serving for the drain delay, stop accepting, let in-flight requests finish
+//! within the grace period, stop the sidecars, flush the decision log).
 //! [`policies`] adds the policy engine, registry, watcher and routes to the server.
 
 pub mod policies;
@@ -286,10 +287,22 @@ pub async fn serve_until(
     listening(addr);
     tracing::info!(%addr, auth = state.keys.enabled(), models = state.registry.models().len(), "listening");
 
+    // The drain (docs/deploy.md, "Draining"): on the signal the server turns unready at once and
+    // keeps serving for the drain delay (balancers and Kubernetes' endpoints notice unready
+    // servers only after a while); then it stops accepting, in-flight requests get the grace
+    // period, the sidecars stop, and the decision log is flushed before the process exits.
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining = state.draining.clone();
+    let drain_delay = settings.drain_delay;
     let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
-        tracing::info!("shutting down: draining in-flight requests");
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            ?drain_delay,
+            "shutting down: unready; still serving for the drain delay"
+        );
+        tokio::time::sleep(drain_delay).await;
+        tracing::info!("shutting down: no new connections; draining in-flight requests");
         let _ = signalled_tx.send(());
     });
     let grace = settings.shutdown_grace;
@@ -310,7 +323,7 @@ pub async fn serve_until(
     state_decisions
         .close(crate::api::decision::SHUTDOWN_GRACE)
         .await;
-    tracing::info!("stopped");
+    tracing::info!("decision log flushed; stopped");
     Ok(())
 }
 
