@@ -247,10 +247,14 @@ fn run_operation(summary: &str, input: Value, output: Value) -> Value {
 }
 
 fn describe_operation() -> Value {
-    json!({"summary": "One policy: its summary, stage and agreement", "security": [{"bearer": []}],
+    json!({"summary": "One policy: its summary, the stage described (`?stage=`, default active) and agreement",
+           "security": [{"bearer": []}],
+           "parameters": [{"name": "stage", "in": "query", "required": false,
+                           "schema": {"enum": ["active", "candidate", "previous"]}}],
            "responses": v1_responses(json!({
                "200": {"description": "The policy", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyDescription"}}}},
-               "404": error("No such policy")}))})
+               "400": error("A stage that is not active, candidate or previous"),
+               "404": error("No such policy, or no version at the stage asked")}))})
 }
 
 /// Admin routes: need the admin key (as well as the API key when keys are configured).
