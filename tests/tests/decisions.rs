@@ -94,6 +94,17 @@ fn probe_policies() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, log, policies)
 }
 
+/// One System One decision, which must be answered 200 (`n` names it in a failure).
+async fn ask_a_question(url: &str, n: usize) {
+    let (s, _, body) = post_json(
+        &format!("{url}/v1/systemone"),
+        &hunch_e2e::sample_request(),
+        &[],
+    )
+    .await;
+    assert_eq!(s, 200, "request {n}: {body}");
+}
+
 fn sha256(bytes: &[u8]) -> String {
     hunch::decision::event::sha256_hex(bytes)
 }
@@ -470,10 +481,7 @@ async fn collector(status: Option<u16>) -> String {
 
 #[tokio::test]
 async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     let unwritable = dir.path().join("no-such-dir").join("decisions.ndjson");
 
     // An unwritable file and a collector that refuses: requests answer, drops are counted.
@@ -525,13 +533,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     let mut sent = 0;
     loop {
-        let (s, _, _) = post_json(
-            &format!("{}/v1/systemone", hunch.url),
-            &hunch_e2e::sample_request(),
-            &[],
-        )
-        .await;
-        assert_eq!(s, 200, "request {sent}");
+        ask_a_question(&hunch.url, sent).await;
         sent += 1;
         let dropped = metric::<u64>(
             &hunch.url,
@@ -574,13 +576,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await
         == 0
     {
-        let (s, _, _) = post_json(
-            &format!("{}/v1/systemone", hunch.url),
-            &hunch_e2e::sample_request(),
-            &[],
-        )
-        .await;
-        assert_eq!(s, 200, "request {sent}");
+        ask_a_question(&hunch.url, sent).await;
         sent += 1;
         assert!(sent < 100, "a 4 KiB buffer took {sent} events");
     }
@@ -682,43 +678,12 @@ async fn describing_a_policy_names_the_stage_it_describes() {
     assert_eq!(previous["version"], active["version"]);
 }
 
-/// A collector that keeps every event it is sent.
-async fn recording_collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use std::io::Read;
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let kept = kept.clone();
-            async move {
-                let mut text = String::new();
-                flate2::read::GzDecoder::new(&body[..])
-                    .read_to_string(&mut text)
-                    .unwrap();
-                let events: Vec<Value> = serde_json::from_str(&text).unwrap();
-                kept.lock().unwrap().extend(events);
-                axum::http::StatusCode::OK
-            }
-        }),
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
-}
-
 #[tokio::test]
 async fn a_required_log_writes_the_file_first_and_the_collector_never_sees_a_503_as_a_200() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     let missing = dir.path().join("later");
     let log = missing.join("decisions.ndjson");
-    let (url, seen) = recording_collector().await;
+    let (url, seen) = hunch::decision::testing::recording_collector().await;
     let hunch = fixture_server(
         &policies,
         &log,
@@ -765,10 +730,7 @@ async fn a_required_log_writes_the_file_first_and_the_collector_never_sees_a_503
 
 #[tokio::test]
 async fn a_hung_disk_answers_503_with_retry_after_not_the_request_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     // A FIFO nobody reads stands for a hung disk: once an event larger than the pipe is
     // written, the writer never returns.
     let fifo = dir.path().join("decisions.ndjson");

@@ -19,6 +19,8 @@ pub mod mask;
 pub mod recorder;
 pub mod settings;
 pub mod sink;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use event::{DecisionEvent, EventTimings, ModelRef, ReadEvent, READ_ALGORITHM};
 use hunch_core::Reader;
@@ -355,34 +357,7 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::body::Bytes;
-    use std::io::Read;
     use std::path::Path;
-
-    /// A collector that keeps every event it is sent.
-    async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
-        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let kept = seen.clone();
-        let app = axum::Router::new().route(
-            "/",
-            axum::routing::post(move |body: Bytes| {
-                let kept = kept.clone();
-                async move {
-                    let mut text = String::new();
-                    flate2::read::GzDecoder::new(&body[..])
-                        .read_to_string(&mut text)
-                        .unwrap();
-                    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
-                    kept.lock().unwrap().extend(events);
-                    axum::http::StatusCode::OK
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, seen)
-    }
 
     fn required(path: &Path, url: Option<String>) -> DecisionLogSettings {
         DecisionLogSettings {
@@ -415,7 +390,7 @@ mod tests {
     #[tokio::test]
     async fn a_required_log_offers_the_collector_only_events_the_file_took() {
         let dir = tempfile::tempdir().unwrap();
-        let (url, seen) = collector().await;
+        let (url, seen) = testing::recording_collector().await;
         let unwritable = dir.path().join("no-such-dir").join("d.ndjson");
         let log = DecisionLog::start(required(&unwritable, Some(url.clone()))).unwrap();
         let refused = log.write(policy_event(&log), None).await;
