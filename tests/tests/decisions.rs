@@ -94,14 +94,19 @@ fn probe_policies() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, log, policies)
 }
 
-/// One System One decision, which must be answered 200 (`n` names it in a failure).
-async fn ask_a_question(url: &str, n: usize) {
-    let (s, _, body) = post_json(
+/// The sample System One request to the server at `url`: status, headers, body.
+async fn systemone(url: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(
         &format!("{url}/v1/systemone"),
         &hunch_e2e::sample_request(),
         &[],
     )
-    .await;
+    .await
+}
+
+/// One System One decision, which must be answered 200 (`n` names it in a failure).
+async fn ask_a_question(url: &str, n: usize) {
+    let (s, _, body) = systemone(url).await;
     assert_eq!(s, 200, "request {n}: {body}");
 }
 
@@ -136,12 +141,7 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
         assert_eq!(body["decision_id"], id.as_str());
         ids.push((id, body["output"].clone()));
     }
-    let (status, headers, _) = post_json(
-        &format!("{}/v1/systemone", hunch.url),
-        &hunch_e2e::sample_request(),
-        &[],
-    )
-    .await;
+    let (status, headers, _) = systemone(&hunch.url).await;
     assert_eq!(status, 200);
     let raw_id = headers["x-hunch-decision-id"].to_str().unwrap().to_string();
 
@@ -592,12 +592,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("x-hunch-decision-id"));
-    let (s, _, _) = post_json(
-        &format!("{}/v1/systemone", hunch.url),
-        &hunch_e2e::sample_request(),
-        &[],
-    )
-    .await;
+    let (s, _, _) = systemone(&hunch.url).await;
     assert_eq!(s, 503);
 }
 
