@@ -25,5 +25,5 @@ pub use question::{
 };
 pub use reader::{
     EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadOutcome,
-    ReadRequest, ReadStats, Reader, ReaderLimits, Usage,
+    ReadRequest, ReadStats, Reader, ReaderInfo, ReaderLimits, Usage, READ_ALGORITHM_VERSION,
 };

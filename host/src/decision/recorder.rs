@@ -6,7 +6,7 @@
 //! replay` and a shadow candidate (reads it shares with the active version) use.
 
 use crate::decision::event::{sha256_hex, ReadEvent};
-use hunch_core::{Question, ReadError, ReadOutcome, ReadRequest, Reader};
+use hunch_core::{Question, ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,6 +90,10 @@ impl Reader for RecordingReader {
 
     async fn ready(&self) -> bool {
         self.inner.ready().await
+    }
+
+    fn info(&self) -> ReaderInfo {
+        self.inner.info()
     }
 }
 
@@ -188,6 +192,23 @@ impl Reader for BookReader {
             )),
         }
     }
+
+    async fn ready(&self) -> bool {
+        match &self.fallback {
+            Some(reader) => reader.ready().await,
+            None => true,
+        }
+    }
+
+    /// The fallback model's: what the book cannot answer goes there, so its limits apply and
+    /// its fingerprint keys cached answers. Without one, nothing is known (the recorded model
+    /// may not be served any more).
+    fn info(&self) -> ReaderInfo {
+        self.fallback
+            .as_ref()
+            .map(|reader| reader.info())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +234,9 @@ mod tests {
                 usage: Default::default(),
                 stats: Default::default(),
             })
+        }
+        fn info(&self) -> ReaderInfo {
+            ReaderInfo::unknown()
         }
     }
 

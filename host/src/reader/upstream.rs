@@ -6,7 +6,7 @@
 
 use hunch_core::{
     LabelDistribution, Question, QuestionKind, ReadError, ReadOptions, ReadOutcome, ReadRequest,
-    ReadStats, Reader, Usage,
+    ReadStats, Reader, ReaderInfo, Usage,
 };
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -266,6 +266,13 @@ fn read_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, Ups
 impl Reader for UpstreamReader {
     fn model_name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Another server's model: its limits are its own to enforce (it answers a 4xx that is
+    /// passed through), and what its answers depend on is not known here, so they are never
+    /// cached.
+    fn info(&self) -> ReaderInfo {
+        ReaderInfo::unknown()
     }
 
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
