@@ -146,6 +146,22 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
     let raw_id = headers["x-hunch-decision-id"].to_str().unwrap().to_string();
 
     let all = events(&log, n + 1).await;
+    // The model's identity has one owner: the fingerprint the sidecar reports, which `/v1/models`
+    // shows and every event records.
+    let models = get_json(&format!("{}/v1/models", hunch.url)).await;
+    let fingerprint = models["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == hunch_e2e::TINY_MODEL)
+        .map(|m| m["x_fingerprint"].clone())
+        .unwrap();
+    assert!(
+        fingerprint
+            .as_str()
+            .is_some_and(|f| f.contains(hunch_core::READ_ALGORITHM_VERSION)),
+        "{models}"
+    );
     let policy_events: Vec<&Value> = all.iter().filter(|e| e["policy"].is_object()).collect();
     assert_eq!(policy_events.len(), n);
     let mut expected_flips = Vec::new();
@@ -158,12 +174,8 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
         assert_eq!(e["policy"]["sha256"], sha256(&v1));
         assert_eq!(e["policy"]["stage"], "active");
         assert_eq!(e["model"]["name"], hunch_e2e::TINY_MODEL);
-        assert!(
-            e["model"]["fingerprint"]["config_sha256"].is_string(),
-            "{}",
-            e["model"]
-        );
-        assert!(e["model"]["fingerprint"]["tensor_index_sha256"].is_string());
+        assert_eq!(e["model"]["fingerprint"], fingerprint, "{}", e["model"]);
+        assert_eq!(e["read_algorithm"], hunch_core::READ_ALGORITHM_VERSION);
         assert_eq!(&e["result"], output);
         let reads = e["reads"].as_array().unwrap();
         assert_eq!(reads.len(), 1, "one read of two questions");
@@ -251,6 +263,89 @@ async fn fixture_server(dir: &Path, log: &Path, extra: &[&str]) -> Hunch {
     ];
     args.extend_from_slice(extra);
     start_hunch_with_fixture("dg-test", &args).await
+}
+
+/// With the decision log on, every read goes through a recording wrapper: the model's limits and
+/// fingerprint must still reach the host's checks and the answer cache through it.
+#[tokio::test]
+async fn with_a_decision_log_the_models_limits_and_the_answer_cache_still_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let (p, l) = (policies.display().to_string(), log.display().to_string());
+    let model = format!("dg-test={}", std::env::temp_dir().display());
+    let hunch = hunch_e2e::start_hunch_with(
+        &[
+            "--model",
+            model.as_str(),
+            "--policies",
+            p.as_str(),
+            "--decision-log",
+            l.as_str(),
+            "--answer-cache-mb",
+            "64",
+        ],
+        &[
+            (
+                "HUNCH_ACCELERATOR_BIN",
+                hunch_e2e::fixture_sidecar_bin()
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("FIXTURE_LOAD_MS", "0".into()),
+            // A context of 50 tokens of at most 4 bytes: a 1000-byte state can never fit.
+            ("FIXTURE_MAX_PROMPT_TOKENS", "50".into()),
+        ],
+    );
+    hunch_e2e::wait_ready(&hunch.url, Duration::from_secs(30)).await;
+
+    // The same isolated question twice: the second answer comes from the cache.
+    let ask = json!({"model": "dg-test", "state": "short",
+                     "questions": {"q": {"type": "noul", "instructions": "Is it short?"}}});
+    let url = format!("{}/v1/systemone", hunch.url);
+    let (status, headers, first) = post_json(&url, &ask, &[]).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(headers["x-hunch-answer-cache-hits"], "0");
+    let (status, headers, again) = post_json(&url, &ask, &[]).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(headers["x-hunch-answer-cache-hits"], "1");
+    assert_eq!(first["answers"], again["answers"]);
+    assert_eq!(
+        metric::<u64>(&hunch.url, "hunch_answer_cache_hits_total").await,
+        1
+    );
+
+    // A policy read the model can never take is refused by the host (4xx), never sent.
+    let (status, _, body) = post_json(
+        &format!("{}/v1/policies/probe", hunch.url),
+        &json!({"id": 1, "message": "x".repeat(1000)}),
+        &[],
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status}: {body}");
+    assert_eq!(
+        metric::<u64>(
+            &hunch.url,
+            "hunch_reads_total{model=\"dg-test\",outcome=\"too_large\"}"
+        )
+        .await,
+        0,
+        "the read reached the sidecar"
+    );
+    let all = events(&log, 3).await;
+    let refused = all
+        .iter()
+        .find(|e| e["policy"].is_object())
+        .expect("the policy decision's event");
+    assert_eq!(refused["status"], status);
+    assert_eq!(refused["reads"], json!([]), "{refused}");
+    // Events name the model by the fingerprint it reports, the one the cache keys on.
+    assert_eq!(
+        all[0]["model"]["fingerprint"],
+        format!("fixture/dg-test/{}", hunch_core::READ_ALGORITHM_VERSION)
+    );
 }
 
 async fn put_candidate(client: &reqwest::Client, url: &str, query: &str, wasm: Vec<u8>) -> Value {

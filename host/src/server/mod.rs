@@ -24,8 +24,6 @@ pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
 pub struct Readers {
     pub registry: Registry,
     pub sidecars: Vec<Arc<Sidecar>>,
-    /// What exactly each model is, for decision events.
-    pub fingerprints: Vec<(String, serde_json::Value)>,
 }
 
 /// The name the demo model is served under.
@@ -97,7 +95,6 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         &settings.models
     };
     let mut sidecars = Vec::new();
-    let mut fingerprints = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
     for ModelSource {
@@ -182,10 +179,6 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
-        fingerprints.push((
-            name.clone(),
-            crate::decision::fingerprint::fingerprint(source, &settings.sidecar_args),
-        ));
         registry.add(ModelEntry {
             name,
             description,
@@ -196,11 +189,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     for (alias, target) in &settings.aliases {
         registry.alias(alias, target)?;
     }
-    Ok(Readers {
-        registry,
-        sidecars,
-        fingerprints,
-    })
+    Ok(Readers { registry, sidecars })
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -273,7 +262,13 @@ pub async fn serve_until(
         "answering"
     );
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
-    state.decisions.set_fingerprints(readers.fingerprints);
+    state.decisions.set_models(
+        state
+            .registry
+            .models()
+            .iter()
+            .map(|m| (m.name.clone(), m.reader.clone())),
+    );
     state.metrics.add_source(state.decisions.clone());
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
