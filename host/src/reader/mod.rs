@@ -300,7 +300,7 @@ impl Reader for GatedReader {
                 self.metrics.record_read_stats(&self.name, &o.stats);
                 ("ok", o.stats.draws)
             }
-            Err(e) => (read_error_kind(e), 0),
+            Err(e) => (e.kind().as_str(), 0),
         };
         self.metrics
             .record_read(&self.name, outcome, draws, started.elapsed());
@@ -313,18 +313,6 @@ impl Reader for GatedReader {
 
     fn info(&self) -> hunch_core::ReaderInfo {
         self.inner.info()
-    }
-}
-
-/// A short label for a read failure (metrics and logs).
-pub fn read_error_kind(e: &ReadError) -> &'static str {
-    match e {
-        ReadError::InvalidQuestion { .. } => "invalid_question",
-        ReadError::TooLarge { .. } => "too_large",
-        ReadError::Unavailable { .. } => "unavailable",
-        ReadError::Timeout => "timeout",
-        ReadError::Rejected { .. } => "rejected",
-        ReadError::Internal { .. } => "internal",
     }
 }
 
