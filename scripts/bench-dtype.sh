@@ -12,14 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-small}"
-args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
-work=target/bench-dtype
-mkdir -p "$work"
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
-ckpt="${CKPT:-$work/$preset}"
-if [ ! -f "$ckpt/config.json" ]; then
-  target/release/hunch-ckpt random --preset "$preset" --layout hf --out "$ckpt" >/dev/null
-fi
+source scripts/bench-common.sh
+bench_workdir dtype
+bench_build
+if [ -n "${CKPT:-}" ]; then ckpt="$CKPT"; else ckpt="$(bench_checkpoint "$preset")"; fi
 echo "machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1-3 /proc/loadavg); checkpoint $ckpt"
 for round in $(seq "${ROUNDS:-3}"); do
   for dtype in float32 bfloat16; do
