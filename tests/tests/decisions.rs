@@ -94,6 +94,11 @@ fn probe_policies() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, log, policies)
 }
 
+/// `probe` deciding `message(i)` on the server at `url`: status, headers, body.
+async fn decide(url: &str, i: usize) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(&format!("{url}/v1/policies/probe"), &message(i), &[]).await
+}
+
 /// The sample System One request to the server at `url`: status, headers, body.
 async fn systemone(url: &str) -> (u16, reqwest::header::HeaderMap, Value) {
     post_json(
@@ -583,12 +588,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     let refusing = collector(Some(400)).await;
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-url", &refusing]).await;
     for i in 0..3 {
-        let (s, h, _) = post_json(
-            &format!("{}/v1/policies/probe", hunch.url),
-            &message(i),
-            &[],
-        )
-        .await;
+        let (s, h, _) = decide(&hunch.url, i).await;
         assert_eq!(s, 200);
         assert!(h.contains_key("x-hunch-decision-id"));
     }
@@ -679,12 +679,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
 
     // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-required"]).await;
-    let (s, h, body) = post_json(
-        &format!("{}/v1/policies/probe", hunch.url),
-        &message(0),
-        &[],
-    )
-    .await;
+    let (s, h, body) = decide(&hunch.url, 0).await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("x-hunch-decision-id"));
     let (s, _, _) = systemone(&hunch.url).await;
@@ -844,12 +839,7 @@ async fn a_hung_disk_answers_503_with_retry_after_not_the_request_timeout() {
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("retry-after"), "{h:?}");
     // The next decisions wait behind it, and are answered 503 at their own timeout too.
-    let (s, h, body) = post_json(
-        &format!("{}/v1/policies/probe", hunch.url),
-        &message(0),
-        &[],
-    )
-    .await;
+    let (s, h, body) = decide(&hunch.url, 0).await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("retry-after"), "{h:?}");
     assert!(

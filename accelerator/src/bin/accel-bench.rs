@@ -225,6 +225,25 @@ impl Emitter {
     }
 }
 
+/// The memory figures of one measurement: MLX's peak (and the largest seen), the process's
+/// resident set and peak, and the sampled anonymous-memory peak above `steady` since the last
+/// take.
+fn record_memory(
+    f: &mut Map<String, Value>,
+    mlx_peak_max: &mut f64,
+    sampler: &AnonSampler,
+    steady: f64,
+) {
+    f.insert("mlx_peak_mb".into(), json!(peak_mb(mlx_peak_max)));
+    let (peak, cur) = rss_mb();
+    f.insert("rss_peak_mb".into(), json!(peak));
+    f.insert("rss_mb".into(), json!(cur));
+    f.insert(
+        "anon_peak_over_mb".into(),
+        json!(((sampler.take() - steady) * 10.0).round() / 10.0),
+    );
+}
+
 fn peak_mb(max_seen: &mut f64) -> f64 {
     let mb = mlx_rs::memory::peak_memory()
         .map(|b| (b as f64 / 1048576.0 * 10.0).round() / 10.0)
@@ -381,14 +400,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "tok_per_s".into(),
             json!((p as f64 / (median / 1000.0) * 10.0).round() / 10.0),
         );
-        f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
-        let (peak, cur) = rss_mb();
-        f.insert("rss_peak_mb".into(), json!(peak));
-        f.insert("rss_mb".into(), json!(cur));
-        f.insert(
-            "anon_peak_over_mb".into(),
-            json!(((sampler.take() - steady) * 10.0).round() / 10.0),
-        );
+        record_memory(&mut f, &mut mlx_peak_max, &sampler, steady);
         let mut ordered = Map::new();
         ordered.insert("P".into(), json!(p));
         ordered.extend(f);
@@ -423,14 +435,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     "canvas_tok_per_s".into(),
                     json!(((b * w) as f64 / (median / 1000.0) * 10.0).round() / 10.0),
                 );
-                f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
-                let (peak, cur) = rss_mb();
-                f.insert("rss_peak_mb".into(), json!(peak));
-                f.insert("rss_mb".into(), json!(cur));
-                f.insert(
-                    "anon_peak_over_mb".into(),
-                    json!(((sampler.take() - steady) * 10.0).round() / 10.0),
-                );
+                record_memory(&mut f, &mut mlx_peak_max, &sampler, steady);
                 em.emit("decode", f);
                 eprintln!("decode P={p} B={b} W={w}: median {median:.1} ms");
 
