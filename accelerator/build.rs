@@ -6,7 +6,6 @@ fn main() {
     for (dep, env) in [
         ("DEP_MLX_BACKEND", "HUNCH_BUILT_MLX_BACKEND"),
         ("DEP_MLX_VERSION", "HUNCH_BUILT_MLX_VERSION"),
-        ("DEP_MLX_OPENBLAS", "HUNCH_BUILT_OPENBLAS"),
     ] {
         println!("cargo:rerun-if-env-changed={dep}");
         if let Ok(value) = std::env::var(dep) {

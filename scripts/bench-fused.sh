@@ -13,14 +13,10 @@ cd "$(dirname "$0")/.."
 preset="${1:-small}"
 dtype="${2:-float32}"
 refbench="${REFBENCH:-../shared/refbench}"
-args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
-work=target/bench-fused
-mkdir -p "$work"
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
-ckpt="$work/$preset"
-if [ ! -f "$ckpt/config.json" ]; then
-  target/release/hunch-ckpt random --preset "$preset" --layout hf --out "$ckpt" >/dev/null
-fi
+source scripts/bench-common.sh
+bench_workdir fused
+bench_build
+ckpt="$(bench_checkpoint "$preset")"
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $preset, $dtype"
 for round in $(seq "${ROUNDS:-3}"); do
   rm -f "$work/unfused-$round.jsonl" "$work/fused-$round.jsonl"

@@ -7,8 +7,11 @@
 # dimensions: `hunch-ckpt random --preset full`) with 1 and with 2 layers, and times both. The
 # difference is one layer's cost; what is left of the 1-layer time is the part that does not grow
 # with depth (embedding, final norm, the tied head over the whole vocabulary). The 30-layer
-# estimate is that fixed part plus 30 layers. Memory: resident bytes added by loading, after the
-# load and at its peak, against the checkpoint's bytes on disk (1.0 = the weights as stored).
+# estimate is that fixed part plus 30 layers. Memory, as users feel it: each process's anonymous
+# resident memory is sampled every 20 ms (scripts/sample_anon.py), giving the steady state after
+# the load, the peak above it during the load and during the reads, next to the checkpoint's
+# largest tensor (the bound those peaks should stay within) and the bytes on disk; the 2-minus-
+# 1-layer difference of the steady states is kept as an extra column.
 #
 #   scripts/bench-load.sh                # hf nvfp4 affine x bfloat16 float32, + mlx_vlm on hf and affine
 # Env: LAYOUTS ("hf nvfp4 affine"), DTYPES ("bfloat16 float32"), REFERENCE (1: also mlx_vlm on the
@@ -47,8 +50,10 @@ for layout in "${layouts[@]}"; do
     fi
     for dtype in "${dtypes[@]}"; do
       echo "hunch   $layout $dtype $layers layer(s) ..." >&2
-      target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
-        --tag "hunch:$layout:$dtype:$layers" --out "$out" >/dev/null
+      tag="hunch:$layout:$dtype:$layers"
+      python3 scripts/sample_anon.py --out "$out" --tag "$tag" -- \
+        target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+        --tag "$tag" --out "$out" >/dev/null
       [ "$reference" = 1 ] && [[ "$ref_dtypes" == *" $dtype "* ]] || continue
       # mlx_vlm reads hf as ref_bench.py does, affine through scripts/ref_bench_quantized.py
       # (quantised modules swapped in per config.json, as mlx_vlm's loader does; its quantised
@@ -59,9 +64,11 @@ for layout in "${layouts[@]}"; do
         *) continue ;;
       esac
       echo "mlx_vlm $layout $dtype $layers layer(s) ..." >&2
-      MLX_VLM_SRC="$mlx_vlm_src" .venv-reference/bin/python "${ref[@]}" \
+      tag="mlx_vlm:$layout:$dtype:$layers"
+      MLX_VLM_SRC="$mlx_vlm_src" python3 scripts/sample_anon.py --out "$out" --tag "$tag" -- \
+        .venv-reference/bin/python "${ref[@]}" \
         --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --no-check \
-        --tag "mlx_vlm:$layout:$dtype:$layers" --out "$out" >/dev/null
+        --tag "$tag" --out "$out" >/dev/null
     done
     [ "${KEEP:-0}" = 1 ] || rm -rf "$ckpt"
   done

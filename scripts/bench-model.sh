@@ -16,18 +16,14 @@ cd "$(dirname "$0")/.."
 preset="${1:-small}"
 dtype="${2:-float32}"
 refbench="${REFBENCH:-../shared/refbench}"
-args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
-work=target/bench-model
-mkdir -p "$work"
+source scripts/bench-common.sh
+bench_workdir model
 [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
 # ref_bench.py imports mlx_vlm's model modules, which need these at import time.
 .venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
   || .venv-reference/bin/pip install -q transformers pillow requests
-cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
-ckpt="$work/$preset"
-if [ ! -f "$ckpt/config.json" ]; then
-  target/release/hunch-ckpt random --preset "$preset" --layout hf --out "$ckpt"
-fi
+bench_build
+ckpt="$(bench_checkpoint "$preset")"
 rm -f "$work/reference.jsonl" "$work/hunch.jsonl"
 echo "reference (mlx_vlm) ..." >&2
 MLX_VLM_SRC="$(.venv-reference/bin/python -c 'import importlib.util,os; s=importlib.util.find_spec("mlx_vlm"); print(os.path.dirname(s.submodule_search_locations[0]))')" \

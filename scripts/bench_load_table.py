@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The table of scripts/bench-load.sh: per implementation, layout and activation dtype, the load
+"""The tables of scripts/bench-load.sh: per implementation, layout and activation dtype, the load
 (time, resident memory added against the bytes on disk), the 1- and 2-layer prefill and decoder
 times, one layer's share (their difference) and the 30-layer estimate (the 1-layer time minus one
-layer, plus 30 layers). Reads the JSON lines accel-bench and mlx_vlm's ref_bench.py append, each
-tagged IMPL:LAYOUT:DTYPE:LAYERS.
+layer, plus 30 layers); then the sampled memory (scripts/sample_anon.py): per checkpoint the
+steady anonymous memory, its peaks above that during the load and the reads, and the largest
+tensor. Reads the JSON lines accel-bench and mlx_vlm's ref_bench.py append, each tagged
+IMPL:LAYOUT:DTYPE:LAYERS.
 
     python3 scripts/bench_load_table.py target/bench-load/results.jsonl
 """
@@ -32,7 +34,7 @@ def main(path):
         if event in ("prefill", "decode"):
             # One measurement of each is what bench-load.sh asks for; keep the first.
             events.setdefault(event, record)
-        elif event in ("load", "env"):
+        elif event in ("load", "env", "anon"):
             events[event] = record
             if event == "env" and machine is None:
                 machine = record
@@ -71,6 +73,49 @@ def main(path):
             estimate = fixed + TARGET_LAYERS * per_layer
             cells += [f"{t1:.0f} / {t2:.0f} ms", f"{per_layer:.0f} ms", f"{estimate / 1000:.1f} s"]
         print("| " + " | ".join(cells) + " |")
+    memory_table(runs)
+
+
+def memory_table(runs):
+    """Sampled anonymous memory per checkpoint: what a machine must have free."""
+    # (layout, layers) -> MiB, from Hunch's load event (the same checkpoint for both sides)
+    largest, disks = {}, {}
+    for (impl, layout, _), by_layers in runs.items():
+        for layers, events in by_layers.items():
+            load = events.get("load", {})
+            if load.get("largest_tensor_mb"):
+                largest[(layout, layers)] = load["largest_tensor_mb"]
+            if load.get("disk_mb"):
+                disks[(layout, layers)] = load["disk_mb"]
+    print()
+    head = (
+        "| impl | layout | activations | layers | disk | largest tensor | steady (after load) | "
+        "steady / disk | load peak above steady | read peak above steady | peaks / largest "
+        "tensor | steady, 2 − 1 layers |"
+    )
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    gib = lambda mb: f"{mb / 1024:.2f} GiB"
+    for (impl, layout, dtype), by_layers in sorted(runs.items()):
+        for layers in sorted(by_layers):
+            anon = by_layers[layers].get("anon")
+            if not anon:
+                continue
+            disk = disks.get((layout, layers))
+            big = largest.get((layout, layers))
+            lp, rp = anon["load_peak_over_mb"], anon["read_peak_over_mb"]
+            other = by_layers.get(3 - layers, {}).get("anon")
+            diff = (anon["steady_mb"] - other["steady_mb"]) * (1 if layers == 2 else -1) if other else None
+            print("| " + " | ".join([
+                impl, layout, dtype, str(layers),
+                gib(disk) if disk else "n/a",
+                gib(big) if big else "n/a",
+                gib(anon["steady_mb"]),
+                f"{anon['steady_mb'] / disk:.2f}" if disk else "n/a",
+                gib(lp), gib(rp),
+                f"{lp / big:.2f} / {rp / big:.2f}" if big else "n/a",
+                gib(diff) if diff is not None else "n/a",
+            ]) + " |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #   - the wasm32-wasip2 Rust target (decision policies)
 #   - MLX's prebuilt CPU library from PyPI into .mlx/ (scripts/fetch-mlx.sh)
 #   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
-#     .venv-reference: the reference read on mlx_vlm)
+#     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,5 +42,6 @@ scripts/fetch-mlx.sh
 
 if [ "${1:-}" = "--test" ]; then
   scripts/python-env.sh
+  scripts/fuzz-env.sh
   tests/reference/setup.sh .venv-reference
 fi

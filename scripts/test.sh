@@ -13,3 +13,19 @@ fi
 # `fault-injection` builds the sidecar with the engine-thread panic the supervisor test injects;
 # no other build has it.
 cargo test --workspace --features hunch-accelerator/fault-injection
+
+# The deployment (docs/deploy.md): the Kubernetes manifests validated offline, then the container
+# image built once from this run's binaries (no second Rust build) and a container from it asked
+# a question. HUNCH_TEST_SKIP=container leaves the image out on a machine without Docker.
+scripts/validate-manifests.sh
+if [[ ",${HUNCH_TEST_SKIP:-}," == *",container,"* ]]; then
+  echo "SKIPPED on purpose (HUNCH_TEST_SKIP lists container): the container image and its test"
+else
+  if ! docker info >/dev/null 2>&1; then
+    echo "test: Docker Engine is not running; the image test needs it (or set" \
+      "HUNCH_TEST_SKIP=container to skip it on purpose)" >&2
+    exit 1
+  fi
+  scripts/build-image.sh --profile dev
+  tests/container/image-test.sh hunch:latest
+fi

@@ -14,7 +14,7 @@ use crate::cache::{AnswerCache, CacheKey};
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
-    ReaderLimits, Usage,
+    ReaderInfo, ReaderLimits, Usage,
 };
 
 /// How a server asks its questions, for the raw API and the policies alike: the question mode
@@ -92,7 +92,10 @@ pub async fn answer_set(
     with: Answering<'_>,
 ) -> Result<AnsweredSet, SetError> {
     let fail = |error: ReadError| SetError::new(error, questions);
-    let limits = reader.limits();
+    let ReaderInfo {
+        limits,
+        fingerprint,
+    } = reader.info();
     for (index, asked) in questions.iter().enumerate() {
         asked.question.validate(&limits.questions).map_err(|e| {
             fail(ReadError::InvalidQuestion {
@@ -103,7 +106,7 @@ pub async fn answer_set(
     }
 
     let mut distributions: Vec<Option<LabelDistribution>> = vec![None; questions.len()];
-    let cache = match (options.questions, with.cache, reader.fingerprint()) {
+    let cache = match (options.questions, with.cache, fingerprint) {
         (QuestionMode::Isolated, Some(cache), Some(fingerprint)) => Some((cache, fingerprint)),
         _ => None,
     };
@@ -287,11 +290,11 @@ mod tests {
                 stats: ReadStats::default(),
             })
         }
-        fn limits(&self) -> ReaderLimits {
-            self.limits
-        }
-        fn fingerprint(&self) -> Option<String> {
-            self.fingerprint.clone()
+        fn info(&self) -> ReaderInfo {
+            ReaderInfo {
+                limits: self.limits,
+                fingerprint: self.fingerprint.clone(),
+            }
         }
     }
 

@@ -9,7 +9,7 @@ use crate::question::Question;
 use crate::reader::{LabelDistribution, ReadOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Everything an isolated answer depends on, serialised: equal keys, equal answers. The whole
 /// key is kept (not a hash of it), so two different questions can never share an entry.
@@ -36,8 +36,9 @@ impl CacheKey {
         CacheKey(key)
     }
 
+    /// Heap bytes the key holds (its capacity: what the allocator gave it).
     fn bytes(&self) -> usize {
-        self.0.len()
+        self.0.capacity()
     }
 }
 
@@ -57,11 +58,13 @@ struct Entry {
     tick: u64,
 }
 
+/// The entries and their recency order. A key's bytes are stored once, shared by the map and
+/// the order (a key is mostly the state text: two copies would hold twice the bound).
 #[derive(Default)]
 struct Lru {
-    entries: HashMap<CacheKey, Entry>,
+    entries: HashMap<Arc<CacheKey>, Entry>,
     /// Recency order: tick → key.
-    order: BTreeMap<u64, CacheKey>,
+    order: BTreeMap<u64, Arc<CacheKey>>,
     tick: u64,
     bytes: usize,
 }
@@ -84,8 +87,13 @@ impl std::fmt::Debug for AnswerCache {
     }
 }
 
-/// Bytes an entry holds besides its key (the map's bookkeeping, roughly).
-const ENTRY_OVERHEAD: usize = 96;
+/// Bytes an entry holds besides its key's and its distribution's heap bytes, an upper bound:
+/// the shared key's allocation (reference counts and the `Vec` header, 40 bytes), its map slot
+/// (49 bytes, at most 16/7 slots per entry right after the table grows: 112), its place in the
+/// recency order (a B-tree node of 11 slots of 16 bytes is at least 5 full: 40) and the
+/// distribution's `Vec` header inside the slot (counted in the slot). The unit test
+/// `accounted_bytes_bound_the_real_footprint` measures the real figure with a counting allocator.
+const ENTRY_OVERHEAD: usize = 256;
 
 impl AnswerCache {
     pub fn new(max_bytes: usize) -> Self {
@@ -134,7 +142,7 @@ impl AnswerCache {
     /// Keeps `distribution` under `key`, evicting the least recently used entries to stay within
     /// the byte bound. An entry larger than the whole bound is not kept.
     pub fn put(&self, key: CacheKey, distribution: LabelDistribution) {
-        let bytes = key.bytes() + distribution.0.len() * 8 + ENTRY_OVERHEAD;
+        let bytes = key.bytes() + distribution.0.capacity() * 8 + ENTRY_OVERHEAD;
         if bytes > self.max_bytes {
             return;
         }
@@ -154,7 +162,8 @@ impl AnswerCache {
         }
         lru.tick += 1;
         let tick = lru.tick;
-        lru.order.insert(tick, key.clone());
+        let key = Arc::new(key);
+        lru.order.insert(tick, Arc::clone(&key));
         lru.bytes += bytes;
         lru.entries.insert(
             key,
@@ -182,6 +191,79 @@ impl AnswerCache {
 mod tests {
     use super::*;
     use crate::question::QuestionKind;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// The system allocator, counting the bytes each thread holds (allocated minus freed), so a
+    /// test can measure what a data structure it builds really takes.
+    struct Counting;
+
+    thread_local! {
+        static HELD: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn held() -> isize {
+        HELD.with(Cell::get)
+    }
+
+    fn count(delta: isize) {
+        // `try_with`: the allocator may run while this thread's locals are torn down.
+        let _ = HELD.try_with(|h| h.set(h.get() + delta));
+    }
+
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            count(layout.size() as isize);
+            System.alloc(layout)
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            count(-(layout.size() as isize));
+            System.dealloc(ptr, layout)
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            count(new_size as isize - layout.size() as isize);
+            System.realloc(ptr, layout, new_size)
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    #[test]
+    fn accounted_bytes_bound_the_real_footprint() {
+        // States of a realistic size, and entry counts at several fill levels of the map's table
+        // (right after it grows it is at its emptiest), some of them touched so the recency order
+        // is reshuffled.
+        for (entries, state_bytes) in [(57, 300), (448, 300), (900, 2000), (1800, 40)] {
+            let before = held();
+            let cache = AnswerCache::new(usize::MAX);
+            for i in 0..entries {
+                let state = format!("{i:0width$}", width = state_bytes);
+                let key = CacheKey::new(
+                    "fingerprint",
+                    &state,
+                    &q("a question?"),
+                    &ReadOptions::default(),
+                );
+                cache.put(key.clone(), LabelDistribution(vec![0.5; 3]));
+                if i % 3 == 0 {
+                    cache.get(&key);
+                }
+            }
+            let real = held() - before;
+            let accounted = cache.stats().bytes as isize;
+            assert!(
+                real <= accounted,
+                "{entries} entries of {state_bytes}-byte states hold {real} bytes, {accounted} accounted"
+            );
+            // And the bound is not wildly loose.
+            assert!(
+                accounted <= 3 * real,
+                "{accounted} accounted for {real} held"
+            );
+            drop(cache);
+        }
+    }
 
     fn q(text: &str) -> Question {
         Question {

@@ -27,5 +27,6 @@ pub use question::{
 };
 pub use reader::{
     EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadErrorKind, ReadOptions,
-    ReadOutcome, ReadRequest, ReadStats, Reader, ReaderLimits, Usage,
+    ReadOutcome, ReadRequest, ReadStats, Reader, ReaderInfo, ReaderLimits, Usage,
+    READ_ALGORITHM_VERSION,
 };

@@ -165,6 +165,10 @@ pub struct EngineGauges {
     pub cache_entries: u64,
     /// Bytes of prompt K/V held by reads in flight.
     pub inflight_kv_bytes: u64,
+    /// The prefix cache's byte bound (0: a sidecar that does not say), so the host can publish
+    /// the cache's utilisation as a fraction.
+    #[serde(default)]
+    pub cache_capacity_bytes: u64,
 }
 
 /// The answer to a [`ReadRequest`]: one distribution per question, same order.
@@ -257,7 +261,46 @@ impl ReadError {
     }
 }
 
+/// The version of the read algorithm (prompt, answer template, canvas, seeds, draws, re-read rule,
+/// averaging). Bump it whenever a change can change an answer: the sidecar puts it in its model
+/// fingerprint, so cached answers of the previous version stop matching, and decision events
+/// record it, so a replay knows recorded distributions came from another algorithm.
+pub const READ_ALGORITHM_VERSION: &str = "read-2";
+
+/// What a reader is, besides its name: what it can take and what its answers depend on. Every
+/// reader returns one, and a reader that wraps another returns the inner reader's, so no layer
+/// between a caller and the model can hide the model's limits or its identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReaderInfo {
+    /// What the reader can take, as far as it is known (the contract's limits otherwise).
+    pub limits: ReaderLimits,
+    /// Identifies everything an isolated answer depends on besides the request (weights,
+    /// backend, activation dtype, BLAS, [`READ_ALGORITHM_VERSION`]): the sidecar's
+    /// [`crate::protocol::ModelInfo`] fingerprint. `None`: unknown, so answers are never cached.
+    pub fingerprint: Option<String>,
+}
+
+impl ReaderInfo {
+    /// A reader that knows nothing about the model behind it: the contract's limits, no
+    /// fingerprint.
+    pub fn unknown() -> Self {
+        ReaderInfo::default()
+    }
+}
+
+impl From<crate::protocol::ModelInfo> for ReaderInfo {
+    fn from(info: crate::protocol::ModelInfo) -> Self {
+        ReaderInfo {
+            limits: info.limits,
+            fingerprint: Some(info.fingerprint),
+        }
+    }
+}
+
 /// Answers typed questions about a state with label distributions.
+///
+/// [`Reader::info`] has no default on purpose: a wrapper (a gate, a recorder, a replay book)
+/// must say what it forwards, so it cannot silently drop the model's limits or fingerprint.
 #[async_trait::async_trait]
 pub trait Reader: Send + Sync {
     /// The real model name this reader serves (what responses report in `model`).
@@ -272,15 +315,7 @@ pub trait Reader: Send + Sync {
         true
     }
 
-    /// What the reader can take, as far as it is known (the contract's limits otherwise).
-    fn limits(&self) -> ReaderLimits {
-        ReaderLimits::default()
-    }
-
-    /// Identifies everything an isolated answer of this reader depends on besides the request
-    /// (weights, backend, activation dtype, read-algorithm version). `None`: unknown, so its
-    /// answers are never cached.
-    fn fingerprint(&self) -> Option<String> {
-        None
-    }
+    /// The model's limits and fingerprint, as of now (a sidecar learns them when it is loaded,
+    /// and forgets them when it restarts).
+    fn info(&self) -> ReaderInfo;
 }

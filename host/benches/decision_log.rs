@@ -9,13 +9,11 @@
 //! Not a test: it prints numbers and asserts nothing.
 
 use hunch::decision::settings::DecisionLogSettings;
-use hunch::policy::testing::{built_policy, with_marker};
-use serde_json::json;
 use std::path::Path;
 use std::time::Instant;
 
 mod common;
-use common::{percentile, samples_from_env, PolicyServer};
+use common::{closed_loop, percentile, post_probe, probe_dirs, samples_from_env, PolicyServer};
 
 struct Figures {
     p50_ms: f64,
@@ -33,38 +31,17 @@ async fn measure(
     let served = PolicyServer::start(dir, log).await?;
     let url = served.url.clone();
     let client = reqwest::Client::new();
-    let body = json!({"id": 1, "message": "The production database is down."});
-    let call = |client: reqwest::Client, body: serde_json::Value, url: String| async move {
-        let r = client.post(&url).json(&body).send().await?;
-        assert!(r.status().is_success());
-        r.bytes().await
-    };
     for _ in 0..200 {
-        call(client.clone(), body.clone(), url.clone()).await?;
+        post_probe(&client, &url).await?;
     }
     let mut latencies = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        call(client.clone(), body.clone(), url.clone()).await?;
+        post_probe(&client, &url).await?;
         latencies.push(t.elapsed().as_secs_f64() * 1e3);
     }
     latencies.sort_by(|a, b| a.total_cmp(b));
-    let clients = 8;
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for _ in 0..clients {
-        let (client, body, url) = (client.clone(), body.clone(), url.clone());
-        handles.push(tokio::spawn(async move {
-            for _ in 0..n / clients {
-                call(client.clone(), body.clone(), url.clone()).await?;
-            }
-            Ok::<_, reqwest::Error>(())
-        }));
-    }
-    for h in handles {
-        h.await??;
-    }
-    let per_second = (n / clients * clients) as f64 / started.elapsed().as_secs_f64();
+    let per_second = closed_loop(&url, n, 8).await?;
     served.stop().await;
     Ok(Figures {
         p50_ms: percentile(&latencies, 0.5),
@@ -76,29 +53,14 @@ async fn measure(
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = samples_from_env();
-    let probe = built_policy("replay_probe")?;
-    let plain = tempfile::tempdir()?;
-    std::fs::write(plain.path().join("probe.wasm"), &probe)?;
-    let shadowed = tempfile::tempdir()?;
-    std::fs::write(shadowed.path().join("probe.wasm"), &probe)?;
-    std::fs::write(
-        shadowed.path().join("probe.candidate.wasm"),
-        with_marker(probe.clone(), "candidate"),
-    )?;
-    std::fs::write(
-        shadowed.path().join("probe.candidate.toml"),
-        "[rollout]\nmode = \"shadow\"\n",
-    )?;
-    let logs = tempfile::tempdir()?;
-    let to_file = |name: &str| DecisionLogSettings {
-        path: Some(logs.path().join(name)),
-        ..DecisionLogSettings::default()
-    };
+    let dirs = probe_dirs()?;
+    let (plain, shadowed) = (&dirs.plain, &dirs.shadowed);
+    let to_file = |name: &str| dirs.log_file(name);
 
     let off = measure(plain.path(), DecisionLogSettings::default(), n).await?;
     let file = measure(plain.path(), to_file("file.ndjson"), n).await?;
     let shadow = measure(shadowed.path(), to_file("shadow.ndjson"), n).await?;
-    let bytes = std::fs::metadata(logs.path().join("file.ndjson"))?.len();
+    let bytes = std::fs::metadata(dirs.logs.path().join("file.ndjson"))?.len();
     println!(
         "policy request over HTTP (one read of 2 questions, instant reader), {n} requests each, {} CPUs",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)

@@ -13,53 +13,16 @@
 //!
 //! Not a test: it prints numbers and asserts nothing.
 
-use hunch::decision::settings::DecisionLogSettings;
-use hunch::policy::testing::{built_policy, with_marker};
-use serde_json::json;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{percentile, samples_from_env, PolicyServer};
-
-fn body() -> serde_json::Value {
-    json!({"id": 1, "message": "The production database is down."})
-}
-
-async fn call(client: &reqwest::Client, url: &str) -> Result<(), reqwest::Error> {
-    let r = client.post(url).json(&body()).send().await?;
-    assert!(r.status().is_success(), "{}", r.status());
-    r.bytes().await.map(|_| ())
-}
-
-/// Requests per second 8 closed-loop clients get with no candidate.
-async fn capacity(url: &str, n: usize) -> Result<f64, Box<dyn std::error::Error>> {
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        call(&client, url).await?;
-    }
-    let clients = 8;
-    let started = Instant::now();
-    let mut handles = Vec::new();
-    for _ in 0..clients {
-        let (client, url) = (client.clone(), url.to_string());
-        handles.push(tokio::spawn(async move {
-            for _ in 0..n / clients {
-                call(&client, &url).await?;
-            }
-            Ok::<_, reqwest::Error>(())
-        }));
-    }
-    for h in handles {
-        h.await??;
-    }
-    Ok((n / clients * clients) as f64 / started.elapsed().as_secs_f64())
-}
+use common::{closed_loop, percentile, post_probe, probe_dirs, samples_from_env, PolicyServer};
 
 /// Latencies (ms, ascending) of `n` requests started every `1/rate` seconds.
 async fn open_loop(url: &str, rate: f64, n: usize) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
     let client = reqwest::Client::new();
     for _ in 0..100 {
-        call(&client, url).await?;
+        post_probe(&client, url).await?;
     }
     let period = Duration::from_secs_f64(1.0 / rate);
     let start = tokio::time::Instant::now();
@@ -69,7 +32,7 @@ async fn open_loop(url: &str, rate: f64, n: usize) -> Result<Vec<f64>, Box<dyn s
         let (client, url) = (client.clone(), url.to_string());
         handles.push(tokio::spawn(async move {
             let t = Instant::now();
-            call(&client, &url)
+            post_probe(&client, &url)
                 .await
                 .map(|_| t.elapsed().as_secs_f64() * 1e3)
         }));
@@ -94,27 +57,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = samples_from_env();
     let load: f64 = env_or("SHADOW_LOAD", 0.5);
     let rounds: usize = env_or("SHADOW_ROUNDS", 3);
-    let probe = built_policy("replay_probe")?;
-    let plain = tempfile::tempdir()?;
-    std::fs::write(plain.path().join("probe.wasm"), &probe)?;
-    let shadowed = tempfile::tempdir()?;
-    std::fs::write(shadowed.path().join("probe.wasm"), &probe)?;
-    std::fs::write(
-        shadowed.path().join("probe.candidate.wasm"),
-        with_marker(probe.clone(), "candidate"),
-    )?;
-    std::fs::write(
-        shadowed.path().join("probe.candidate.toml"),
-        "[rollout]\nmode = \"shadow\"\n",
-    )?;
-    let logs = tempfile::tempdir()?;
-    let to_file = |name: &str| DecisionLogSettings {
-        path: Some(logs.path().join(name)),
-        ..DecisionLogSettings::default()
-    };
+    let dirs = probe_dirs()?;
+    let (plain, shadowed) = (&dirs.plain, &dirs.shadowed);
+    let to_file = |name: &str| dirs.log_file(name);
 
     let served = PolicyServer::start(plain.path(), to_file("capacity.ndjson")).await?;
-    let max = capacity(&served.url, n).await?;
+    let warm = reqwest::Client::new();
+    for _ in 0..200 {
+        post_probe(&warm, &served.url).await?;
+    }
+    let max = closed_loop(&served.url, n, 8).await?;
     served.stop().await;
     let rate = max * load;
     println!(

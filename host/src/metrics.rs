@@ -152,6 +152,16 @@ impl Default for ModelFigures {
     }
 }
 
+/// The three gauges of the inference gateway's model-server protocol, under the names its endpoint
+/// picker is told with `--total-queued-requests-metric`, `--total-running-requests-metric` and
+/// `--kv-cache-usage-percentage-metric` (docs/deploy.md). A "request" here is a read: one model
+/// call (a `/v1/systemone` request is one; a policy run makes as many as it asks for).
+pub const QUEUED_REQUESTS: &str = "hunch_queued_requests";
+/// See [`QUEUED_REQUESTS`].
+pub const RUNNING_REQUESTS: &str = "hunch_running_requests";
+/// See [`QUEUED_REQUESTS`].
+pub const PREFIX_CACHE_UTILIZATION: &str = "hunch_prefix_cache_utilization";
+
 /// Writes the `# HELP` and `# TYPE` lines that open the metric family `name`.
 pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -297,6 +307,48 @@ impl Metrics {
         self.queue_depth.fetch_add(delta, Ordering::Relaxed);
     }
 
+    /// The prefix cache's fullest model: bytes held over the cache's bound, from each model's
+    /// latest engine snapshot (a cache changes only when reads run, and each read reports one).
+    /// 0 before any read reported a bound.
+    fn prefix_cache_utilization(&self) -> f64 {
+        let Ok(m) = self.model_figures.lock() else {
+            return 0.0;
+        };
+        m.values()
+            .filter_map(|f| f.engine)
+            .filter(|e| e.cache_capacity_bytes > 0)
+            .map(|e| (e.cache_bytes as f64 / e.cache_capacity_bytes as f64).min(1.0))
+            .fold(0.0, f64::max)
+    }
+
+    /// The gateway's gauges ([`QUEUED_REQUESTS`]): reads waiting for a reader slot, reads being
+    /// served (the engine's own batching queue included: from the host they are running), and
+    /// the prefix cache's utilisation as a fraction in [0, 1]. Live, not per model: the endpoint
+    /// picker compares pods.
+    fn render_gateway_gauges(&self, out: &mut String) {
+        let gauges = [
+            (
+                QUEUED_REQUESTS,
+                "Reads waiting for a reader slot (the inference gateway's queued requests).",
+                self.queue_depth.load(Ordering::Relaxed).max(0) as f64,
+            ),
+            (
+                RUNNING_REQUESTS,
+                "Reads being served by a reader (the inference gateway's running requests).",
+                self.reads_in_flight.load(Ordering::Relaxed).max(0) as f64,
+            ),
+            (
+                PREFIX_CACHE_UTILIZATION,
+                "Prefix (K/V) cache bytes held over its bound, 0..1, fullest model (the inference gateway's KV-cache utilisation).",
+                self.prefix_cache_utilization(),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            family(out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+
     fn render_model_figures(&self, out: &mut String) {
         let Ok(m) = self.model_figures.lock() else {
             return;
@@ -416,6 +468,7 @@ impl Metrics {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         let mut out = String::new();
+        self.render_gateway_gauges(&mut out);
         self.render_model_figures(&mut out);
         out.push_str("# HELP hunch_http_requests_total HTTP requests by route and status.\n");
         out.push_str("# TYPE hunch_http_requests_total counter\n");
@@ -567,6 +620,7 @@ mod tests {
                 cache_bytes: 1 << 20,
                 cache_entries: 12,
                 inflight_kv_bytes: 4096,
+                cache_capacity_bytes: 4 << 20,
             }),
             ..Default::default()
         };
@@ -585,6 +639,7 @@ mod tests {
                     cache_bytes: 2 << 20,
                     cache_entries: 13,
                     inflight_kv_bytes: 0,
+                    cache_capacity_bytes: 8 << 20,
                 }),
                 ..stats.clone()
             },
@@ -644,6 +699,46 @@ mod tests {
         assert!(text.contains(
             "# TYPE hunch_model_batch_deviation gauge\nhunch_model_batch_deviation{model=\"dg\"} 0.00019\n"
         ));
+    }
+
+    #[test]
+    fn the_gateway_gauges_follow_the_queue_the_readers_and_the_fullest_prefix_cache() {
+        let m = Metrics::new();
+        let text = m.render();
+        for empty in [
+            "# TYPE hunch_queued_requests gauge\nhunch_queued_requests 0\n",
+            "# TYPE hunch_running_requests gauge\nhunch_running_requests 0\n",
+            "# TYPE hunch_prefix_cache_utilization gauge\nhunch_prefix_cache_utilization 0\n",
+        ] {
+            assert!(text.contains(empty), "{empty} in\n{text}");
+        }
+        m.queue_depth(3);
+        m.queue_depth(-1);
+        m.reads_in_flight(5);
+        let snapshot = |bytes: u64, capacity: u64| hunch_core::ReadStats {
+            engine: Some(hunch_core::EngineGauges {
+                cache_bytes: bytes,
+                cache_capacity_bytes: capacity,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.record_read_stats("a", &snapshot(1 << 20, 4 << 20));
+        m.record_read_stats("b", &snapshot(3 << 20, 4 << 20));
+        // A sidecar that does not report its bound counts for nothing.
+        m.record_read_stats("old", &snapshot(9 << 20, 0));
+        let text = m.render();
+        assert!(text.contains("\nhunch_queued_requests 2\n"), "{text}");
+        assert!(text.contains("\nhunch_running_requests 5\n"), "{text}");
+        assert!(
+            text.contains("\nhunch_prefix_cache_utilization 0.75\n"),
+            "{text}"
+        );
+        // The newest snapshot of a model replaces its older one.
+        m.record_read_stats("b", &snapshot(0, 4 << 20));
+        assert!(m
+            .render()
+            .contains("\nhunch_prefix_cache_utilization 0.25\n"));
     }
 
     #[test]

@@ -296,6 +296,9 @@ impl Reader for SlowReader {
     fn model_name(&self) -> &str {
         "slow"
     }
+    fn info(&self) -> hunch_core::ReaderInfo {
+        hunch_core::ReaderInfo::unknown()
+    }
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         tokio::time::sleep(self.0).await;
         InstantReader::uniform().read(request).await
@@ -310,6 +313,9 @@ struct MeetingReader(tokio::sync::Barrier);
 impl Reader for MeetingReader {
     fn model_name(&self) -> &str {
         "meeting"
+    }
+    fn info(&self) -> hunch_core::ReaderInfo {
+        hunch_core::ReaderInfo::unknown()
     }
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         if tokio::time::timeout(Duration::from_secs(60), self.0.wait())

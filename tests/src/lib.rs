@@ -38,8 +38,8 @@ pub fn workspace_root() -> PathBuf {
 
 /// The one variable that lets a test whose prerequisite is missing skip on purpose: a
 /// comma-separated list of prerequisite names (`python` for the `.venv` of
-/// `scripts/python-env.sh`; `reference` for `.venv-reference`, read by the accelerator's
-/// `reference_read` test). Unlisted, a missing prerequisite fails its test.
+/// `scripts/python-env.sh`; `fuzz` for the `.venv-fuzz` of `scripts/fuzz-env.sh`; `reference` for
+/// `.venv-reference`, read by the accelerator's `reference_read` test). Unlisted, a missing prerequisite fails its test.
 pub const SKIP_VAR: &str = "HUNCH_TEST_SKIP";
 
 /// Whether `HUNCH_TEST_SKIP` lists `name`.

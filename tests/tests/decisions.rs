@@ -94,6 +94,27 @@ fn probe_policies() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, log, policies)
 }
 
+/// `probe` deciding `message(i)` on the server at `url`: status, headers, body.
+async fn decide(url: &str, i: usize) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(&format!("{url}/v1/policies/probe"), &message(i), &[]).await
+}
+
+/// The sample System One request to the server at `url`: status, headers, body.
+async fn systemone(url: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+    post_json(
+        &format!("{url}/v1/systemone"),
+        &hunch_e2e::sample_request(),
+        &[],
+    )
+    .await
+}
+
+/// One System One decision, which must be answered 200 (`n` names it in a failure).
+async fn ask_a_question(url: &str, n: usize) {
+    let (s, _, body) = systemone(url).await;
+    assert_eq!(s, 200, "request {n}: {body}");
+}
+
 fn sha256(bytes: &[u8]) -> String {
     hunch::decision::event::sha256_hex(bytes)
 }
@@ -125,16 +146,27 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
         assert_eq!(body["decision_id"], id.as_str());
         ids.push((id, body["output"].clone()));
     }
-    let (status, headers, _) = post_json(
-        &format!("{}/v1/systemone", hunch.url),
-        &hunch_e2e::sample_request(),
-        &[],
-    )
-    .await;
+    let (status, headers, _) = systemone(&hunch.url).await;
     assert_eq!(status, 200);
     let raw_id = headers["x-hunch-decision-id"].to_str().unwrap().to_string();
 
     let all = events(&log, n + 1).await;
+    // The model's identity has one owner: the fingerprint the sidecar reports, which `/v1/models`
+    // shows and every event records.
+    let models = get_json(&format!("{}/v1/models", hunch.url)).await;
+    let fingerprint = models["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == hunch_e2e::TINY_MODEL)
+        .map(|m| m["x_fingerprint"].clone())
+        .unwrap();
+    assert!(
+        fingerprint
+            .as_str()
+            .is_some_and(|f| f.contains(hunch_core::READ_ALGORITHM_VERSION)),
+        "{models}"
+    );
     let policy_events: Vec<&Value> = all.iter().filter(|e| e["policy"].is_object()).collect();
     assert_eq!(policy_events.len(), n);
     let mut expected_flips = Vec::new();
@@ -147,12 +179,8 @@ async fn the_real_model_logs_every_read_and_replay_reproduces_or_names_every_fli
         assert_eq!(e["policy"]["sha256"], sha256(&v1));
         assert_eq!(e["policy"]["stage"], "active");
         assert_eq!(e["model"]["name"], hunch_e2e::TINY_MODEL);
-        assert!(
-            e["model"]["fingerprint"]["config_sha256"].is_string(),
-            "{}",
-            e["model"]
-        );
-        assert!(e["model"]["fingerprint"]["tensor_index_sha256"].is_string());
+        assert_eq!(e["model"]["fingerprint"], fingerprint, "{}", e["model"]);
+        assert_eq!(e["read_algorithm"], hunch_core::READ_ALGORITHM_VERSION);
         assert_eq!(&e["result"], output);
         let reads = e["reads"].as_array().unwrap();
         assert_eq!(reads.len(), 1, "one read of two questions");
@@ -240,6 +268,89 @@ async fn fixture_server(dir: &Path, log: &Path, extra: &[&str]) -> Hunch {
     ];
     args.extend_from_slice(extra);
     start_hunch_with_fixture("dg-test", &args).await
+}
+
+/// With the decision log on, every read goes through a recording wrapper: the model's limits and
+/// fingerprint must still reach the host's checks and the answer cache through it.
+#[tokio::test]
+async fn with_a_decision_log_the_models_limits_and_the_answer_cache_still_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let policies = dir.path().join("p");
+    std::fs::create_dir(&policies).unwrap();
+    write(&policies, "probe.wasm", &probe(1));
+    let (p, l) = (policies.display().to_string(), log.display().to_string());
+    let model = format!("dg-test={}", std::env::temp_dir().display());
+    let hunch = hunch_e2e::start_hunch_with(
+        &[
+            "--model",
+            model.as_str(),
+            "--policies",
+            p.as_str(),
+            "--decision-log",
+            l.as_str(),
+            "--answer-cache-mb",
+            "64",
+        ],
+        &[
+            (
+                "HUNCH_ACCELERATOR_BIN",
+                hunch_e2e::fixture_sidecar_bin()
+                    .to_string_lossy()
+                    .into_owned(),
+            ),
+            ("FIXTURE_LOAD_MS", "0".into()),
+            // A context of 50 tokens of at most 4 bytes: a 1000-byte state can never fit.
+            ("FIXTURE_MAX_PROMPT_TOKENS", "50".into()),
+        ],
+    );
+    hunch_e2e::wait_ready(&hunch.url, Duration::from_secs(30)).await;
+
+    // The same isolated question twice: the second answer comes from the cache.
+    let ask = json!({"model": "dg-test", "state": "short",
+                     "questions": {"q": {"type": "noul", "instructions": "Is it short?"}}});
+    let url = format!("{}/v1/systemone", hunch.url);
+    let (status, headers, first) = post_json(&url, &ask, &[]).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(headers["x-hunch-answer-cache-hits"], "0");
+    let (status, headers, again) = post_json(&url, &ask, &[]).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(headers["x-hunch-answer-cache-hits"], "1");
+    assert_eq!(first["answers"], again["answers"]);
+    assert_eq!(
+        metric::<u64>(&hunch.url, "hunch_answer_cache_hits_total").await,
+        1
+    );
+
+    // A policy read the model can never take is refused by the host (4xx), never sent.
+    let (status, _, body) = post_json(
+        &format!("{}/v1/policies/probe", hunch.url),
+        &json!({"id": 1, "message": "x".repeat(1000)}),
+        &[],
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status}: {body}");
+    assert_eq!(
+        metric::<u64>(
+            &hunch.url,
+            "hunch_reads_total{model=\"dg-test\",outcome=\"too_large\"}"
+        )
+        .await,
+        0,
+        "the read reached the sidecar"
+    );
+    let all = events(&log, 3).await;
+    let refused = all
+        .iter()
+        .find(|e| e["policy"].is_object())
+        .expect("the policy decision's event");
+    assert_eq!(refused["status"], status);
+    assert_eq!(refused["reads"], json!([]), "{refused}");
+    // Events name the model by the fingerprint it reports, the one the cache keys on.
+    assert_eq!(
+        all[0]["model"]["fingerprint"],
+        format!("fixture/dg-test/{}", hunch_core::READ_ALGORITHM_VERSION)
+    );
 }
 
 async fn put_candidate(client: &reqwest::Client, url: &str, query: &str, wasm: Vec<u8>) -> Value {
@@ -470,22 +581,14 @@ async fn collector(status: Option<u16>) -> String {
 
 #[tokio::test]
 async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     let unwritable = dir.path().join("no-such-dir").join("decisions.ndjson");
 
     // An unwritable file and a collector that refuses: requests answer, drops are counted.
     let refusing = collector(Some(400)).await;
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-url", &refusing]).await;
     for i in 0..3 {
-        let (s, h, _) = post_json(
-            &format!("{}/v1/policies/probe", hunch.url),
-            &message(i),
-            &[],
-        )
-        .await;
+        let (s, h, _) = decide(&hunch.url, i).await;
         assert_eq!(s, 200);
         assert!(h.contains_key("x-hunch-decision-id"));
     }
@@ -525,13 +628,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await;
     let mut sent = 0;
     loop {
-        let (s, _, _) = post_json(
-            &format!("{}/v1/systemone", hunch.url),
-            &hunch_e2e::sample_request(),
-            &[],
-        )
-        .await;
-        assert_eq!(s, 200, "request {sent}");
+        ask_a_question(&hunch.url, sent).await;
         sent += 1;
         let dropped = metric::<u64>(
             &hunch.url,
@@ -574,13 +671,7 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
     .await
         == 0
     {
-        let (s, _, _) = post_json(
-            &format!("{}/v1/systemone", hunch.url),
-            &hunch_e2e::sample_request(),
-            &[],
-        )
-        .await;
-        assert_eq!(s, 200, "request {sent}");
+        ask_a_question(&hunch.url, sent).await;
         sent += 1;
         assert!(sent < 100, "a 4 KiB buffer took {sent} events");
     }
@@ -588,20 +679,10 @@ async fn failing_sinks_never_fail_requests_and_count_what_they_drop() {
 
     // Required: a decision that cannot be recorded is a 503, never an unrecorded answer.
     let hunch = fixture_server(&policies, &unwritable, &["--decision-log-required"]).await;
-    let (s, h, body) = post_json(
-        &format!("{}/v1/policies/probe", hunch.url),
-        &message(0),
-        &[],
-    )
-    .await;
+    let (s, h, body) = decide(&hunch.url, 0).await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("x-hunch-decision-id"));
-    let (s, _, _) = post_json(
-        &format!("{}/v1/systemone", hunch.url),
-        &hunch_e2e::sample_request(),
-        &[],
-    )
-    .await;
+    let (s, _, _) = systemone(&hunch.url).await;
     assert_eq!(s, 503);
 }
 
@@ -682,43 +763,12 @@ async fn describing_a_policy_names_the_stage_it_describes() {
     assert_eq!(previous["version"], active["version"]);
 }
 
-/// A collector that keeps every event it is sent.
-async fn recording_collector() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
-    use std::io::Read;
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = seen.clone();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    let app = axum::Router::new().route(
-        "/",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let kept = kept.clone();
-            async move {
-                let mut text = String::new();
-                flate2::read::GzDecoder::new(&body[..])
-                    .read_to_string(&mut text)
-                    .unwrap();
-                let events: Vec<Value> = serde_json::from_str(&text).unwrap();
-                kept.lock().unwrap().extend(events);
-                axum::http::StatusCode::OK
-            }
-        }),
-    );
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, seen)
-}
-
 #[tokio::test]
 async fn a_required_log_writes_the_file_first_and_the_collector_never_sees_a_503_as_a_200() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     let missing = dir.path().join("later");
     let log = missing.join("decisions.ndjson");
-    let (url, seen) = recording_collector().await;
+    let (url, seen) = hunch::decision::testing::recording_collector().await;
     let hunch = fixture_server(
         &policies,
         &log,
@@ -765,10 +815,7 @@ async fn a_required_log_writes_the_file_first_and_the_collector_never_sees_a_503
 
 #[tokio::test]
 async fn a_hung_disk_answers_503_with_retry_after_not_the_request_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("p");
-    std::fs::create_dir(&policies).unwrap();
-    write(&policies, "probe.wasm", &probe(1));
+    let (dir, _, policies) = probe_policies();
     // A FIFO nobody reads stands for a hung disk: once an event larger than the pipe is
     // written, the writer never returns.
     let fifo = dir.path().join("decisions.ndjson");
@@ -792,12 +839,7 @@ async fn a_hung_disk_answers_503_with_retry_after_not_the_request_timeout() {
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("retry-after"), "{h:?}");
     // The next decisions wait behind it, and are answered 503 at their own timeout too.
-    let (s, h, body) = post_json(
-        &format!("{}/v1/policies/probe", hunch.url),
-        &message(0),
-        &[],
-    )
-    .await;
+    let (s, h, body) = decide(&hunch.url, 0).await;
     assert_eq!(s, 503, "{body}");
     assert!(h.contains_key("retry-after"), "{h:?}");
     assert!(

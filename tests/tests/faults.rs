@@ -289,7 +289,8 @@ async fn a_toml_file_configures_models_keys_and_limits() {
     .await;
     assert_eq!(
         models["models"][2],
-        json!({"name": "from-toml", "description": "configured in TOML", "release_date": "2026-09-15"})
+        json!({"name": "from-toml", "description": "configured in TOML", "release_date": "2026-09-15",
+               "x_fingerprint": format!("fixture/from-toml/{}", hunch_core::READ_ALGORITHM_VERSION)})
     );
     let mut big = sample_request();
     big["model"] = json!("fast");

@@ -171,3 +171,78 @@ async fn an_https_upstream_is_read_over_tls_trusting_the_ca_file_only_when_given
     let (status, body) = post(&untrusting.url, &sample_request()).await;
     assert_eq!(status, 503, "{body}");
 }
+
+/// A System One server that records every body it is sent and answers each `qN` noul with 0.5:
+/// what an upstream receives, seen from the upstream's side.
+async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use axum::routing::post;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/systemone",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let record = record.clone();
+            async move {
+                let answers: serde_json::Map<String, Value> = body["questions"]
+                    .as_object()
+                    .map(|q| {
+                        q.keys()
+                            .map(|id| (id.clone(), json!({"type": "noul", "noul": 0.5})))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                record.lock().expect("the record").push(body);
+                axum::Json(json!({"model": "remote", "answers": answers,
+                                  "usage": {"input_tokens": 1, "output_tokens": 1}}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn the_question_mode_and_read_options_are_sent_upstream() {
+    let (url, seen) = recording_upstream().await;
+    let relay = start_hunch(&["--upstream", &format!("relay=remote@{url}")]);
+    wait_ready(&relay.url, Duration::from_secs(10)).await;
+    let questions = json!({"a": {"type": "noul", "instructions": "?"}});
+
+    // Asked for: the mode, the seed and the draws reach the upstream as asked.
+    let (status, body) = post(
+        &relay.url,
+        &json!({"model": "relay", "state": "s", "questions": questions,
+                "x_questions": "joint", "x_seed": 5, "x_draws": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // Not asked for: this server's default mode (`--questions`, isolated), not the upstream's.
+    let (status, body) = post(
+        &relay.url,
+        &json!({"model": "relay", "state": "s", "questions": questions}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let seen = seen.lock().expect("the record").clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0]["model"], "remote");
+    assert_eq!(
+        (
+            &seen[0]["x_questions"],
+            &seen[0]["x_seed"],
+            &seen[0]["x_draws"]
+        ),
+        (&json!("joint"), &json!(5), &json!(2)),
+        "{}",
+        seen[0]
+    );
+    assert_eq!(seen[1]["x_questions"], "isolated", "{}", seen[1]);
+    assert!(seen[1].get("x_seed").is_none() && seen[1].get("x_draws").is_none());
+}

@@ -99,6 +99,58 @@ impl Rng {
     }
 }
 
+/// Anonymous resident memory in MiB (`RssAnon`): what MLX allocates, without the file-backed
+/// pages of the checkpoint's mappings.
+fn anon_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|kb| (kb / 1024.0 * 10.0).round() / 10.0)
+        .unwrap_or(0.0)
+}
+
+/// The peak of [`anon_mb`] sampled every 10 ms on its own thread: what the process must have
+/// free at the worst moment, which a difference of two steady states does not show.
+struct AnonSampler {
+    peak_kib: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AnonSampler {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let peak_kib = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, s) = (peak_kib.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                p.fetch_max((anon_mb() * 1024.0) as u64, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        AnonSampler { peak_kib, stop }
+    }
+
+    /// The peak in MiB since the last call, then a new window from now.
+    fn take(&self) -> f64 {
+        let now = (anon_mb() * 1024.0) as u64;
+        let kib = self
+            .peak_kib
+            .swap(now, std::sync::atomic::Ordering::Relaxed)
+            .max(now);
+        (kib as f64 / 1024.0 * 10.0).round() / 10.0
+    }
+}
+
+impl Drop for AnonSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 fn rss_mb() -> (f64, f64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |key: &str| {
@@ -171,6 +223,25 @@ impl Emitter {
             let _ = writeln!(f, "{line}");
         }
     }
+}
+
+/// The memory figures of one measurement: MLX's peak (and the largest seen), the process's
+/// resident set and peak, and the sampled anonymous-memory peak above `steady` since the last
+/// take.
+fn record_memory(
+    f: &mut Map<String, Value>,
+    mlx_peak_max: &mut f64,
+    sampler: &AnonSampler,
+    steady: f64,
+) {
+    f.insert("mlx_peak_mb".into(), json!(peak_mb(mlx_peak_max)));
+    let (peak, cur) = rss_mb();
+    f.insert("rss_peak_mb".into(), json!(peak));
+    f.insert("rss_mb".into(), json!(cur));
+    f.insert(
+        "anon_peak_over_mb".into(),
+        json!(((sampler.take() - steady) * 10.0).round() / 10.0),
+    );
 }
 
 fn peak_mb(max_seen: &mut f64) -> f64 {
@@ -253,6 +324,14 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     env.insert("seed".into(), json!(args.seed));
     em.emit("env", env);
 
+    let largest_mb = hunch_accelerator::checkpoint::Checkpoint::open(&args.ckpt)
+        .map(|c| {
+            hunch_accelerator::checkpoint::MemoryPlan::of(&c, args.dtype.dtype()).largest as f64
+                / 1048576.0
+        })
+        .unwrap_or(0.0);
+    let sampler = AnonSampler::start();
+    sampler.take();
     // The peak resident size while loading, not since the process started.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let (_, rss_before) = rss_mb();
@@ -282,6 +361,18 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     load.insert("disk_mb".into(), json!((disk * 10.0).round() / 10.0));
     load.insert("rss_added_vs_disk".into(), ratio(cur));
     load.insert("rss_peak_added_vs_disk".into(), ratio(peak));
+    // Sampled anonymous memory: after the load (the steady state) and the load's peak above
+    // it, against the largest tensor (docs/benchmarks.md, "Transient memory").
+    let steady = anon_mb();
+    load.insert("anon_mb".into(), json!(steady));
+    load.insert(
+        "anon_peak_over_mb".into(),
+        json!(((sampler.take() - steady) * 10.0).round() / 10.0),
+    );
+    load.insert(
+        "largest_tensor_mb".into(),
+        json!((largest_mb * 10.0).round() / 10.0),
+    );
     em.emit("load", load);
 
     let vocab = model.config().vocab_size as u64;
@@ -289,6 +380,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = Rng(args.seed);
     for &p in &args.prompt_lens {
         let ids: Vec<u32> = (0..p).map(|_| 3 + rng.below(vocab - 3) as u32).collect();
+        sampler.take();
         for _ in 0..args.warmup {
             model.prefill(&ids)?;
         }
@@ -308,10 +400,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "tok_per_s".into(),
             json!((p as f64 / (median / 1000.0) * 10.0).round() / 10.0),
         );
-        f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
-        let (peak, cur) = rss_mb();
-        f.insert("rss_peak_mb".into(), json!(peak));
-        f.insert("rss_mb".into(), json!(cur));
+        record_memory(&mut f, &mut mlx_peak_max, &sampler, steady);
         let mut ordered = Map::new();
         ordered.insert("P".into(), json!(p));
         ordered.extend(f);
@@ -323,6 +412,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 let canvases: Vec<Vec<u32>> = (0..b)
                     .map(|_| (0..w).map(|_| rng.below(vocab) as u32).collect())
                     .collect();
+                sampler.take();
                 for _ in 0..args.warmup {
                     model.denoise(&cache, &canvases, None)?;
                 }
@@ -345,10 +435,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     "canvas_tok_per_s".into(),
                     json!(((b * w) as f64 / (median / 1000.0) * 10.0).round() / 10.0),
                 );
-                f.insert("mlx_peak_mb".into(), json!(peak_mb(&mut mlx_peak_max)));
-                let (peak, cur) = rss_mb();
-                f.insert("rss_peak_mb".into(), json!(peak));
-                f.insert("rss_mb".into(), json!(cur));
+                record_memory(&mut f, &mut mlx_peak_max, &sampler, steady);
                 em.emit("decode", f);
                 eprintln!("decode P={p} B={b} W={w}: median {median:.1} ms");
 

@@ -2,6 +2,9 @@
 //! of its tensors (docs/model.md, "Tensor names"). Writers, the converter and the layout validators all
 //! work from this one inventory, so they cannot disagree about a name or a shape.
 
+pub use crate::model::config::layer_types_for;
+use crate::model::config::{AttentionKind, LayerGeometry};
+use serde::Deserialize;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -43,68 +46,31 @@ fn uint(tc: &Value, key: &str) -> Result<usize, DimsError> {
         .ok_or_else(|| DimsError::Missing(key.to_string()))
 }
 
-/// `obj[key]` as a count, or `default` when it is absent (or not a count).
-fn uint_or(obj: &Value, key: &str, default: usize) -> usize {
-    obj.get(key)
-        .and_then(Value::as_u64)
-        .map_or(default, |v| v as usize)
-}
-
 impl ModelDims {
-    /// Read from a top-level `config.json` (with `text_config`) or a bare text config. Accepts both
-    /// spellings of the full-attention shape: `global_head_dim` / `num_global_key_value_heads`
-    /// (the released config) and `per_layer_config` (what HF writes when it serialises a config).
+    /// Read from a top-level `config.json` (with `text_config`) or a bare text config. The
+    /// layers' attention shapes come from the model's own reading of the config
+    /// ([`LayerGeometry`]: both spellings of the full-attention shape, the default layer
+    /// pattern), so the inventory and the model cannot disagree about a layer.
     pub fn from_config(config: &Value) -> Result<Self, DimsError> {
         let tc = config.get("text_config").unwrap_or(config);
-        let n = uint(tc, "num_hidden_layers")?;
-        let head_dim = uint(tc, "head_dim")?;
-        let kv = uint(tc, "num_key_value_heads")?;
-        let k_eq_v = tc
-            .get("attention_k_eq_v")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let types: Vec<String> = match tc.get("layer_types").and_then(Value::as_array) {
-            Some(a) => a
-                .iter()
-                .map(|v| v.as_str().unwrap_or_default().to_string())
-                .collect(),
-            None => layer_types_for(n),
-        };
-        if types.len() != n {
-            return Err(DimsError::Invalid(format!(
-                "layer_types has {} entries for {n} layers",
-                types.len()
-            )));
-        }
-        let mut layers = Vec::with_capacity(n);
-        for (i, t) in types.iter().enumerate() {
-            let sliding = match t.as_str() {
-                "sliding_attention" => true,
-                "full_attention" => false,
-                other => {
-                    return Err(DimsError::Invalid(format!("layer_types[{i}] = {other:?}")));
-                }
-            };
-            let (mut hd, mut nkv) = (head_dim, kv);
-            if !sliding {
-                if let Some(p) = tc
-                    .get("per_layer_config")
-                    .and_then(|p| p.get(i.to_string()))
-                {
-                    hd = uint_or(p, "head_dim", hd);
-                    nkv = uint_or(p, "num_key_value_heads", nkv);
-                } else {
-                    hd = uint_or(tc, "global_head_dim", hd);
-                    nkv = uint_or(tc, "num_global_key_value_heads", nkv);
-                }
-            }
-            layers.push(LayerDims {
-                sliding,
-                head_dim: hd,
-                kv_heads: nkv,
-                has_v_proj: sliding || !k_eq_v,
-            });
-        }
+        uint(tc, "num_hidden_layers")?;
+        uint(tc, "head_dim")?;
+        uint(tc, "num_key_value_heads")?;
+        let invalid = |e: &dyn std::fmt::Display| DimsError::Invalid(e.to_string());
+        let geometry = LayerGeometry::deserialize(tc).map_err(|e| invalid(&e))?;
+        let layers = geometry
+            .layers()
+            .map_err(|e| invalid(&e))?
+            .into_iter()
+            .map(|l| LayerDims {
+                sliding: l.kind == AttentionKind::Sliding,
+                // Checked positive by `layers`.
+                head_dim: l.head_dim as usize,
+                kv_heads: l.num_kv_heads as usize,
+                // Values are the raw `k_proj` output only in full layers with `k_eq_v`.
+                has_v_proj: !l.k_eq_v,
+            })
+            .collect();
         Ok(Self {
             vocab: uint(tc, "vocab_size")?,
             hidden: uint(tc, "hidden_size")?,
@@ -285,24 +251,6 @@ impl ModelDims {
         }
         v
     }
-}
-
-/// `[5 × sliding, 1 × full]` repeated, last layer forced to full (as HF does).
-pub fn layer_types_for(n: usize) -> Vec<String> {
-    let mut t: Vec<String> = (0..n)
-        .map(|i| {
-            if i % 6 == 5 {
-                "full_attention"
-            } else {
-                "sliding_attention"
-            }
-            .to_string()
-        })
-        .collect();
-    if let Some(last) = t.last_mut() {
-        *last = "full_attention".into();
-    }
-    t
 }
 
 /// What a tensor is, which decides how each layout stores it.

@@ -25,6 +25,9 @@ pub struct MemoryPlan {
     pub allocated: u64,
     /// The largest single stored tensor that is converted (read while its copy is written).
     pub largest_converted: u64,
+    /// The largest single stored tensor the model uses: the bound on what loading or a read
+    /// may hold beyond the loaded weights (docs/checkpoint-layouts.md, "Transient memory").
+    pub largest: u64,
 }
 
 impl MemoryPlan {
@@ -40,6 +43,7 @@ impl MemoryPlan {
             mapped: 0,
             allocated: 0,
             largest_converted: 0,
+            largest: 0,
         };
         for module in checkpoint.module_names() {
             let Some(r) = checkpoint.module_ref(module) else {
@@ -51,6 +55,7 @@ impl MemoryPlan {
                 };
                 let bytes = view.bytes.len() as u64;
                 plan.stored += bytes;
+                plan.largest = plan.largest.max(bytes);
                 let Some(stored) = mlx_dtype(view.dtype) else {
                     continue;
                 };
@@ -219,6 +224,7 @@ mod tests {
             mapped: 100 << 30,
             allocated: 0,
             largest_converted: 0,
+            largest: 0,
         };
         assert!(check(
             &plan,
@@ -238,6 +244,7 @@ mod tests {
             mapped: 0,
             allocated: 200 << 30,
             largest_converted: 1 << 30,
+            largest: 1 << 30,
             ..plan
         };
         let e = check(

@@ -1,14 +1,14 @@
 //! Self-attention of one layer: sliding or full, GQA, q/k norms, weightless v norm, K=V on full
 //! layers, RoPE, score scale 1.0 (the q/k norms stand in for 1/√d).
 
-use mlx_rs::{fast, ops, Array};
+use mlx_rs::{fast, ops, Array, Dtype};
 
 use super::{
     config::{AttentionKind, LayerConfig},
     linear::Linear,
     norm::RmsNorm,
     rope::Rope,
-    ModelError,
+    widened, ModelError,
 };
 
 /// Keys and values of prompt positions for one layer, `[1, kv_heads, T, head_dim]` each (already
@@ -189,9 +189,7 @@ impl Attention {
             Some(mask) => fast::ScaledDotProductAttentionMask::Array(mask),
             None => fast::ScaledDotProductAttentionMask::Causal,
         };
-        Ok(fast::scaled_dot_product_attention(
-            q, &keys, &values, 1.0, mask, None,
-        )?)
+        sdpa(q, &keys, &values, Some(mask))
     }
 
     /// Decoder attention: canvases (`b` of them) attend, without a mask, to the cached prompt
@@ -211,20 +209,35 @@ impl Attention {
         };
         let keys = ops::concatenate(&[broadcast(&cache.keys)?, k], 2)?;
         let values = ops::concatenate(&[broadcast(&cache.values)?, v], 2)?;
-        Ok(fast::scaled_dot_product_attention(
-            q,
-            &keys,
-            &values,
-            1.0,
-            None::<fast::ScaledDotProductAttentionMask>,
-            None,
-        )?)
+        sdpa(q, &keys, &values, None)
     }
 
     /// Whether this is a sliding-window layer.
     pub fn is_sliding(&self) -> bool {
         self.kind == AttentionKind::Sliding
     }
+}
+
+/// Scaled dot-product attention (scale 1). MLX's CPU backend computes it from its matmuls,
+/// which run bfloat16 in a portable loop several times slower than float32 (`model::widened`):
+/// there, narrow queries, keys and values are widened for the call (this layer's keys only, a
+/// transient the size of its K/V) and the output cast back, so the K/V cache stays narrow.
+fn sdpa(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    mask: Option<fast::ScaledDotProductAttentionMask<'_>>,
+) -> Result<Array, ModelError> {
+    let dtype = q.dtype();
+    if !widened::widens(dtype)? {
+        return Ok(fast::scaled_dot_product_attention(
+            q, keys, values, 1.0, mask, None,
+        )?);
+    }
+    let wide = |a: &Array| a.as_dtype(Dtype::Float32);
+    let out =
+        fast::scaled_dot_product_attention(wide(q)?, wide(keys)?, wide(values)?, 1.0, mask, None)?;
+    Ok(out.as_dtype(dtype)?)
 }
 
 /// What one segment of a batched forward attends to (one layer's view).

@@ -97,7 +97,7 @@ struct RawTop {
     tie_word_embeddings: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct RawPerLayer {
     head_dim: Option<i32>,
     num_key_value_heads: Option<i32>,
@@ -118,21 +118,111 @@ struct RawRopeParameters {
     full_attention: RawRope,
 }
 
-#[derive(Deserialize)]
-struct RawText {
-    vocab_size: i32,
-    hidden_size: i32,
-    intermediate_size: i32,
-    moe_intermediate_size: i32,
+/// The attention geometry of every layer as `text_config` spells it. The one reading of layer
+/// types and per-layer shapes: the model ([`Config`]) and the checkpoint's tensor inventory
+/// (`checkpoint::dims`) both take their layers from [`LayerGeometry::layers`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct LayerGeometry {
     num_hidden_layers: usize,
     layer_types: Option<Vec<String>>,
-    num_attention_heads: i32,
     num_key_value_heads: i32,
     head_dim: i32,
     num_global_key_value_heads: Option<i32>,
     global_head_dim: Option<i32>,
     per_layer_config: Option<HashMap<String, RawPerLayer>>,
     attention_k_eq_v: Option<bool>,
+}
+
+/// The released layer pattern, for a config without `layer_types`: 5 sliding then 1 full,
+/// repeated, with the last layer forced to full (as transformers does).
+pub fn layer_types_for(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            if i % 6 == 5 || i + 1 == n {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+            .to_owned()
+        })
+        .collect()
+}
+
+impl LayerGeometry {
+    /// Each layer's attention kind and shape. Full layers take `per_layer_config`'s shape, else
+    /// the `global_*` one, else the sliding layers'.
+    pub fn layers(&self) -> Result<Vec<LayerConfig>, ConfigError> {
+        let n = self.num_hidden_layers;
+        let layer_types = match &self.layer_types {
+            Some(types) => types.clone(),
+            None => layer_types_for(n),
+        };
+        if layer_types.len() != n {
+            return Err(ConfigError::Invalid(format!(
+                "layer_types has {} entries for {n} layers",
+                layer_types.len(),
+            )));
+        }
+        // transformers treats a missing `attention_k_eq_v` as true (docs/model.md).
+        let k_eq_v = self.attention_k_eq_v.unwrap_or(true);
+        let mut layers = Vec::with_capacity(n);
+        for (i, ty) in layer_types.iter().enumerate() {
+            let kind = match ty.as_str() {
+                "sliding_attention" => AttentionKind::Sliding,
+                "full_attention" => AttentionKind::Full,
+                other => {
+                    return Err(ConfigError::Invalid(format!(
+                        "layer {i}: unknown layer type {other:?}"
+                    )))
+                }
+            };
+            let layer = match kind {
+                AttentionKind::Sliding => LayerConfig {
+                    kind,
+                    head_dim: self.head_dim,
+                    num_kv_heads: self.num_key_value_heads,
+                    k_eq_v: false,
+                },
+                AttentionKind::Full => {
+                    let over = self
+                        .per_layer_config
+                        .as_ref()
+                        .and_then(|p| p.get(&i.to_string()));
+                    LayerConfig {
+                        kind,
+                        head_dim: over
+                            .and_then(|o| o.head_dim)
+                            .or(self.global_head_dim)
+                            .unwrap_or(self.head_dim),
+                        num_kv_heads: over
+                            .and_then(|o| o.num_key_value_heads)
+                            .or(self.num_global_key_value_heads)
+                            .unwrap_or(self.num_key_value_heads),
+                        k_eq_v,
+                    }
+                }
+            };
+            if layer.head_dim <= 0 || layer.num_kv_heads <= 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "layer {i}: head_dim {} and {} key/value heads must be positive",
+                    layer.head_dim, layer.num_kv_heads
+                )));
+            }
+            layers.push(layer);
+        }
+        Ok(layers)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawText {
+    vocab_size: i32,
+    hidden_size: i32,
+    intermediate_size: i32,
+    moe_intermediate_size: i32,
+    #[serde(flatten)]
+    geometry: LayerGeometry,
+    num_attention_heads: i32,
     sliding_window: i32,
     rope_parameters: RawRopeParameters,
     num_experts: i32,
@@ -164,65 +254,7 @@ impl Config {
                 )));
             }
         }
-        let layer_types = match t.layer_types {
-            Some(types) => types,
-            // The released pattern: 5 sliding then 1 full, with the last layer forced to full.
-            None => (0..t.num_hidden_layers)
-                .map(|i| {
-                    if i % 6 == 5 || i + 1 == t.num_hidden_layers {
-                        "full_attention".to_owned()
-                    } else {
-                        "sliding_attention".to_owned()
-                    }
-                })
-                .collect(),
-        };
-        if layer_types.len() != t.num_hidden_layers {
-            return Err(ConfigError::Invalid(format!(
-                "layer_types has {} entries for {} layers",
-                layer_types.len(),
-                t.num_hidden_layers
-            )));
-        }
-        // transformers treats a missing `attention_k_eq_v` as true (docs/model.md).
-        let k_eq_v = t.attention_k_eq_v.unwrap_or(true);
-        let per_layer = t.per_layer_config.unwrap_or_default();
-        let mut layers = Vec::with_capacity(layer_types.len());
-        for (i, ty) in layer_types.iter().enumerate() {
-            let kind = match ty.as_str() {
-                "sliding_attention" => AttentionKind::Sliding,
-                "full_attention" => AttentionKind::Full,
-                other => {
-                    return Err(ConfigError::Invalid(format!(
-                        "layer {i}: unknown layer type {other:?}"
-                    )))
-                }
-            };
-            let layer = match kind {
-                AttentionKind::Sliding => LayerConfig {
-                    kind,
-                    head_dim: t.head_dim,
-                    num_kv_heads: t.num_key_value_heads,
-                    k_eq_v: false,
-                },
-                AttentionKind::Full => {
-                    let over = per_layer.get(&i.to_string());
-                    LayerConfig {
-                        kind,
-                        head_dim: over
-                            .and_then(|o| o.head_dim)
-                            .or(t.global_head_dim)
-                            .unwrap_or(t.head_dim),
-                        num_kv_heads: over
-                            .and_then(|o| o.num_key_value_heads)
-                            .or(t.num_global_key_value_heads)
-                            .unwrap_or(t.num_key_value_heads),
-                        k_eq_v,
-                    }
-                }
-            };
-            layers.push(layer);
-        }
+        let layers = t.geometry.layers()?;
         let rope = |r: &RawRope, name: &str| -> Result<RopeConfig, ConfigError> {
             match r.rope_type.as_deref().unwrap_or("default") {
                 "default" => Ok(RopeConfig {

@@ -7,7 +7,8 @@ use std::ffi::CString;
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::linear::{cpu_backend, Affine};
+use super::linear::Affine;
+use super::widened;
 use super::ModelError;
 
 /// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
@@ -19,8 +20,8 @@ pub const NVFP4_GLOBAL_SCALE_DIVISOR: f32 = 2688.0;
 pub enum Experts {
     /// Dense float weights, held in the dtype the loader gives them (the activation dtype: a
     /// bf16 checkpoint stays bf16 with bf16 activations). MLX's CPU `gather_mm` only runs
-    /// float32, so on the CPU narrower weights are widened per call (one layer's experts at a
-    /// time, released after the call) instead of once at load.
+    /// float32, so on the CPU narrower weights are widened per call, in bounded slices
+    /// (`model::widened`), instead of once at load.
     Dense {
         /// `[E, out, in]`.
         weight: Array,
@@ -78,21 +79,21 @@ impl Experts {
         let dtype = x.dtype();
         match self {
             Experts::Dense { weight } => {
-                // MLX's CPU `gather_mm` runs float32 only.
-                let compute = if weight.dtype() == Dtype::Float32 || !cpu_backend()? {
-                    weight.dtype()
-                } else {
-                    Dtype::Float32
-                };
-                let w = weight.as_dtype(compute)?;
-                let y = ops::gather_mm(
-                    &x.as_dtype(compute)?,
-                    &w.swap_axes(-1, -2)?,
-                    None,
-                    idx,
-                    sorted,
-                )?;
-                Ok(y.as_dtype(dtype)?)
+                if !widened::widens(weight.dtype())? {
+                    let y = ops::gather_mm(
+                        &x.as_dtype(weight.dtype())?,
+                        &weight.swap_axes(-1, -2)?,
+                        None,
+                        idx,
+                        sorted,
+                    )?;
+                    return Ok(y.as_dtype(dtype)?);
+                }
+                // MLX's CPU `gather_mm` runs float32 only: the stack is widened per call, a
+                // slice of every expert's output rows at a time (`widened`), never whole.
+                widened::sliced(&x.as_dtype(Dtype::Float32)?, weight, 1, dtype, |x, w| {
+                    Ok(ops::gather_mm(x, &w.swap_axes(-1, -2)?, None, idx, sorted)?)
+                })
             }
             // Float32 on the CPU, for speed (`Affine::run_kernel`).
             Experts::Affine(q) => q.run_kernel(x, |x, scales, biases| {

@@ -10,8 +10,9 @@ use crate::read::draws::SlotSummary;
 
 use super::{attention::LayerKv, reduce::SlotReduction, ModelError};
 
-/// Activation dtype (`--dtype`). Parity tests use float32; on the CPU float32 is also the
-/// fastest (bf16 matmuls use no BLAS there).
+/// Activation dtype (`--dtype`). Parity tests use float32; on the CPU bf16 products run in
+/// float32 too, widened per call (`model::widened`), so bf16 there costs about float32's time
+/// with half the weights' memory (docs/benchmarks.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ActivationDtype {
     /// float32 activations and weights.
@@ -34,8 +35,9 @@ impl ActivationDtype {
 impl ActivationDtype {
     /// The default where none is asked for: bfloat16 when MLX's default device is a GPU (CUDA,
     /// Metal: tensor-core kernels, half the memory traffic, and batching there measured
-    /// bit-exact, docs/batching.md), float32 on the CPU (bfloat16 matmuls use no BLAS there,
-    /// and float32 is what the parity goldens check).
+    /// bit-exact, docs/batching.md), float32 on the CPU: what the parity goldens check, and
+    /// bf16's speed there was measured equal on prefill and batched passes but not yet on a
+    /// quiet machine for small decoder passes (docs/benchmarks.md, issue 24).
     pub fn for_default_device() -> ActivationDtype {
         let gpu = mlx_rs::Device::try_default()
             .and_then(|d| d.get_type())

@@ -6,7 +6,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::ModelError;
+use super::{widened, ModelError};
 
 /// Weight of a linear map `y = x · Wᵀ`, `W` of logical shape `[out, in]`.
 #[derive(Clone, Debug)]
@@ -128,8 +128,8 @@ impl Linear {
     /// `x · Wᵀ` when `transpose`, else `x · W`.
     fn product(&self, x: &Array, transpose: bool) -> Result<Array, ModelError> {
         match self {
-            Linear::Dense { weight } if transpose => Ok(ops::matmul(x, weight.t())?),
-            Linear::Dense { weight } => Ok(ops::matmul(x, weight)?),
+            // bf16 weights in float32 on the CPU, a slice at a time (`widened`).
+            Linear::Dense { weight } => widened::dense_matmul(x, weight, transpose),
             Linear::Affine(q) => q.run_kernel(x, |x, scales, biases| {
                 ops::quantized_matmul(
                     x,

@@ -15,6 +15,7 @@ pub mod norm;
 pub mod reduce;
 pub mod rope;
 pub mod self_conditioning;
+pub mod widened;
 
 pub use config::{AttentionKind, Config, ConfigError, LayerConfig, RopeConfig};
 pub use diffusion_gemma::{

@@ -212,6 +212,7 @@ impl Scheduler {
             cache_bytes: self.cache.bytes(),
             cache_entries: self.cache.entries() as u64,
             inflight_kv_bytes: self.inflight_budget(),
+            cache_capacity_bytes: self.cache.capacity_bytes(),
         }
     }
 

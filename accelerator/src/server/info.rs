@@ -4,38 +4,35 @@
 
 use crate::tokenizer::Tokenizer;
 use hunch_core::protocol::ModelInfo;
-use hunch_core::{QuestionLimits, ReaderLimits};
+use hunch_core::{QuestionLimits, ReaderLimits, READ_ALGORITHM_VERSION};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-/// Bump whenever a change to the read (prompt, canvas, seeds, re-read rule, averaging) can change
-/// an answer: cached answers of the previous version then stop matching.
-pub const READ_ALGORITHM_VERSION: &str = "read-2";
-
-/// The MLX backend, version and BLAS this binary was built against (set by `build.rs`).
+/// The MLX backend and version this binary was built against (set by `build.rs`).
 pub fn build_backend() -> String {
     format!(
-        "mlx-{}-{}-{}",
+        "mlx-{}-{}",
         option_env!("HUNCH_BUILT_MLX_VERSION").unwrap_or("unknown"),
         option_env!("HUNCH_BUILT_MLX_BACKEND").unwrap_or("unknown"),
-        if option_env!("HUNCH_BUILT_OPENBLAS").is_some() {
-            "openblas"
-        } else {
-            "bundled-blas"
-        }
     )
 }
 
 /// The settings besides the checkpoint that decide an answer.
 #[derive(Debug, Clone)]
 pub struct AnswerSettings {
+    /// The activation dtype the model was loaded with (`auto` already resolved for the device).
     pub dtype: String,
     pub canvas_cap: usize,
     pub max_prompt_tokens: usize,
     pub rereads: bool,
 }
 
-/// Builds the model's info: the limits its planner enforces and its fingerprint.
+/// Builds the model's info: the limits its planner enforces and its fingerprint: the
+/// checkpoint's digest, the MLX build, the BLAS serving this process (chosen at start-up, not at
+/// build time: the sums of a matmul differ between BLAS libraries), the dtype, the read
+/// algorithm's version ([`READ_ALGORITHM_VERSION`], owned by `hunch-core`) and the read
+/// settings. The one identity of the model: the host's events, answer cache and `/v1/models`
+/// all use it.
 pub fn model_info(
     dir: &Path,
     tokenizer: &Tokenizer,
@@ -44,9 +41,10 @@ pub fn model_info(
 ) -> ModelInfo {
     let checkpoint = checkpoint_digest(dir);
     let fingerprint = format!(
-        "{:016x}/{}/{}/{}/canvas{}/prompt{}/rereads-{}",
+        "{:016x}/{}-{}/{}/{}/canvas{}/prompt{}/rereads-{}",
         checkpoint,
         build_backend(),
+        crate::blas::active().name(),
         settings.dtype,
         READ_ALGORITHM_VERSION,
         settings.canvas_cap,

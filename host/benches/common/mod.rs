@@ -80,3 +80,85 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
 }
+
+/// The body every policy benchmark sends (`probe` reads it in one read of two questions).
+pub fn probe_body() -> serde_json::Value {
+    serde_json::json!({"id": 1, "message": "The production database is down."})
+}
+
+/// One request to `url`, its answer read to the end.
+#[allow(dead_code)]
+pub async fn post_probe(client: &reqwest::Client, url: &str) -> Result<(), reqwest::Error> {
+    let r = client.post(url).json(&probe_body()).send().await?;
+    assert!(r.status().is_success(), "{}", r.status());
+    r.bytes().await.map(|_| ())
+}
+
+/// Requests per second `clients` closed-loop clients get from `url` over `n` requests.
+#[allow(dead_code)]
+pub async fn closed_loop(
+    url: &str,
+    n: usize,
+    clients: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let client = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        let (client, url) = (client.clone(), url.to_string());
+        handles.push(tokio::spawn(async move {
+            for _ in 0..n / clients {
+                post_probe(&client, &url).await?;
+            }
+            Ok::<_, reqwest::Error>(())
+        }));
+    }
+    for h in handles {
+        h.await??;
+    }
+    Ok((n / clients * clients) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The two policy directories the decision benchmarks serve: `probe` alone, and `probe` with a
+/// candidate (the same component, marked) shadowing every request.
+#[allow(dead_code)]
+pub struct ProbeDirs {
+    pub plain: tempfile::TempDir,
+    pub shadowed: tempfile::TempDir,
+    /// Where the decision logs go.
+    pub logs: tempfile::TempDir,
+}
+
+#[allow(dead_code)]
+impl ProbeDirs {
+    /// A decision log written to the file `name` in [`ProbeDirs::logs`].
+    pub fn log_file(&self, name: &str) -> DecisionLogSettings {
+        DecisionLogSettings {
+            path: Some(self.logs.path().join(name)),
+            ..DecisionLogSettings::default()
+        }
+    }
+}
+
+#[allow(dead_code)]
+pub fn probe_dirs() -> Result<ProbeDirs, Box<dyn std::error::Error>> {
+    use hunch::policy::testing::{built_policy, with_marker};
+    let probe = built_policy("replay_probe")?;
+    let plain = tempfile::tempdir()?;
+    std::fs::write(plain.path().join("probe.wasm"), &probe)?;
+    let shadowed = tempfile::tempdir()?;
+    std::fs::write(shadowed.path().join("probe.wasm"), &probe)?;
+    std::fs::write(
+        shadowed.path().join("probe.candidate.wasm"),
+        with_marker(probe.clone(), "candidate"),
+    )?;
+    std::fs::write(
+        shadowed.path().join("probe.candidate.toml"),
+        "[rollout]\nmode = \"shadow\"\n",
+    )?;
+    Ok(ProbeDirs {
+        plain,
+        shadowed,
+        logs: tempfile::tempdir()?,
+    })
+}

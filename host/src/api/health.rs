@@ -1,4 +1,5 @@
-//! `/healthz` (the process answers) and `/readyz` (every model's reader can take reads).
+//! `/healthz` (the process answers) and `/readyz` (every model's reader can take reads, and the
+//! server is not draining).
 
 use super::error::ApiError;
 use super::AppState;
@@ -12,6 +13,14 @@ pub async fn healthz() -> Json<Value> {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    // First: a draining server is unready whatever its models say, so balancers move on while
+    // it finishes what it has (docs/deploy.md, "Draining").
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(ApiError::Unavailable {
+            message: "draining: this server is shutting down".into(),
+            retry_after_seconds: 1,
+        });
+    }
     let mut models = Map::new();
     let mut waiting = Vec::new();
     for entry in state.registry.models() {

@@ -19,6 +19,14 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
                     cache.max_bytes(),
                 ));
             }
+            let draining = state.draining.load(std::sync::atomic::Ordering::SeqCst);
+            crate::metrics::family(
+                &mut text,
+                "hunch_draining",
+                "gauge",
+                "1 once a shutdown began (readiness is false), else 0.",
+            );
+            text.push_str(&format!("hunch_draining {}\n", u8::from(draining)));
             text
         },
     )

@@ -67,6 +67,10 @@ pub struct AppState {
     pub decisions: Arc<crate::decision::DecisionLog>,
     /// The calibration applied to `/v1/systemone` answers (`--calibration`), if any.
     pub calibration: Arc<crate::calibration::serve::CalibrationSlot>,
+    /// The policies `/openapi.json` describes, once the policy routes exist.
+    pub served_policies: openapi::ServedPolicies,
+    /// Set once a shutdown began: `/readyz` answers 503 so balancers send no new work.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -90,6 +94,8 @@ impl AppState {
             answering: AnswerSettings::default(),
             decisions: crate::decision::DecisionLog::disabled(),
             calibration: Default::default(),
+            served_policies: openapi::ServedPolicies::default(),
+            draining: Arc::default(),
         })
     }
 

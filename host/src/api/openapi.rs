@@ -1,12 +1,49 @@
-//! `GET /openapi.json`: every route, with the request schema the host validates against (the
-//! same file, inlined) and the response and error shapes.
+//! `GET /openapi.json`: every route with every status it can answer, the request schema the host
+//! validates against (the same file, inlined), the response and error shapes, and each served
+//! policy as its own path (`/v1/policies/ticket-router`) with the input and output schemas it
+//! declares. Built on every request, so it follows deploys, reloads and removals.
+//!
+//! `tests/tests/openapi.rs` runs a property-based fuzzer (schemathesis) against this document on
+//! a real server: an undocumented status, a 5xx or a response outside its schema fails it.
 
 use super::validate::REQUEST_SCHEMA;
+use super::AppState;
+use crate::policy::registry::PolicySummary;
+use crate::policy::Registry;
+use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
+use std::sync::{Arc, OnceLock};
+
+/// The policies the document describes: set once the server builds its policy routes (`hunch
+/// serve`), read on every request. Unset (a server without policies, `hunch openapi`): only the
+/// generic `/v1/policies/{name}` routes are described.
+#[derive(Clone, Default)]
+pub struct ServedPolicies(Arc<OnceLock<Arc<Registry>>>);
+
+impl std::fmt::Debug for ServedPolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ServedPolicies")
+            .field(&self.0.get().is_some())
+            .finish()
+    }
+}
+
+impl ServedPolicies {
+    /// From now on the document lists `registry`'s policies (a second call changes nothing: a
+    /// server has one registry).
+    pub fn serve(&self, registry: Arc<Registry>) {
+        let _ = self.0.set(registry);
+    }
+
+    fn summaries(&self) -> Vec<PolicySummary> {
+        self.0.get().map(|r| r.summaries()).unwrap_or_default()
+    }
+}
 
 /// Replaces `{"$ref": "#/$defs/x"}` with the definition itself, so the JSON Schema file can be
-/// embedded in an OpenAPI document (whose `$ref`s resolve against the document root).
+/// embedded in an OpenAPI document (whose `$ref`s resolve against the document root). Only for
+/// the shipped request schema, whose definitions do not refer to themselves.
 fn inline_refs(value: &Value, defs: &Value) -> Value {
     match value {
         Value::Object(map) => {
@@ -30,134 +67,455 @@ fn inline_refs(value: &Value, defs: &Value) -> Value {
     }
 }
 
-pub fn document() -> Value {
+/// A policy's own schema as a component named `component`: kept whole (its `$defs` included) and
+/// every local `$ref` (`#`, `#/$defs/x`, any JSON pointer) rewritten to point inside that
+/// component, so recursive definitions stay references instead of being expanded forever.
+fn as_component(schema: &Value, component: &str) -> Value {
+    fn rewrite(value: &Value, base: &str) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let v = match (k.as_str(), v) {
+                            ("$ref", Value::String(target)) if target.starts_with('#') => {
+                                json!(format!("{base}{}", &target[1..]))
+                            }
+                            _ => rewrite(v, base),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(|v| rewrite(v, base)).collect()),
+            other => other.clone(),
+        }
+    }
+    let base = format!("#/components/schemas/{component}");
+    let mut rewritten = rewrite(schema, &base);
+    // The root's identifiers would change how the document's references resolve.
+    if let Value::Object(map) = &mut rewritten {
+        map.remove("$id");
+        map.remove("$schema");
+    }
+    rewritten
+}
+
+/// The request schema the validator enforces (the shipped file, its definitions inlined).
+fn system_one_request_schema() -> Value {
     let schema: Value = serde_json::from_str(REQUEST_SCHEMA).unwrap_or(Value::Null);
     let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
-    let request_schema = inline_refs(&schema, &defs);
-    let error = |description: &str| json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    inline_refs(&schema, &defs)
+}
+
+fn error(description: &str) -> Value {
+    json!({"description": description,
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+/// An error the HTTP framework answers itself before a handler runs (a query string or a body
+/// over the route's limit): plain text, not the API's JSON shape.
+fn framework_error(description: &str) -> Value {
+    json!({"description": description,
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}},
+                       "text/plain": {"schema": {"type": "string"}}}})
+}
+
+fn with_retry_after(mut response: Value) -> Value {
+    response["headers"] = json!({
+        "Retry-After": {"schema": {"type": "integer", "minimum": 0}, "description": "Seconds after which a retry may succeed."},
+        "retry-after-ms": {"schema": {"type": "integer", "minimum": 0}, "description": "The same, in milliseconds."}
+    });
+    response
+}
+
+/// What every authenticated `/v1` route can answer whatever it does: a missing or wrong API key
+/// (only when keys are configured) and the per-request timeout.
+fn v1_responses(mut responses: Value) -> Value {
+    responses["401"] = error("Missing or wrong bearer key (when API keys are configured)");
+    responses["504"] = error("The request did not finish within the per-request timeout");
+    responses
+}
+
+fn components() -> Value {
+    json!({
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "An API key (--api-key); every /v1 route needs it when keys are configured."},
+            "admin": {"type": "apiKey", "in": "header", "name": "X-Admin-Key",
+                      "description": "The admin key (--admin-key) for deployments; `Authorization: Bearer KEY` works too when API keys are off."}
+        },
+        "schemas": {
+            "SystemOneRequest": system_one_request_schema(),
+            "SystemOneResponse": {
+                "type": "object",
+                "required": ["model", "answers", "usage"],
+                "properties": {
+                    "model": {"type": "string", "description": "The real model name (never an alias)."},
+                    "answers": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/Answer"},
+                                "description": "One answer per question, under the same id, in request order."},
+                    "usage": {"type": "object", "required": ["input_tokens", "output_tokens"],
+                              "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}}
+                }
+            },
+            "Answer": {"oneOf": [
+                {"type": "object", "required": ["type", "noul"], "properties": {"type": {"const": "noul"}, "noul": {"type": "number", "minimum": 0, "maximum": 1}}},
+                {"type": "object", "required": ["type", "choice", "confidence", "probabilities"], "properties": {
+                    "type": {"const": "choice"}, "choice": {"type": "string"}, "confidence": {"type": "number"},
+                    "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}}},
+                {"type": "object", "required": ["type", "score", "confidence", "legend", "probabilities"], "properties": {
+                    "type": {"const": "score"}, "score": {"type": "number"}, "confidence": {"type": "number"},
+                    "legend": {"type": "object"}, "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}}}
+            ]},
+            "ValidationError": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "array", "items": {
+                "type": "object", "required": ["loc", "msg", "type"], "properties": {
+                    "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
+                    "msg": {"type": "string"}, "type": {"type": "string"}}}}}},
+            "Error": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "object",
+                "required": ["error_type", "message"], "properties": {"error_type": {"type": "string"}, "message": {"type": "string"},
+                    "decision_id": {"type": "string", "description": "The decision's id, on the policy routes."}}}}},
+            "ModelList": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
+                "type": "object", "required": ["name", "description", "release_date"], "properties": {
+                    "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"}}}}}},
+            "PolicySummary": {"type": "object", "required": ["name", "mode"], "properties": {
+                "name": {"type": "string"},
+                "version": {"type": ["string", "null"], "description": "Content hash of the .wasm; null when no version ever loaded."},
+                "loaded_at_ms": {"type": ["integer", "null"]},
+                "description": {"type": ["string", "null"]},
+                "declared_name": {"type": ["string", "null"]},
+                "declared_version": {"type": ["string", "null"]},
+                "input_schema": {"description": "The JSON Schema the policy declares for its input (null when none loaded)."},
+                "output_schema": {"description": "The JSON Schema the policy declares for its output."},
+                "limits": {"type": ["object", "null"]},
+                "reader": {"type": ["string", "null"]},
+                "wasm_bytes": {"type": ["integer", "null"]},
+                "last_reload": {"type": ["object", "null"]},
+                "mode": {"enum": ["off", "shadow", "canary"]},
+                "candidate": {"type": ["object", "null"]},
+                "previous_version": {"type": ["string", "null"]}}},
+            "PolicyDescription": {"allOf": [{"$ref": "#/components/schemas/PolicySummary"}, {
+                "type": "object", "required": ["stage"], "properties": {
+                    "stage": {"type": "string"}, "agreement": {"description": "Shadow or canary agreement with the candidate, when one runs."}}}]},
+            "PolicyList": {"type": "object", "required": ["policies"], "properties": {
+                "policies": {"type": "array", "items": {"$ref": "#/components/schemas/PolicySummary"}}}},
+            "PolicyDecision": decision_schema(json!({}))
+        }
+    })
+}
+
+/// The body of a policy's 200: its output (`output` matching `output`) and how it was reached.
+fn decision_schema(output: Value) -> Value {
+    json!({"type": "object",
+           "required": ["output", "policy", "version", "reads", "usage", "decision_id", "stage"],
+           "properties": {
+               "output": output,
+               "policy": {"type": "string"},
+               "version": {"type": "string"},
+               "reads": {"type": "array", "items": {"type": "object"}},
+               "usage": {"type": "object"},
+               "fuel_used": {"type": "integer", "minimum": 0},
+               "logs": {"type": "array"},
+               "timings": {"type": "object"},
+               "decision_id": {"type": "string"},
+               "stage": {"type": "string", "description": "The version that decided: active, or the candidate in a canary."}}})
+}
+
+fn decision_id_header() -> Value {
+    json!({"x-hunch-decision-id": {"schema": {"type": "string"}, "description": "The decision's id (also in the body)."}})
+}
+
+/// `POST` on a policy: what running it can answer, with `input` as the body's schema and
+/// `output` as the decision's `output`.
+fn run_operation(summary: &str, input: Value, output: Value) -> Value {
+    json!({
+        "summary": summary,
+        "security": [{"bearer": []}],
+        "parameters": [{"name": "x-hunch-route-key", "in": "header", "required": false, "schema": {"type": "string"},
+                        "description": "Pins a canary's routing to this key (docs/decision-records.md)."}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": input}}},
+        "responses": v1_responses(json!({
+            "200": {"description": "The decision", "headers": decision_id_header(),
+                    "content": {"application/json": {"schema": decision_schema(output)}}},
+            "400": error("The body is not JSON"),
+            "404": error("No such policy"),
+            "413": framework_error("Body over 32 MiB"),
+            "422": error("Input not matching the policy's input schema (detail.details), a broken limit (detail.limit), or the policy declined (detail.policy_error)"),
+            "500": error("The policy trapped, used an ungranted capability or broke its own output schema (a bug in the policy)"),
+            "502": error("A read the policy needed failed inside the reader"),
+            "503": with_retry_after(error("Busy, a read was unavailable, or a required decision log could not record the decision")),
+        }))
+    })
+}
+
+fn describe_operation() -> Value {
+    json!({"summary": "One policy: its summary, the stage described (`?stage=`, default active) and agreement",
+           "security": [{"bearer": []}],
+           "parameters": [{"name": "stage", "in": "query", "required": false,
+                           "schema": {"enum": ["active", "candidate", "previous"]}}],
+           "responses": v1_responses(json!({
+               "200": {"description": "The policy", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyDescription"}}}},
+               "400": error("A stage that is not active, candidate or previous"),
+               "404": error("No such policy, or no version at the stage asked")}))})
+}
+
+/// Admin routes: need the admin key (as well as the API key when keys are configured).
+fn admin_responses(mut responses: Value) -> Value {
+    responses["401"] = error("Missing or wrong admin key (or API key)");
+    responses["403"] = error("Deployments over HTTP are off (no --admin-key)");
+    responses["504"] = error("The request did not finish within the per-request timeout");
+    responses
+}
+
+fn stage_parameter() -> Value {
+    json!({"name": "stage", "in": "query", "required": false, "schema": {"enum": ["active", "candidate"]}})
+}
+
+/// The routes every server with policies has, whatever it serves.
+fn generic_policy_paths() -> Map<String, Value> {
+    let name = json!({"name": "name", "in": "path", "required": true,
+                      "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}});
+    let summary_200 = |description: &str| {
+        json!({"description": description,
+               "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicySummary"}}}})
+    };
+    let stage_change = |summary: &str| {
+        json!({"post": {"summary": summary, "security": [{"bearer": [], "admin": []}],
+                "responses": admin_responses(json!({
+                    "200": summary_200("The policy after the change"),
+                    "400": error("Not a valid policy name"),
+                    "404": error("No such policy, or nothing to promote or restore"),
+                    "409": error("Conflicts with the policy's current stages"),
+                    "422": error("The stored version no longer loads")}))}})
+    };
+    let mut paths = Map::new();
+    paths.insert("/v1/policies".into(), json!({"get": {
+        "summary": "Decision policies: name, version (content hash), loaded-at, schemas, limits, last reload status (docs/policies.md)",
+        "security": [{"bearer": []}],
+        "responses": v1_responses(json!({"200": {"description": "Policies",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyList"}}}}}))}}));
+    let deploy_parameters: Vec<Value> = std::iter::once(stage_parameter())
+        .chain(
+            [
+                ("mode", json!({"enum": ["off", "shadow", "canary"]})),
+                ("sample", json!({"type": "number", "minimum": 0, "maximum": 1})),
+                ("percent", json!({"type": "number", "minimum": 0, "maximum": 100})),
+                ("route_key", json!({"type": "string"})),
+                ("reader", json!({"type": "string"})),
+                ("questions", json!({"enum": ["isolated", "joint"]})),
+                ("fuel", json!({"type": "integer", "minimum": 0})),
+                ("timeout_ms", json!({"type": "integer", "minimum": 0})),
+                ("memory_bytes", json!({"type": "integer", "minimum": 0})),
+                ("max_reads", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
+                ("max_questions", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
+                ("max_output_bytes", json!({"type": "integer", "minimum": 0})),
+                ("max_state_bytes", json!({"type": "integer", "minimum": 0})),
+                ("max_log_lines", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
+            ]
+            .into_iter()
+            .map(|(n, schema)| json!({"name": n, "in": "query", "required": false, "schema": schema})),
+        )
+        .collect();
+    paths.insert("/v1/policies/{name}".into(), json!({
+        "parameters": [name],
+        "get": describe_operation(),
+        "post": run_operation(
+            "Run a policy on a JSON input (validated against its input schema; each served policy has its own path with that schema): output, version, reads, usage, timings",
+            json!({}), json!({})),
+        "put": {"summary": "Deploy a component (admin key); limits, reader and rollout as query parameters, written to NAME.toml",
+                "security": [{"bearer": [], "admin": []}],
+                "parameters": deploy_parameters,
+                "requestBody": {"required": true, "description": "The component's bytes; the server reads the body whatever its Content-Type.",
+                                "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}},
+                                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+                "responses": admin_responses(json!({
+                    "200": summary_200("New version serving (or the candidate deployed)"),
+                    "201": summary_200("New policy serving"),
+                    "400": framework_error("Not a valid policy name, stage or query parameter"),
+                    "404": error("A candidate for a policy that does not exist"),
+                    "409": error("Conflicts with the policy's current stages"),
+                    "413": framework_error("Component over 32 MiB"),
+                    "422": error("Refused: does not compile, link, describe or validate")}))},
+        "delete": {"summary": "Remove a policy, or only its candidate with ?stage=candidate (admin key)",
+                   "security": [{"bearer": [], "admin": []}],
+                   "parameters": [stage_parameter()],
+                   "responses": admin_responses(json!({
+                       "204": {"description": "Removed"},
+                       "400": framework_error("Not a valid policy name, stage or query parameter"),
+                       "404": error("No such policy or candidate")}))}
+    }));
+    let mut promote = stage_change("Promote the candidate to active; the old active version is kept for a rollback (admin key)");
+    promote["parameters"] = json!([name]);
+    paths.insert("/v1/policies/{name}/promote".into(), promote);
+    let mut rollback = stage_change("Restore the version before the last promotion (admin key)");
+    rollback["parameters"] = json!([name]);
+    paths.insert("/v1/policies/{name}/rollback".into(), rollback);
+    paths
+}
+
+/// One path per served policy, with the schemas it declares (as components `policy.NAME.input`
+/// and `policy.NAME.output`). Policies with no loaded version (only refused ones) have none.
+fn served_policy_paths(
+    policies: &[PolicySummary],
+    schemas: &mut Map<String, Value>,
+) -> Map<String, Value> {
+    let mut paths = Map::new();
+    for policy in policies {
+        let (Some(input), Some(output)) = (&policy.input_schema, &policy.output_schema) else {
+            continue;
+        };
+        let input_name = format!("policy.{}.input", policy.name);
+        let output_name = format!("policy.{}.output", policy.name);
+        schemas.insert(input_name.clone(), as_component(input, &input_name));
+        schemas.insert(output_name.clone(), as_component(output, &output_name));
+        let about = policy.description.as_deref().unwrap_or_default();
+        paths.insert(
+            format!("/v1/policies/{}", policy.name),
+            json!({
+                "get": describe_operation(),
+                "post": run_operation(
+                    &format!("Run {} ({}): {about}", policy.name, policy.version.as_deref().unwrap_or("?")),
+                    json!({"$ref": format!("#/components/schemas/{input_name}")}),
+                    json!({"$ref": format!("#/components/schemas/{output_name}")})),
+            }),
+        );
+    }
+    paths
+}
+
+/// The document with no policy served (what `hunch openapi` prints).
+pub fn document() -> Value {
+    document_with(&[])
+}
+
+/// The document for a server serving `policies`.
+pub fn document_with(policies: &[PolicySummary]) -> Value {
+    let mut components = components();
+    let mut schemas = components["schemas"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let served = served_policy_paths(policies, &mut schemas);
+    components["schemas"] = Value::Object(schemas);
+    let mut paths: Map<String, Value> = json!({
+        "/v1/systemone": {"post": {
+            "summary": "Answer typed questions about a state (System One)",
+            "security": [{"bearer": []}],
+            "parameters": [
+                {"name": "Content-Encoding", "in": "header", "required": false, "schema": {"enum": ["zstd", "gzip", "deflate", "identity"]}},
+                {"name": "x-request-id", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Echoed in x-typesafe-request-id when plain."}
+            ],
+            "requestBody": {"required": true, "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
+                "example": {"model": "jev-latest", "state": "I was charged twice. Please help.",
+                            "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"},
+                                          "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["Can wait", "Today"]}}}}}},
+            "responses": v1_responses(json!({
+                "200": {"description": "Answers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}},
+                        "headers": {
+                            "x-hunch-batch-requests": {"schema": {"type": "integer", "minimum": 1},
+                                "description": "The most requests whose rows shared one forward pass with this one (1: read alone); absent when the reader does not say."},
+                            "x-hunch-batch-deviation": {"schema": {"type": "number", "minimum": 0},
+                                "description": "Present when the answer was computed in a batch with other requests: the largest probability change the engine measured at startup between a read alone and batched (0: bit-exact)."},
+                            "x-hunch-questions": {"schema": {"enum": ["isolated", "joint"]},
+                                "description": "How the answers were read: isolated (each question alone; an answer does not depend on the other questions) or joint (one prompt for all)."},
+                            "x-hunch-ignored-fields": {"schema": {"type": "string"},
+                                "description": "Unknown top-level request fields that were ignored, comma-separated in request order (characters a header cannot carry are percent-encoded); absent when none."},
+                            "x-hunch-answer-cache-hits": {"schema": {"type": "integer", "minimum": 0},
+                                "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."}}},
+                "400": error("Beyond a limit of the model, or an undecodable body"),
+                "404": error("Unknown model"),
+                "413": error("Body too large (compressed or decompressed)"),
+                "415": error("Unsupported Content-Encoding"),
+                "422": {"description": "Invalid request; loc names the field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}}},
+                "500": error("A bug or a broken reader output (logged)"),
+                "503": with_retry_after(error("Loading, restarting or overloaded; see Retry-After")),
+            }))
+        }},
+        "/v1/models": {"get": {
+            "summary": "Served models and aliases (jev-latest is the default model)",
+            "security": [{"bearer": []}],
+            "responses": v1_responses(json!({"200": {"description": "Models", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}}}))
+        }},
+        "/healthz": {"get": {"summary": "Liveness: the process answers", "responses": {"200": {"description": "Alive"}}}},
+        "/readyz": {"get": {"summary": "Readiness: every model can take reads",
+                            "responses": {"200": {"description": "Ready"}, "503": with_retry_after(error("Not ready; see Retry-After"))}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics (text format 0.0.4)",
+                             "responses": {"200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {"summary": "This document (the served policies' paths change as policies are deployed, reloaded and removed)",
+                                  "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}}}}
+    })
+    .as_object()
+    .cloned()
+    .unwrap_or_default();
+    paths.extend(generic_policy_paths());
+    paths.extend(served);
     json!({
         "openapi": "3.1.0",
         "info": {
             "title": "Hunch",
             "version": env!("CARGO_PKG_VERSION"),
-            "description": "TypeSafe's System One API (0.2.0) served by Hunch: fast, typed, calibrated decisions read in one pass of a diffusion LM. Text-only: box questions and image assets are refused with a 422."
+            "description": "TypeSafe's System One API (0.2.0) served by Hunch: fast, typed, calibrated decisions read in one pass of a diffusion LM, and decision policies (WebAssembly) built on them. Text-only: box questions and image assets are refused with a 422. Every /v1 route needs a bearer API key when keys are configured."
         },
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "SystemOneRequest": request_schema,
-                "SystemOneResponse": {
-                    "type": "object",
-                    "required": ["model", "answers", "usage"],
-                    "properties": {
-                        "model": {"type": "string", "description": "The real model name (never an alias)."},
-                        "answers": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/Answer"},
-                                    "description": "One answer per question, under the same id, in request order."},
-                        "usage": {"type": "object", "required": ["input_tokens", "output_tokens"],
-                                  "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}}
-                    }
-                },
-                "Answer": {"oneOf": [
-                    {"type": "object", "required": ["type", "noul"], "properties": {"type": {"const": "noul"}, "noul": {"type": "number", "minimum": 0, "maximum": 1}}},
-                    {"type": "object", "required": ["type", "choice", "confidence", "probabilities"], "properties": {
-                        "type": {"const": "choice"}, "choice": {"type": "string"}, "confidence": {"type": "number"},
-                        "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}}},
-                    {"type": "object", "required": ["type", "score", "confidence", "legend", "probabilities"], "properties": {
-                        "type": {"const": "score"}, "score": {"type": "number"}, "confidence": {"type": "number"},
-                        "legend": {"type": "object"}, "probabilities": {"type": "object", "additionalProperties": {"type": "number"}}}}
-                ]},
-                "ValidationError": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "array", "items": {
-                    "type": "object", "required": ["loc", "msg", "type"], "properties": {
-                        "loc": {"type": "array", "items": {"type": ["string", "integer"]}},
-                        "msg": {"type": "string"}, "type": {"type": "string"}}}}}},
-                "Error": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "object",
-                    "required": ["error_type", "message"], "properties": {"error_type": {"type": "string"}, "message": {"type": "string"}}}}},
-                "ModelList": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
-                    "type": "object", "required": ["name", "description", "release_date"], "properties": {
-                        "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"}}}}}}
-            }
-        },
-        "paths": {
-            "/v1/systemone": {"post": {
-                "summary": "Answer typed questions about a state (System One)",
-                "security": [{"bearer": []}],
-                "parameters": [
-                    {"name": "Content-Encoding", "in": "header", "required": false, "schema": {"enum": ["zstd", "gzip", "deflate", "identity"]}},
-                    {"name": "x-request-id", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Echoed in x-typesafe-request-id when plain."}
-                ],
-                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneRequest"}}}},
-                "responses": {
-                    "200": {"description": "Answers", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SystemOneResponse"}}},
-                            "headers": {
-                                "x-hunch-batch-requests": {"schema": {"type": "integer", "minimum": 1},
-                                    "description": "The most requests whose rows shared one forward pass with this one (1: read alone); absent when the reader does not say."},
-                                "x-hunch-batch-deviation": {"schema": {"type": "number", "minimum": 0},
-                                    "description": "Present when the answer was computed in a batch with other requests: the largest probability change the engine measured at startup between a read alone and batched (0: bit-exact)."},
-                                "x-hunch-questions": {"schema": {"enum": ["isolated", "joint"]},
-                                    "description": "How the answers were read: isolated (each question alone; an answer does not depend on the other questions) or joint (one prompt for all)."},
-                                "x-hunch-ignored-fields": {"schema": {"type": "string"},
-                                    "description": "Unknown top-level request fields that were ignored, comma-separated in request order (characters a header cannot carry are percent-encoded); absent when none."},
-                                "x-hunch-answer-cache-hits": {"schema": {"type": "integer", "minimum": 0},
-                                    "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."}}},
-                    "400": error("Beyond a limit of the model, or an undecodable body"),
-                    "401": error("Missing or wrong bearer key"),
-                    "404": error("Unknown model"),
-                    "413": error("Body too large (compressed or decompressed)"),
-                    "415": error("Unsupported Content-Encoding"),
-                    "422": {"description": "Invalid request; loc names the field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}}},
-                    "503": error("Loading, restarting or overloaded; see Retry-After"),
-                    "504": error("Timed out")
-                }
-            }},
-            "/v1/models": {"get": {
-                "summary": "Served models and aliases (jev-latest is the default model)",
-                "security": [{"bearer": []}],
-                "responses": {"200": {"description": "Models", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
-                              "401": error("Missing or wrong bearer key")}
-            }},
-            "/v1/policies": {"get": {
-                "summary": "Decision policies: name, version (content hash), loaded-at, schemas, limits, last reload status (docs/policies.md)",
-                "security": [{"bearer": []}],
-                "responses": {"200": {"description": "Policies"}, "401": error("Missing or wrong bearer key")}
-            }},
-            "/v1/policies/{name}": {
-                "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}}],
-                "get": {"summary": "One policy", "security": [{"bearer": []}],
-                        "responses": {"200": {"description": "The policy"}, "404": error("No such policy")}},
-                "post": {"summary": "Run the policy on a JSON input (validated against its input schema): output, version, reads, usage, timings",
-                         "security": [{"bearer": []}],
-                         "requestBody": {"required": true, "content": {"application/json": {"schema": {}}}},
-                         "responses": {"200": {"description": "The decision"}, "404": error("No such policy"),
-                                       "422": error("Invalid input, a broken limit (detail.limit) or the policy declined"),
-                                       "500": error("The policy trapped, used an ungranted capability or broke its output schema"),
-                                       "503": error("Busy or a read was unavailable"), "504": error("Timeout")}},
-                "put": {"summary": "Deploy a component (admin key in X-Admin-Key); limits and reader as query parameters",
-                        "requestBody": {"required": true, "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}}}},
-                        "responses": {"200": {"description": "New version serving"}, "201": {"description": "New policy serving"},
-                                      "401": error("Missing or wrong admin key"), "403": error("Deployments over HTTP are off"),
-                                      "422": error("Refused: does not compile, link, describe or validate")}},
-                "delete": {"summary": "Remove a policy (admin key)",
-                           "responses": {"204": {"description": "Removed"}, "401": error("Missing or wrong admin key"), "404": error("No such policy")}}
-            },
-            "/healthz": {"get": {"summary": "Liveness: the process answers", "responses": {"200": {"description": "Alive"}}}},
-            "/readyz": {"get": {"summary": "Readiness: every model can take reads",
-                                "responses": {"200": {"description": "Ready"}, "503": error("Not ready; see Retry-After")}}},
-            "/metrics": {"get": {"summary": "Prometheus metrics (text format 0.0.4)",
-                                 "responses": {"200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
-            "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3.1"}}}}
-        }
+        "components": components,
+        "paths": paths
     })
 }
 
-pub async fn openapi() -> Json<Value> {
-    Json(document())
+pub async fn openapi(State(state): State<AppState>) -> Json<Value> {
+    Json(document_with(&state.served_policies.summaries()))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn summary(name: &str, input: Value, output: Value) -> PolicySummary {
+        PolicySummary {
+            name: name.into(),
+            version: Some("0123456789abcdef".into()),
+            loaded_at_ms: Some(1),
+            description: Some("a test policy".into()),
+            declared_name: Some(name.into()),
+            declared_version: Some("0.1.0".into()),
+            input_schema: Some(input),
+            output_schema: Some(output),
+            limits: None,
+            reader: None,
+            wasm_bytes: Some(1),
+            last_reload: None,
+            mode: "off",
+            candidate: None,
+            previous_version: None,
+        }
+    }
+
+    /// Every `$ref` in the document, with what it points at (None: dangling).
+    fn refs(doc: &Value) -> Vec<(String, bool)> {
+        fn walk(v: &Value, doc: &Value, out: &mut Vec<(String, bool)>) {
+            match v {
+                Value::Object(map) => {
+                    for (k, v) in map {
+                        match (k.as_str(), v) {
+                            ("$ref", Value::String(r)) => {
+                                let found =
+                                    r.strip_prefix('#').and_then(|p| doc.pointer(p)).is_some();
+                                out.push((r.clone(), found));
+                            }
+                            _ => walk(v, doc, out),
+                        }
+                    }
+                }
+                Value::Array(items) => items.iter().for_each(|v| walk(v, doc, out)),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk(doc, doc, &mut out);
+        out
+    }
+
     #[test]
     fn the_request_schema_is_inlined_without_dangling_refs() {
-        let doc = super::document();
+        let doc = document();
         let text = doc.to_string();
         assert!(!text.contains("#/$defs/"));
         assert!(
@@ -168,6 +526,8 @@ mod tests {
             "/v1/models",
             "/v1/policies",
             "/v1/policies/{name}",
+            "/v1/policies/{name}/promote",
+            "/v1/policies/{name}/rollback",
             "/healthz",
             "/readyz",
             "/metrics",
@@ -175,5 +535,83 @@ mod tests {
         ] {
             assert!(doc["paths"][path].is_object(), "{path}");
         }
+        let dangling: Vec<_> = refs(&doc).into_iter().filter(|(_, ok)| !ok).collect();
+        assert!(dangling.is_empty(), "{dangling:?}");
+    }
+
+    #[test]
+    fn every_authenticated_operation_documents_401_and_every_run_its_400() {
+        let doc = document_with(&[summary("p", json!({}), json!({}))]);
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if op.get("security").is_some() {
+                    assert!(op["responses"]["401"].is_object(), "{method} {path}");
+                }
+            }
+        }
+        for path in ["/v1/policies/{name}", "/v1/policies/p"] {
+            assert!(
+                doc["paths"][path]["post"]["responses"]["400"].is_object(),
+                "{path}"
+            );
+            assert!(
+                doc["paths"][path]["get"]["responses"]["401"].is_object(),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_served_policy_is_its_own_path_with_its_declared_schemas() {
+        let input = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://example.com/ticket",
+            "type": "object",
+            "required": ["customer"],
+            "properties": {"customer": {"$ref": "#/$defs/party"}, "parent": {"$ref": "#"}},
+            "$defs": {"party": {"type": "object", "properties": {"next": {"$ref": "#/$defs/party"}}}}
+        });
+        let output = json!({"type": "object", "required": ["team"], "properties": {"team": {"enum": ["a", "b"]}}});
+        let doc = document_with(&[summary("ticket-router", input, output.clone())]);
+        let post = &doc["paths"]["/v1/policies/ticket-router"]["post"];
+        assert_eq!(
+            post["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/policy.ticket-router.input"
+        );
+        assert_eq!(
+            post["responses"]["200"]["content"]["application/json"]["schema"]["properties"]
+                ["output"]["$ref"],
+            "#/components/schemas/policy.ticket-router.output"
+        );
+        let component = &doc["components"]["schemas"]["policy.ticket-router.input"];
+        assert_eq!(component["required"], json!(["customer"]));
+        assert!(component.get("$id").is_none() && component.get("$schema").is_none());
+        // Recursive definitions stay references, each resolving inside the component.
+        assert_eq!(
+            component["$defs"]["party"]["properties"]["next"]["$ref"],
+            "#/components/schemas/policy.ticket-router.input/$defs/party"
+        );
+        assert_eq!(
+            component["properties"]["parent"]["$ref"],
+            "#/components/schemas/policy.ticket-router.input"
+        );
+        assert_eq!(
+            doc["components"]["schemas"]["policy.ticket-router.output"],
+            output
+        );
+        let dangling: Vec<_> = refs(&doc).into_iter().filter(|(_, ok)| !ok).collect();
+        assert!(dangling.is_empty(), "{dangling:?}");
+    }
+
+    #[test]
+    fn a_policy_that_never_loaded_has_no_path() {
+        let mut refused = summary("broken", json!({}), json!({}));
+        refused.input_schema = None;
+        refused.output_schema = None;
+        let doc = document_with(&[refused]);
+        assert!(doc["paths"].get("/v1/policies/broken").is_none());
+        assert!(doc["components"]["schemas"]
+            .get("policy.broken.input")
+            .is_none());
     }
 }

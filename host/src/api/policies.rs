@@ -54,9 +54,9 @@ async fn list(State(api): State<Arc<PolicyApi>>) -> Json<Value> {
     Json(json!({ "policies": api.registry.summaries() }))
 }
 
-/// `?stage=candidate` (or `previous`) describes that version instead of the active one.
+/// `?stage=candidate` (or `previous`) describes that version instead of the active one. Other
+/// query parameters are ignored (a read never fails over them).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct DescribeParams {
     stage: Option<String>,
 }

@@ -325,11 +325,11 @@ mod tests {
                 stats: self.stats.clone(),
             })
         }
-        fn limits(&self) -> hunch_core::ReaderLimits {
-            self.limits
-        }
-        fn fingerprint(&self) -> Option<String> {
-            Some("stub".into())
+        fn info(&self) -> hunch_core::ReaderInfo {
+            hunch_core::ReaderInfo {
+                limits: self.limits,
+                fingerprint: Some("stub".into()),
+            }
         }
     }
 

@@ -155,6 +155,10 @@ fn schema_error(instance: &Value, error: &jsonschema::ValidationError<'_>) -> Fi
             "greater_than_equal",
             format!("Input should be greater than or equal to {limit}"),
         ),
+        // The only `anyOf` of the schema: a noul's "instructions or a criterion".
+        ValidationErrorKind::AnyOf { .. } if is_noul(error.instance()) => {
+            ("value_error", NOUL_NEEDS_TEXT.to_string())
+        }
         ValidationErrorKind::Maximum { limit } => (
             "less_than_equal",
             format!("Input should be less than or equal to {limit}"),
@@ -165,6 +169,13 @@ fn schema_error(instance: &Value, error: &jsonschema::ValidationError<'_>) -> Fi
         ),
     };
     FieldError::new(loc, kind, msg)
+}
+
+const NOUL_NEEDS_TEXT: &str =
+    "a noul question needs instructions or at least one criterion (true or false)";
+
+fn is_noul(instance: &Value) -> bool {
+    instance.get("type").and_then(Value::as_str) == Some("noul")
 }
 
 /// Error messages quote the offending value; a huge value must not make a huge response.
@@ -342,7 +353,7 @@ fn typed_question(id: &str, q: &Value) -> Result<AskedQuestion, Vec<FieldError>>
                 return Err(vec![FieldError::new(
                     question_loc(id, &[]),
                     "value_error",
-                    "a noul question needs instructions or at least one criterion (true or false)",
+                    NOUL_NEEDS_TEXT,
                 )]);
             }
             QuestionKind::Noul { yes, no }
@@ -508,6 +519,37 @@ mod tests {
             rejected(json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul"}}})),
             vec![("body.questions.q".into(), "value_error".into())]
         );
+    }
+
+    /// The rule is in the schema itself, so the OpenAPI document and `hunch schema` show it and a
+    /// client generating requests from them cannot build a noul the server refuses.
+    #[test]
+    fn the_schema_itself_says_a_noul_needs_instructions_or_a_criterion() {
+        let schema: Value = serde_json::from_str(REQUEST_SCHEMA).unwrap();
+        let plain = jsonschema::validator_for(&schema).unwrap();
+        let request = |q: Value| json!({"model": "m", "state": "s", "questions": {"q": q}});
+        for refused in [
+            json!({"type": "noul"}),
+            json!({"type": "noul", "instructions": null, "criteria": {"true": null, "false": null}}),
+            json!({"type": "noul", "criteria": null}),
+        ] {
+            assert!(!plain.is_valid(&request(refused.clone())), "{refused}");
+            match validator().validate(&request(refused)) {
+                Err(ApiError::Validation(errors)) => {
+                    assert_eq!(errors.len(), 1);
+                    assert_eq!(errors[0].loc_path(), "body.questions.q");
+                    assert_eq!(errors[0].msg, NOUL_NEEDS_TEXT);
+                }
+                other => panic!("expected a 422, got {other:?}"),
+            }
+        }
+        for accepted in [
+            json!({"type": "noul", "instructions": ""}),
+            json!({"type": "noul", "criteria": {"false": "no"}}),
+            json!({"type": "noul", "instructions": null, "criteria": {"true": {"k": 1}}}),
+        ] {
+            assert!(plain.is_valid(&request(accepted.clone())), "{accepted}");
+        }
     }
 
     #[test]

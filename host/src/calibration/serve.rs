@@ -4,7 +4,7 @@
 use super::file::Calibrations;
 use async_trait::async_trait;
 use hunch_core::{
-    LabelDistribution, Question, ReadError, ReadOutcome, ReadRequest, Reader, ReaderLimits,
+    LabelDistribution, Question, ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo,
 };
 use std::sync::Arc;
 
@@ -120,11 +120,12 @@ impl Reader for CalibratingReader {
         self.inner.ready().await
     }
 
-    fn limits(&self) -> ReaderLimits {
-        self.inner.limits()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        self.inner.fingerprint()
+    /// The inner reader's limits; no fingerprint, so its answers are never cached: a cached
+    /// answer would outlive a reloaded calibration (docs/calibration.md).
+    fn info(&self) -> ReaderInfo {
+        ReaderInfo {
+            limits: self.inner.info().limits,
+            fingerprint: None,
+        }
     }
 }

@@ -54,6 +54,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "max_queued_reads",
     ),
     ("--shutdown-grace", "HUNCH_SHUTDOWN_GRACE", "shutdown_grace"),
+    ("--drain-delay", "HUNCH_DRAIN_DELAY", "drain_delay"),
     ("--no-demo", "HUNCH_NO_DEMO", "no_demo"),
     ("--policies", "HUNCH_POLICIES", "policies"),
     ("--calibration", "HUNCH_CALIBRATION", "calibration"),
@@ -112,6 +113,7 @@ pub struct Layer {
     pub max_concurrent_reads: Option<usize>,
     pub max_queued_reads: Option<usize>,
     pub shutdown_grace: Option<f64>,
+    pub drain_delay: Option<f64>,
     pub no_demo: Option<bool>,
     pub policies: Option<PathBuf>,
     pub calibration: Option<PathBuf>,
@@ -244,6 +246,7 @@ impl Layer {
             max_concurrent_reads: args.max_concurrent_reads,
             max_queued_reads: args.max_queued_reads,
             shutdown_grace: args.shutdown_grace,
+            drain_delay: args.drain_delay,
             no_demo: args.no_demo,
             policies: args.policies.clone(),
             calibration: args.calibration.clone(),
@@ -326,6 +329,7 @@ impl Layer {
             )?,
             max_queued_reads: number("HUNCH_MAX_QUEUED_READS", var("HUNCH_MAX_QUEUED_READS"))?,
             shutdown_grace: number("HUNCH_SHUTDOWN_GRACE", var("HUNCH_SHUTDOWN_GRACE"))?,
+            drain_delay: number("HUNCH_DRAIN_DELAY", var("HUNCH_DRAIN_DELAY"))?,
             no_demo: var("HUNCH_NO_DEMO")
                 .map(|v| {
                     parse_bool(&v).map_err(|e| ConfigError::Invalid(format!("HUNCH_NO_DEMO: {e}")))
@@ -389,6 +393,7 @@ impl Layer {
             max_concurrent_reads,
             max_queued_reads,
             shutdown_grace,
+            drain_delay,
             no_demo,
             policies,
             calibration,
@@ -419,7 +424,7 @@ mod tests {
             "HUNCH_ALIASES" => "fast=a",
             "HUNCH_SIDECAR_ARGS" => "--dtype=bfloat16 --queue 8",
             "HUNCH_MAX_BODY_BYTES" | "HUNCH_MAX_CONCURRENT_READS" | "HUNCH_MAX_QUEUED_READS" => "7",
-            "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" => "2.5",
+            "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" | "HUNCH_DRAIN_DELAY" => "2.5",
             "HUNCH_NO_DEMO" => "1",
             "HUNCH_QUESTIONS" => "joint",
             "HUNCH_ANSWER_CACHE_MB" => "64",
@@ -449,7 +454,7 @@ mod tests {
                 "memory_limit" | "policy_max_memory" | "policy_max_stack" => "\"48M\"".to_string(),
                 "policy_pool" | "policy_shadow_runs" | "policy_max_fuel" => "9".into(),
                 "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
-                "request_timeout" | "shutdown_grace" => "2.5".into(),
+                "request_timeout" | "shutdown_grace" | "drain_delay" => "2.5".into(),
                 _ => "\"v\"".to_string(),
             };
             let from_file: Layer = toml::from_str(&format!("{key} = {toml_value}"))

@@ -92,6 +92,12 @@ pub struct ServeArgs {
     /// [env HUNCH_SHUTDOWN_GRACE, TOML `shutdown_grace`]
     #[arg(long)]
     pub shutdown_grace: Option<f64>,
+    /// Seconds between SIGTERM and refusing new connections: `/readyz` answers 503 at once, so
+    /// balancers stop sending new work, while requests that still arrive are served. Then
+    /// in-flight requests get `--shutdown-grace`. Default 0 (the Kubernetes manifests set 10).
+    /// [env HUNCH_DRAIN_DELAY, TOML `drain_delay`]
+    #[arg(long)]
+    pub drain_delay: Option<f64>,
     /// With no model configured, serve nothing instead of the demo model (`--no-demo=false`
     /// turns a lower layer's setting off). [env HUNCH_NO_DEMO, TOML `no_demo`]
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
@@ -193,6 +199,8 @@ pub struct Settings {
     /// `--memory-limit` in bytes, passed to every sidecar this server starts.
     pub memory_limit: Option<u64>,
     pub shutdown_grace: Duration,
+    /// `--drain-delay`: unready but still serving, after SIGTERM.
+    pub drain_delay: Duration,
     /// Serve the generated demo model when no model is configured.
     pub demo: bool,
     /// `--policies DIR`.
@@ -383,6 +391,13 @@ impl Settings {
             Some(s) => seconds(s, "shutdown_grace")?,
             None => Duration::from_secs(30),
         };
+        // 0 is allowed here: no delay, as a process started by hand wants.
+        let drain_delay = match layer.drain_delay {
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                ConfigError::Invalid("drain_delay must be a number of seconds, 0 or more".into())
+            })?,
+            None => Duration::ZERO,
+        };
         let api_keys = layer
             .api_keys
             .unwrap_or_default()
@@ -435,6 +450,7 @@ impl Settings {
             sidecar_args: layer.sidecar_args.unwrap_or_default(),
             memory_limit: layer.memory_limit.map(|size| size.0),
             shutdown_grace,
+            drain_delay,
             demo: !layer.no_demo.unwrap_or(false),
             policies: layer.policies,
             calibration: layer.calibration,
@@ -557,6 +573,18 @@ mod tests {
             s.demo,
             "HUNCH_NO_DEMO=false overrides the file's no_demo = true"
         );
+    }
+
+    #[test]
+    fn the_drain_delay_is_zero_unless_set_and_may_be_zero() {
+        let unset = Settings::resolve(&args(&[]), &env(&[])).unwrap();
+        assert_eq!(unset.drain_delay, std::time::Duration::ZERO);
+        let set = Settings::resolve(&args(&[]), &env(&[("HUNCH_DRAIN_DELAY", "2.5")])).unwrap();
+        assert_eq!(set.drain_delay, std::time::Duration::from_millis(2500));
+        let zero = Settings::resolve(&args(&["--drain-delay", "0"]), &env(&[])).unwrap();
+        assert_eq!(zero.drain_delay, std::time::Duration::ZERO);
+        let wrong = Settings::resolve(&args(&["--drain-delay=-1"]), &env(&[])).unwrap_err();
+        assert!(wrong.to_string().contains("drain_delay"), "{wrong}");
     }
 
     #[test]

@@ -5,11 +5,6 @@ use hunch_core::{LabelDistribution, Question, ReadError, ReadOptions, ReadStats,
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The version of the read algorithm whose distributions the event holds. Bump when the read
-/// (prompt, answer template, draws, re-read rule) changes what a model answers: a replay then
-/// knows recorded distributions came from another algorithm.
-pub const READ_ALGORITHM: &str = "djev-read/1";
-
 /// One decision, as written to the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionEvent {
@@ -31,6 +26,7 @@ pub struct DecisionEvent {
     pub shadow_of: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelRef>,
+    /// [`hunch_core::READ_ALGORITHM_VERSION`] of the server that wrote the event.
     pub read_algorithm: String,
     /// The input after masking (`null` when the request body was not JSON).
     #[serde(default)]
@@ -82,8 +78,20 @@ pub struct PolicyRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRef {
     pub name: String,
-    #[serde(default)]
-    pub fingerprint: Value,
+    /// The fingerprint the model reported ([`hunch_core::ReaderInfo`]): `null` when unknown.
+    #[serde(default, deserialize_with = "fingerprint_or_unknown")]
+    pub fingerprint: Option<String>,
+}
+
+/// A fingerprint as logs spell it: a string, or anything else (`null`, or the object that logs
+/// written before the sidecar owned model identity hold) read as unknown, so old logs replay.
+fn fingerprint_or_unknown<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
 }
 
 /// One read: the request as the model saw it and everything it answered.
@@ -296,9 +304,9 @@ mod tests {
             shadow_of: None,
             model: Some(ModelRef {
                 name: "m".into(),
-                fingerprint: serde_json::json!({"config_sha256": "x"}),
+                fingerprint: Some("0123/mlx-cpu/float32/read-2".into()),
             }),
-            read_algorithm: READ_ALGORITHM.into(),
+            read_algorithm: hunch_core::READ_ALGORITHM_VERSION.into(),
             input: serde_json::json!({"a": 1}),
             masked: vec![],
             erased: vec![],
@@ -313,5 +321,15 @@ mod tests {
         };
         let text = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<DecisionEvent>(&text).unwrap(), e);
+    }
+
+    #[test]
+    fn an_older_logs_object_fingerprint_reads_as_unknown() {
+        let old: ModelRef =
+            serde_json::from_str(r#"{"name": "m", "fingerprint": {"config_sha256": "x"}}"#)
+                .unwrap();
+        assert_eq!(old.fingerprint, None);
+        let bare: ModelRef = serde_json::from_str(r#"{"name": "m"}"#).unwrap();
+        assert_eq!(bare.fingerprint, None);
     }
 }

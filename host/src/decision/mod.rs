@@ -11,17 +11,17 @@
 //! - [`mask`]: per-policy masking (`[decision_log]` in `NAME.toml`).
 //! - [`sink`]: the NDJSON file and the HTTP collector.
 //! - [`settings`]: the decision log's settings.
-//! - [`fingerprint`]: what exactly a served model is.
 
 pub mod event;
-pub mod fingerprint;
 pub mod mask;
 pub mod recorder;
 pub mod settings;
 pub mod sink;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
-use event::{DecisionEvent, EventTimings, ModelRef, ReadEvent, READ_ALGORITHM};
-use hunch_core::Reader;
+use event::{DecisionEvent, EventTimings, ModelRef, ReadEvent};
+use hunch_core::{Reader, READ_ALGORITHM_VERSION};
 use mask::PolicyLogConfig;
 use recorder::{ReadLog, RecordingReader};
 use serde_json::Value;
@@ -41,14 +41,16 @@ pub fn new_decision_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
-/// The server's decision log: its sinks, the served models' fingerprints, and the counters
-/// `/metrics` shows.
+/// The server's decision log: its sinks, the served models (whose fingerprints events name),
+/// and the counters `/metrics` shows.
 pub struct DecisionLog {
     settings: DecisionLogSettings,
     file: Option<FileSink>,
     http: Option<HttpSink>,
     pub stats: Arc<SinkStats>,
-    fingerprints: RwLock<BTreeMap<String, Value>>,
+    /// The served models by name: an event names the fingerprint its model reports when the
+    /// decision is written (a sidecar's changes when it restarts on another checkpoint).
+    models: RwLock<BTreeMap<String, Arc<dyn Reader>>>,
     /// Policies whose `drop = true` a required log has overridden (warned once each).
     drop_overridden: Mutex<BTreeSet<String>>,
 }
@@ -69,7 +71,7 @@ impl DecisionLog {
             file: None,
             http: None,
             stats: Arc::default(),
-            fingerprints: RwLock::default(),
+            models: RwLock::default(),
             drop_overridden: Mutex::default(),
         })
     }
@@ -120,7 +122,7 @@ impl DecisionLog {
             file,
             http,
             stats,
-            fingerprints: RwLock::default(),
+            models: RwLock::default(),
             drop_overridden: Mutex::default(),
         }))
     }
@@ -134,17 +136,20 @@ impl DecisionLog {
         self.file.is_some() || self.http.is_some()
     }
 
-    pub fn set_fingerprints(&self, fingerprints: impl IntoIterator<Item = (String, Value)>) {
-        let mut map = self.fingerprints.write().unwrap_or_else(|p| p.into_inner());
-        map.extend(fingerprints);
+    /// The served models, by the name decisions give them.
+    pub fn set_models(&self, models: impl IntoIterator<Item = (String, Arc<dyn Reader>)>) {
+        let mut map = self.models.write().unwrap_or_else(|p| p.into_inner());
+        map.extend(models);
     }
 
-    /// The model a decision read with, as events name it.
+    /// The model a decision read with, as events name it: its fingerprint is the one the model
+    /// reports ([`hunch_core::ReaderInfo`]), the same the answer cache and `/v1/models` use;
+    /// absent when it is not known (an upstream, a sidecar not loaded yet).
     pub fn model_ref(&self, name: &str) -> ModelRef {
-        let map = self.fingerprints.read().unwrap_or_else(|p| p.into_inner());
+        let map = self.models.read().unwrap_or_else(|p| p.into_inner());
         ModelRef {
             name: name.to_string(),
-            fingerprint: map.get(name).cloned().unwrap_or(Value::Null),
+            fingerprint: map.get(name).and_then(|reader| reader.info().fingerprint),
         }
     }
 
@@ -334,7 +339,7 @@ impl Decision {
             policy: None,
             shadow_of: None,
             model: None,
-            read_algorithm: READ_ALGORITHM.to_string(),
+            read_algorithm: READ_ALGORITHM_VERSION.to_string(),
             input: Value::Null,
             masked: Vec::new(),
             erased: Vec::new(),
@@ -356,34 +361,7 @@ impl Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::body::Bytes;
-    use std::io::Read;
     use std::path::Path;
-
-    /// A collector that keeps every event it is sent.
-    async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
-        let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
-        let kept = seen.clone();
-        let app = axum::Router::new().route(
-            "/",
-            axum::routing::post(move |body: Bytes| {
-                let kept = kept.clone();
-                async move {
-                    let mut text = String::new();
-                    flate2::read::GzDecoder::new(&body[..])
-                        .read_to_string(&mut text)
-                        .unwrap();
-                    let events: Vec<Value> = serde_json::from_str(&text).unwrap();
-                    kept.lock().unwrap().extend(events);
-                    axum::http::StatusCode::OK
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (url, seen)
-    }
 
     fn required(path: &Path, url: Option<String>) -> DecisionLogSettings {
         DecisionLogSettings {
@@ -416,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn a_required_log_offers_the_collector_only_events_the_file_took() {
         let dir = tempfile::tempdir().unwrap();
-        let (url, seen) = collector().await;
+        let (url, seen) = testing::recording_collector().await;
         let unwritable = dir.path().join("no-such-dir").join("d.ndjson");
         let log = DecisionLog::start(required(&unwritable, Some(url.clone()))).unwrap();
         let refused = log.write(policy_event(&log), None).await;

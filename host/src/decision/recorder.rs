@@ -13,7 +13,7 @@
 use crate::decision::event::{sha256_hex, ReadEvent};
 use hunch_core::{
     LabelDistribution, Question, QuestionMode, ReadError, ReadOptions, ReadOutcome, ReadRequest,
-    Reader,
+    Reader, ReaderInfo,
 };
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,6 +99,10 @@ impl Reader for RecordingReader {
 
     async fn ready(&self) -> bool {
         self.inner.ready().await
+    }
+
+    fn info(&self) -> ReaderInfo {
+        self.inner.info()
     }
 }
 
@@ -286,6 +290,23 @@ impl Reader for BookReader {
             stats: read.stats,
         })
     }
+
+    async fn ready(&self) -> bool {
+        match &self.fallback {
+            Some(reader) => reader.ready().await,
+            None => true,
+        }
+    }
+
+    /// The fallback model's: what the book cannot answer goes there, so its limits apply and
+    /// its fingerprint keys cached answers. Without one, nothing is known (the recorded model
+    /// may not be served any more).
+    fn info(&self) -> ReaderInfo {
+        self.fallback
+            .as_ref()
+            .map(|reader| reader.info())
+            .unwrap_or_default()
+    }
 }
 
 #[cfg(test)]
@@ -311,6 +332,9 @@ mod tests {
                 usage: Default::default(),
                 stats: Default::default(),
             })
+        }
+        fn info(&self) -> ReaderInfo {
+            ReaderInfo::unknown()
         }
     }
 

@@ -578,6 +578,14 @@ impl Registry {
         results
     }
 
+    /// The lock every change of a policy's versions holds, once `name` is known to be valid.
+    async fn change(&self, name: &str) -> Result<tokio::sync::MutexGuard<'_, ()>, RegistryError> {
+        if !valid_name(name) {
+            return Err(RegistryError::InvalidName(name.to_string()));
+        }
+        Ok(self.reload_lock.lock().await)
+    }
+
     /// Deploys a version over the API: validated first, then written to the directory (so it
     /// survives a restart; the watcher then sees an unchanged hash) and swapped in.
     pub async fn deploy(
@@ -586,10 +594,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Arc<LoadedPolicy>, RegistryError> {
-        if !valid_name(name) {
-            return Err(RegistryError::InvalidName(name.to_string()));
-        }
-        let _guard = self.reload_lock.lock().await;
+        let _guard = self.change(name).await?;
         if let Some(dir) = &self.dir {
             self.validate_and_write(dir, Stage::Active, name, &wasm, toml_text.as_deref())
                 .await?;
@@ -604,10 +609,7 @@ impl Registry {
 
     /// Stops serving `name` and deletes its files.
     pub async fn remove(&self, name: &str) -> Result<(), RegistryError> {
-        if !valid_name(name) {
-            return Err(RegistryError::InvalidName(name.to_string()));
-        }
-        let _guard = self.reload_lock.lock().await;
+        let _guard = self.change(name).await?;
         let existed = {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
             entries.remove(name).is_some()

@@ -41,6 +41,10 @@ impl Reader for InstantReader {
         "instant"
     }
 
+    fn info(&self) -> hunch_core::ReaderInfo {
+        hunch_core::ReaderInfo::unknown()
+    }
+
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let distributions = request

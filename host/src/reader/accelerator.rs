@@ -5,7 +5,7 @@
 
 pub use hunch_core::protocol::{Health, HealthState};
 use hunch_core::protocol::{ModelInfo, HEALTH_PATH, READ_PATH};
-use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderLimits};
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -57,12 +57,9 @@ impl AcceleratorClient {
         self.info.read().ok().and_then(|i| i.clone())
     }
 
-    pub fn limits(&self) -> ReaderLimits {
-        self.info().map(|i| i.limits).unwrap_or_default()
-    }
-
-    pub fn fingerprint(&self) -> Option<String> {
-        self.info().map(|i| i.fingerprint)
+    /// The model's info as a reader reports it: unknown until the sidecar has said.
+    pub fn reader_info(&self) -> ReaderInfo {
+        self.info().map(ReaderInfo::from).unwrap_or_default()
     }
 
     pub fn base_url(&self) -> &str {
@@ -183,12 +180,8 @@ impl Reader for AcceleratorReader {
         matches!(self.client.health().await, Ok(h) if h.state == HealthState::Ready)
     }
 
-    fn limits(&self) -> ReaderLimits {
-        self.client.limits()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        self.client.fingerprint()
+    fn info(&self) -> ReaderInfo {
+        self.client.reader_info()
     }
 }
 

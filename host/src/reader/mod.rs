@@ -300,7 +300,7 @@ impl Reader for GatedReader {
                 self.metrics.record_read_stats(&self.name, &o.stats);
                 ("ok", o.stats.draws)
             }
-            Err(e) => (read_error_kind(e), 0),
+            Err(e) => (e.kind().as_str(), 0),
         };
         self.metrics
             .record_read(&self.name, outcome, draws, started.elapsed());
@@ -311,24 +311,8 @@ impl Reader for GatedReader {
         self.inner.ready().await
     }
 
-    fn limits(&self) -> hunch_core::ReaderLimits {
-        self.inner.limits()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        self.inner.fingerprint()
-    }
-}
-
-/// A short label for a read failure (metrics and logs).
-pub fn read_error_kind(e: &ReadError) -> &'static str {
-    match e {
-        ReadError::InvalidQuestion { .. } => "invalid_question",
-        ReadError::TooLarge { .. } => "too_large",
-        ReadError::Unavailable { .. } => "unavailable",
-        ReadError::Timeout => "timeout",
-        ReadError::Rejected { .. } => "rejected",
-        ReadError::Internal { .. } => "internal",
+    fn info(&self) -> hunch_core::ReaderInfo {
+        self.inner.info()
     }
 }
 
@@ -345,6 +329,9 @@ mod tests {
         }
         async fn read(&self, _r: ReadRequest) -> Result<ReadOutcome, ReadError> {
             Err(ReadError::internal("unused"))
+        }
+        fn info(&self) -> hunch_core::ReaderInfo {
+            hunch_core::ReaderInfo::unknown()
         }
     }
 
@@ -375,6 +362,88 @@ mod tests {
                 ("fast".into(), "b".into())
             ]
         );
+    }
+
+    /// A model that knows its limits and its fingerprint.
+    struct Known;
+
+    #[async_trait::async_trait]
+    impl Reader for Known {
+        fn model_name(&self) -> &str {
+            "known"
+        }
+        async fn read(&self, _r: ReadRequest) -> Result<ReadOutcome, ReadError> {
+            Err(ReadError::internal("unused"))
+        }
+        fn info(&self) -> hunch_core::ReaderInfo {
+            hunch_core::ReaderInfo {
+                limits: hunch_core::ReaderLimits {
+                    max_prompt_tokens: Some(123),
+                    max_token_bytes: Some(7),
+                    max_request_bytes: Some(4567),
+                    ..Default::default()
+                },
+                fingerprint: Some("known-model/bfloat16/read-x".into()),
+            }
+        }
+    }
+
+    /// Every reader in the host that wraps another (the gate, a decision's recorder, the replay
+    /// and shadow book) reports the inner reader's limits and fingerprint: a wrapper that
+    /// dropped them would switch the answer cache and the host's own size checks off.
+    #[test]
+    fn every_wrapper_reports_its_inner_readers_limits_and_fingerprint() {
+        use crate::decision::recorder::{BookReader, ReadBook, ReadLog, RecordingReader};
+        let inner: Arc<dyn Reader> = Arc::new(Known);
+        let expected = inner.info();
+        assert!(expected.fingerprint.is_some());
+        let metrics = Arc::new(Metrics::new());
+        let gate = Arc::new(ReadGate::new(1, 1, metrics.clone()));
+        let entry = ModelEntry {
+            name: "known".into(),
+            description: String::new(),
+            release_date: String::new(),
+            reader: inner.clone(),
+        };
+        let wrappers: Vec<(&str, Arc<dyn Reader>)> = vec![
+            (
+                "GatedReader",
+                Arc::new(GatedReader::new(&entry, gate, metrics)),
+            ),
+            (
+                "RecordingReader",
+                Arc::new(RecordingReader::new(
+                    inner.clone(),
+                    ReadLog::default(),
+                    false,
+                )),
+            ),
+            (
+                "BookReader",
+                Arc::new(BookReader::new(
+                    "known",
+                    ReadBook::default(),
+                    Some(inner.clone()),
+                )),
+            ),
+        ];
+        for (name, wrapper) in &wrappers {
+            assert_eq!(wrapper.info(), expected, "{name}");
+        }
+        // Wrappers of wrappers too (a recorded read through the gate, a shadow's book over it).
+        let stacked: Arc<dyn Reader> = Arc::new(RecordingReader::new(
+            Arc::new(BookReader::new(
+                "known",
+                ReadBook::default(),
+                Some(wrappers[0].1.clone()),
+            )),
+            ReadLog::default(),
+            true,
+        ));
+        assert_eq!(stacked.info(), expected);
+        // A book without a model knows nothing: no fingerprint, so nothing is cached.
+        let alone = BookReader::new("known", ReadBook::default(), None);
+        assert_eq!(alone.info(), hunch_core::ReaderInfo::unknown());
     }
 
     #[tokio::test]

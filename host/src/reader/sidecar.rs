@@ -146,16 +146,12 @@ impl Reader for Sidecar {
         matches!(self.shared.get().0, SidecarStatus::Ready)
     }
 
-    fn limits(&self) -> hunch_core::ReaderLimits {
+    fn info(&self) -> hunch_core::ReaderInfo {
         self.shared
             .get()
             .1
-            .map(|client| client.limits())
+            .map(|client| client.reader_info())
             .unwrap_or_default()
-    }
-
-    fn fingerprint(&self) -> Option<String> {
-        self.shared.get().1.and_then(|client| client.fingerprint())
     }
 }
 

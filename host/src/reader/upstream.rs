@@ -5,8 +5,8 @@
 //! through, 5xx and connection failures → 503/504.
 
 use hunch_core::{
-    LabelDistribution, Question, QuestionKind, ReadError, ReadOutcome, ReadRequest, ReadStats,
-    Reader, Usage,
+    LabelDistribution, Question, QuestionKind, ReadError, ReadOptions, ReadOutcome, ReadRequest,
+    ReadStats, Reader, ReaderInfo, Usage,
 };
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -90,7 +90,10 @@ fn wire_question(q: &Question) -> Value {
     Value::Object(out)
 }
 
-/// The System One body for a read request.
+/// The System One body for a read request, with every read option as the extension that asks
+/// for it (docs/api.md): the question mode always (the upstream's own default may differ, and a
+/// re-read or a policy run must read as asked), the seed and the draws when set. A server that
+/// does not know an extension ignores it (and names it in `x-hunch-ignored-fields`).
 pub fn wire_request(model: &str, request: &ReadRequest) -> Value {
     let questions: Map<String, Value> = request
         .questions
@@ -98,11 +101,17 @@ pub fn wire_request(model: &str, request: &ReadRequest) -> Value {
         .enumerate()
         .map(|(i, q)| (internal_id(i), wire_question(q)))
         .collect();
-    let mut body = json!({"model": model, "state": request.state, "questions": questions});
-    if let Some(seed) = request.options.seed {
+    let ReadOptions {
+        seed,
+        draws,
+        questions: mode,
+    } = &request.options;
+    let mut body = json!({"model": model, "state": request.state, "questions": questions,
+                          "x_questions": mode.as_str()});
+    if let Some(seed) = seed {
         body["x_seed"] = json!(seed);
     }
-    if let Some(draws) = request.options.draws {
+    if let Some(draws) = draws {
         body["x_draws"] = json!(draws);
     }
     body
@@ -259,6 +268,13 @@ impl Reader for UpstreamReader {
         &self.config.name
     }
 
+    /// Another server's model: its limits are its own to enforce (it answers a 4xx that is
+    /// passed through), and what its answers depend on is not known here, so they are never
+    /// cached.
+    fn info(&self) -> ReaderInfo {
+        ReaderInfo::unknown()
+    }
+
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         let body = wire_request(&self.config.remote_model, &request);
         let mut call = self
@@ -364,6 +380,22 @@ mod tests {
         );
         assert_eq!(body["questions"]["q2"]["criteria"], json!({"true": "yes"}));
         assert!(body.get("x_seed").is_none());
+        assert!(body.get("x_draws").is_none());
+        // The mode is always said: the upstream's default may be the other one.
+        assert_eq!(body["x_questions"], "joint");
+        let isolated = ReadRequest {
+            options: ReadOptions {
+                seed: Some(7),
+                draws: Some(3),
+                questions: hunch_core::QuestionMode::Isolated,
+            },
+            ..request.clone()
+        };
+        let body = wire_request("m", &isolated);
+        assert_eq!(
+            (&body["x_questions"], &body["x_seed"], &body["x_draws"]),
+            (&json!("isolated"), &json!(7), &json!(3))
+        );
         let d = distribution(&choice, &json!({"type": "choice", "choice": "c", "confidence": 9, "probabilities": {"c": 0.75, "a b": 0.25}})).unwrap();
         assert_eq!(d.0, vec![0.25, 0.75]);
         let d = distribution(&noul, &json!({"type": "noul", "noul": 0.25})).unwrap();

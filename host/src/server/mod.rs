@@ -1,5 +1,6 @@
-//! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (stop
-//! accepting, let in-flight requests finish within the grace period, then stop the sidecars).
+//! `hunch serve`: build the readers from [`Settings`], listen, and shut down gracefully (turn
+//! unready, keep serving for the drain delay, stop accepting, let in-flight requests finish
+//! within the grace period, stop the sidecars, flush the decision log).
 //! [`policies`] adds the policy engine, registry, watcher and routes to the server.
 
 pub mod policies;
@@ -23,8 +24,6 @@ pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
 pub struct Readers {
     pub registry: Registry,
     pub sidecars: Vec<Arc<Sidecar>>,
-    /// What exactly each model is, for decision events.
-    pub fingerprints: Vec<(String, serde_json::Value)>,
 }
 
 /// The name the demo model is served under.
@@ -96,7 +95,6 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         &settings.models
     };
     let mut sidecars = Vec::new();
-    let mut fingerprints = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
     for ModelSource {
@@ -181,10 +179,6 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
-        fingerprints.push((
-            name.clone(),
-            crate::decision::fingerprint::fingerprint(source, &settings.sidecar_args),
-        ));
         registry.add(ModelEntry {
             name,
             description,
@@ -195,11 +189,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     for (alias, target) in &settings.aliases {
         registry.alias(alias, target)?;
     }
-    Ok(Readers {
-        registry,
-        sidecars,
-        fingerprints,
-    })
+    Ok(Readers { registry, sidecars })
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -287,7 +277,13 @@ pub async fn serve_until(
         ));
     }
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
-    state.decisions.set_fingerprints(readers.fingerprints);
+    state.decisions.set_models(
+        state
+            .registry
+            .models()
+            .iter()
+            .map(|m| (m.name.clone(), m.reader.clone())),
+    );
     state.metrics.add_source(state.decisions.clone());
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
@@ -301,10 +297,22 @@ pub async fn serve_until(
     listening(addr);
     tracing::info!(%addr, auth = state.keys.enabled(), models = state.registry.models().len(), "listening");
 
+    // The drain (docs/deploy.md, "Draining"): on the signal the server turns unready at once and
+    // keeps serving for the drain delay (balancers and Kubernetes' endpoints notice unready
+    // servers only after a while); then it stops accepting, in-flight requests get the grace
+    // period, the sidecars stop, and the decision log is flushed before the process exits.
     let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining = state.draining.clone();
+    let drain_delay = settings.drain_delay;
     let graceful = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
-        tracing::info!("shutting down: draining in-flight requests");
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(
+            ?drain_delay,
+            "shutting down: unready; still serving for the drain delay"
+        );
+        tokio::time::sleep(drain_delay).await;
+        tracing::info!("shutting down: no new connections; draining in-flight requests");
         let _ = signalled_tx.send(());
     });
     let grace = settings.shutdown_grace;
@@ -325,7 +333,7 @@ pub async fn serve_until(
     state_decisions
         .close(crate::api::decision::SHUTDOWN_GRACE)
         .await;
-    tracing::info!("stopped");
+    tracing::info!("decision log flushed; stopped");
     Ok(())
 }
 

@@ -99,6 +99,7 @@ impl PolicyService {
     pub fn routes(self, state: &AppState) -> Router<AppState> {
         let _ = self.readers.0.set(state.clone());
         state.metrics.add_source(self.registry.rollouts().clone());
+        state.served_policies.serve(self.registry.clone());
         let api = Arc::new(PolicyApi {
             registry: self.registry.clone(),
             admin_key: self.admin_key.clone(),

@@ -9,15 +9,22 @@
 //! - a choice option named `__unreadable__` makes that question an `invalid_question`.
 //!
 //! Environment: `FIXTURE_LOAD_MS` (default 300) is how long it reports `loading` before `ready`;
-//! `FIXTURE_FAIL_LOAD=1` reports `failed` instead.
+//! `FIXTURE_FAIL_LOAD=1` reports `failed` instead; `FIXTURE_MAX_PROMPT_TOKENS=N` gives it a
+//! context of N tokens (a token covers at most 4 bytes of text here): it reports that limit in
+//! `/health` and refuses a longer read as `too_large`, as a real sidecar does.
+//!
+//! Once ready it reports a fingerprint (`fixture/NAME/` and the read algorithm's version), so a
+//! host can cache its isolated answers: they depend only on the request.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use hunch_core::protocol::ModelInfo;
 use hunch_core::{
-    LabelDistribution, QuestionKind, ReadError, ReadOutcome, ReadRequest, ReadStats, Usage,
+    LabelDistribution, QuestionKind, ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits,
+    Usage, READ_ALGORITHM_VERSION,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -28,6 +35,21 @@ struct Fixture {
     started: Instant,
     load: Duration,
     fail: bool,
+    max_prompt_tokens: Option<u64>,
+}
+
+/// The most bytes of text one of the fixture's tokens covers.
+const TOKEN_BYTES: u64 = 4;
+
+/// The prompt tokens the fixture counts for a read: its state and question texts, 4 bytes each.
+fn prompt_tokens(request: &ReadRequest) -> u64 {
+    let text: usize = request.state.len()
+        + request
+            .questions
+            .iter()
+            .map(|q| q.instructions.len())
+            .sum::<usize>();
+    text as u64 / TOKEN_BYTES + 1
 }
 
 fn fnv(parts: &[&str]) -> u64 {
@@ -80,15 +102,18 @@ async fn health(State(f): State<Arc<Fixture>>) -> Json<serde_json::Value> {
     } else {
         ("loading", elapsed.as_secs_f64() / f.load.as_secs_f64())
     };
-    // Its answers are a fixed function of the request, so its identity is its name: the
-    // host may cache them like any model's.
-    Json(json!({
-        "state": state,
-        "model": f.name,
-        "progress": progress,
-        "message": "fixture",
-        "info": {"fingerprint": format!("fixture-sidecar/1:{}", f.name), "limits": {}},
-    }))
+    let info = (state == "ready").then(|| ModelInfo {
+        fingerprint: format!("fixture/{}/{READ_ALGORITHM_VERSION}", f.name),
+        limits: ReaderLimits {
+            max_prompt_tokens: f.max_prompt_tokens,
+            max_token_bytes: f.max_prompt_tokens.map(|_| TOKEN_BYTES),
+            ..ReaderLimits::default()
+        },
+    });
+    Json(
+        json!({"state": state, "model": f.name, "progress": progress, "message": "fixture",
+                "info": info}),
+    )
 }
 
 fn error(status: StatusCode, e: ReadError) -> Response {
@@ -123,6 +148,17 @@ async fn read(State(f): State<Arc<Fixture>>, Json(request): Json<ReadRequest>) -
             },
         );
     }
+    let tokens = prompt_tokens(&request);
+    if let Some(max) = f.max_prompt_tokens.filter(|&max| tokens > max) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            ReadError::TooLarge {
+                message: format!(
+                    "the fixture sidecar refused a prompt of {tokens} tokens (at most {max})"
+                ),
+            },
+        );
+    }
     for (i, q) in request.questions.iter().enumerate() {
         if let QuestionKind::Choice { options } = &q.kind {
             if options.iter().any(|o| o.name == "__unreadable__") {
@@ -141,23 +177,17 @@ async fn read(State(f): State<Arc<Fixture>>, Json(request): Json<ReadRequest>) -
         .iter()
         .map(|q| distribution(&request, q))
         .collect();
-    let text: usize = request.state.len()
-        + request
-            .questions
-            .iter()
-            .map(|q| q.instructions.len())
-            .sum::<usize>();
     let draws = request.options.draws.unwrap_or(1);
     Json(ReadOutcome {
         distributions,
         usage: Usage {
-            input_tokens: (text / 4 + 1) as u64,
+            input_tokens: tokens,
             output_tokens: request.questions.len() as u64,
         },
         stats: ReadStats {
             reads: 1,
             draws,
-            prompt_tokens: (text / 4 + 1) as u64,
+            prompt_tokens: tokens,
             ..ReadStats::default()
         },
     })
@@ -188,6 +218,9 @@ async fn main() {
         started: Instant::now(),
         load: Duration::from_millis(load_ms),
         fail: std::env::var("FIXTURE_FAIL_LOAD").is_ok_and(|v| v == "1"),
+        max_prompt_tokens: std::env::var("FIXTURE_MAX_PROMPT_TOKENS")
+            .ok()
+            .and_then(|v| v.parse().ok()),
     });
     let listener = match tokio::net::TcpListener::bind(&listen).await {
         Ok(l) => l,

@@ -23,6 +23,9 @@ impl Reader for InstantReader {
     fn model_name(&self) -> &str {
         "instant"
     }
+    fn info(&self) -> hunch_core::ReaderInfo {
+        hunch_core::ReaderInfo::unknown()
+    }
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         Ok(ReadOutcome {
             distributions: request

@@ -246,16 +246,11 @@ impl FileSink {
         if in_time {
             let _ = handle.join();
         } else {
-            let lost = self.settled.outstanding();
-            if lost > 0 {
-                self.settled.settled(lost);
-                self.stats.dropped(
-                    SINK,
-                    "shutdown",
-                    lost,
-                    "the decision log file did not take its queued events before shutdown",
-                );
-            }
+            self.settled.lost_at_shutdown(
+                &self.stats,
+                SINK,
+                "the decision log file did not take its queued events before shutdown",
+            );
         }
     }
 }

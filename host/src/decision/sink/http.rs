@@ -116,16 +116,11 @@ impl HttpSink {
                 task.abort();
                 // Once the task has stopped, nothing it held can be counted by it any more.
                 let _ = task.await;
-                let lost = self.settled.outstanding();
-                if lost > 0 {
-                    self.settled.settled(lost);
-                    self.stats.dropped(
-                        SINK,
-                        "shutdown",
-                        lost,
-                        "events still held for the collector at shutdown were lost",
-                    );
-                }
+                self.settled.lost_at_shutdown(
+                    &self.stats,
+                    SINK,
+                    "events still held for the collector at shutdown were lost",
+                );
             }
         }
     }

@@ -233,6 +233,15 @@ impl Settled {
             .load(Ordering::Relaxed)
             .saturating_sub(self.settled.load(Ordering::Relaxed))
     }
+
+    /// Counts every event still outstanding as dropped at shutdown, with `why`.
+    pub fn lost_at_shutdown(&self, stats: &SinkStats, sink: &'static str, why: &str) {
+        let lost = self.outstanding();
+        if lost > 0 {
+            self.settled(lost);
+            stats.dropped(sink, "shutdown", lost, why);
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

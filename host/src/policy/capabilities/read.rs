@@ -300,6 +300,10 @@ impl Reader for NoReader {
         ""
     }
 
+    fn info(&self) -> hunch_core::ReaderInfo {
+        hunch_core::ReaderInfo::unknown()
+    }
+
     async fn read(
         &self,
         _request: hunch_core::ReadRequest,
@@ -527,8 +531,11 @@ mod tests {
                 stats: Default::default(),
             })
         }
-        fn limits(&self) -> hunch_core::ReaderLimits {
-            self.limits
+        fn info(&self) -> hunch_core::ReaderInfo {
+            hunch_core::ReaderInfo {
+                limits: self.limits,
+                fingerprint: None,
+            }
         }
     }
 

@@ -85,10 +85,7 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Arc<LoadedPolicy>, RegistryError> {
-        if !valid_name(name) {
-            return Err(RegistryError::InvalidName(name.to_string()));
-        }
-        let _guard = self.reload_lock.lock().await;
+        let _guard = self.change(name).await?;
         if self.get(name).is_none() {
             return Err(RegistryError::Conflict(format!(
                 "policy `{name}` has no active version to run a candidate beside"

@@ -1,0 +1,27 @@
+# What the accelerator bench scripts (bench-model.sh, bench-fused.sh, bench-dtype.sh) share;
+# sourced, not run. Sets `args` (accel-bench's arguments: BENCH_ARGS, else the default set) and
+# `bench_workdir NAME` sets `work` (target/bench-NAME); `bench_build` builds accel-bench and
+# hunch-ckpt in release (unless NO_BUILD=1); `bench_checkpoint PRESET` prints the path of a random
+# checkpoint of PRESET in $work, generated the first time.
+
+# shellcheck disable=SC2206 # BENCH_ARGS is split into arguments on purpose.
+args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
+
+bench_workdir() {
+  work="target/bench-$1"
+  mkdir -p "$work"
+}
+
+bench_build() {
+  [ "${NO_BUILD:-0}" = 1 ] \
+    || cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
+}
+
+bench_checkpoint() {
+  local preset="$1"
+  local ckpt="$work/$preset"
+  if [ ! -f "$ckpt/config.json" ]; then
+    target/release/hunch-ckpt random --preset "$preset" --layout hf --out "$ckpt" >/dev/null
+  fi
+  echo "$ckpt"
+}
