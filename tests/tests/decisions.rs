@@ -750,6 +750,16 @@ async fn describing_a_policy_names_the_stage_it_describes() {
         .await
         .unwrap();
     assert_eq!(r.status(), 400);
+    // A query the route cannot read is the API's JSON 400, not the framework's text (the
+    // fuzzer found `?stage=null&stage=null`).
+    let r = client
+        .get(format!("{url}?stage=active&stage=active"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["detail"]["error_type"], "invalid_query", "{body}");
 
     let r = client
         .post(format!("{url}/promote"))

@@ -87,6 +87,9 @@ pub enum ApiError {
     /// 400: a body that could not be read or decoded, or a policy input that is not JSON.
     #[error("{message}")]
     BadBody { kind: BadBody, message: String },
+    /// 400: a query string the route cannot read (a repeated or unknown parameter, a wrong type).
+    #[error("{message}")]
+    BadQuery { message: String },
     /// 400: a deployment's parameters (`?stage=`, limits) are wrong.
     #[error("{message}")]
     BadDeployment {
@@ -268,6 +271,7 @@ impl ApiError {
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::TooLarge { .. }
             | ApiError::BadBody { .. }
+            | ApiError::BadQuery { .. }
             | ApiError::BadDeployment { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
@@ -304,6 +308,7 @@ impl ApiError {
                 BadBody::Unreadable => FailureKind::InvalidBody,
                 BadBody::NotJson => FailureKind::InvalidJson,
             },
+            ApiError::BadQuery { .. } => FailureKind::InvalidQuery,
             ApiError::BadDeployment { kind, .. } => match kind {
                 BadDeployment::Stage => FailureKind::InvalidStage,
                 BadDeployment::Config => FailureKind::InvalidConfig,

@@ -253,7 +253,7 @@ fn describe_operation() -> Value {
                            "schema": {"enum": ["active", "candidate", "previous"]}}],
            "responses": v1_responses(json!({
                "200": {"description": "The policy", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyDescription"}}}},
-               "400": error("A stage that is not active, candidate or previous"),
+               "400": error("A stage that is not active, candidate or previous, or a query string that cannot be read (a repeated parameter)"),
                "404": error("No such policy, or no version at the stage asked")}))})
 }
 

@@ -13,6 +13,7 @@ use crate::policy::rollout::shadow::{self, ShadowJob, ShadowRunner};
 use crate::policy::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
 use crate::policy::{InvokeError, Limits, PolicyConfig, Registry};
 use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -61,6 +62,16 @@ pub struct DescribeParams {
     stage: Option<String>,
 }
 
+/// A query string the route cannot read (a repeated or unknown parameter, a value of the wrong
+/// type) is the API's 400 in its JSON shape, not the framework's plain-text one.
+fn query<T>(params: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    params
+        .map(|Query(params)| params)
+        .map_err(|e| ApiError::BadQuery {
+            message: e.body_text(),
+        })
+}
+
 fn parse_stage(stage: Option<&str>) -> Result<Stage, ApiError> {
     match stage {
         None | Some("active") => Ok(Stage::Active),
@@ -76,8 +87,9 @@ fn parse_stage(stage: Option<&str>) -> Result<Stage, ApiError> {
 async fn describe(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
-    Query(params): Query<DescribeParams>,
+    params: Result<Query<DescribeParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let params = query(params)?;
     let stage = parse_stage(params.stage.as_deref())?;
     let summary = api.registry.summary_of(&name, stage).ok_or_else(|| {
         ApiError::not_found(
@@ -281,11 +293,12 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
 async fn deploy(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
-    Query(params): Query<DeployParams>,
+    params: Result<Query<DeployParams>, QueryRejection>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     authorize(&api, &headers)?;
+    let params = query(params)?;
     let toml_text = match params.to_config() {
         Some(c) => Some(toml::to_string(&c).map_err(|e| ApiError::BadDeployment {
             kind: BadDeployment::Config,
@@ -329,10 +342,11 @@ pub struct RemoveParams {
 async fn remove(
     State(api): State<Arc<PolicyApi>>,
     Path(name): Path<String>,
-    Query(params): Query<RemoveParams>,
+    params: Result<Query<RemoveParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&api, &headers)?;
+    let params = query(params)?;
     match params.stage.as_deref() {
         Some("candidate") => api.registry.remove_candidate(&name).await?,
         None | Some("active") => api.registry.remove(&name).await?,

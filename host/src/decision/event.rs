@@ -146,6 +146,8 @@ pub enum FailureKind {
     InvalidBody,
     /// A policy request's body is not JSON (400).
     InvalidJson,
+    /// A query string the route cannot read (400).
+    InvalidQuery,
     /// Beyond a limit of the model or of the server (400, 413).
     RequestTooLarge,
     /// Missing or wrong key (401).
@@ -190,6 +192,7 @@ impl FailureKind {
             FailureKind::ValidationError => "validation_error",
             FailureKind::InvalidBody => "invalid_body",
             FailureKind::InvalidJson => "invalid_json",
+            FailureKind::InvalidQuery => "invalid_query",
             FailureKind::RequestTooLarge => "request_too_large",
             FailureKind::AuthenticationError => "authentication_error",
             FailureKind::Forbidden => "forbidden",
