@@ -45,6 +45,25 @@ async fn open_loop(url: &str, rate: f64, n: usize) -> Result<Vec<f64>, Box<dyn s
     Ok(latencies)
 }
 
+/// Shadow runs counted so far by the server behind `url`: (ran, skipped).
+async fn shadow_counts(url: &str) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    let base = url.trim_end_matches("/v1/policies/probe");
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let sum = |prefix: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    Ok((
+        sum("hunch_policy_shadow_total{"),
+        sum("hunch_policy_shadow_skipped_total{"),
+    ))
+}
+
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -87,6 +106,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let with = PolicyServer::start(shadowed.path(), to_file(&format!("shadow-{round}.ndjson")))
             .await?;
         let shadow = open_loop(&with.url, rate, n).await?;
+        let (ran, skipped) = shadow_counts(&with.url).await?;
         with.stop().await;
         let (b50, b99) = (percentile(&base, 0.5), percentile(&base, 0.99));
         for (label, l) in [
@@ -101,6 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 p99 / b99
             );
         }
+        println!("{round:<7} shadow runs: {ran} ran, {skipped} skipped (no free shadow slot)");
     }
     Ok(())
 }
