@@ -10,7 +10,8 @@
 #
 #   scripts/bench-model.sh [PRESET=small] [DTYPE=float32]
 # Env: REFBENCH (default ../shared/refbench: ref_bench.py + summarize.py), BENCH_ARGS (passed to
-# both, default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1").
+# both, default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1"), NO_BUILD
+# (1: use the release binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-small}"
