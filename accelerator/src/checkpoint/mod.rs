@@ -11,8 +11,8 @@
 //! - [`mapped`], [`arrays`]: MLX arrays over the mapped bytes, in the dtype each weight is held in;
 //! - [`assemble`]: the model from a [`WeightLayout`].
 //!
-//! Writing checkpoints (random ones, conversion, quantisers) lives in [`crate::tools`], which
-//! this module never uses.
+//! Writing checkpoints (random ones, conversion, quantisers) lives in the `tools` module, which
+//! uses this one and which this module never uses (only its tests write checkpoints with it).
 
 pub mod arrays;
 pub mod assemble;

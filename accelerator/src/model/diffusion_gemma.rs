@@ -34,7 +34,7 @@ pub struct DiffusionGemma {
 }
 
 impl DiffusionGemma {
-    /// Assembles a model from loaded blocks (see `crate::checkpoint` for the loaders).
+    /// Assembles a model from loaded blocks (the checkpoint module loads them).
     /// `stored_dtype` is the embedding's dtype on disk, which fixes the rounding of √hidden.
     pub fn new(
         config: Config,

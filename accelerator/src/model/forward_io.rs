@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use mlx_rs::{Array, Dtype};
 
-use crate::read::draws::SlotSummary;
+use super::reduce::SlotSummary;
 
 use super::{attention::LayerKv, reduce::SlotReduction, ModelError};
 

@@ -67,7 +67,7 @@ impl Affine {
         kernel: impl FnOnce(&Array, &Array, &Array) -> Result<Array, mlx_rs::error::Exception>,
     ) -> Result<Array, ModelError> {
         let narrow = x.dtype() != Dtype::Float32 || self.scales.dtype() != Dtype::Float32;
-        if !narrow || !cpu_backend()? {
+        if !narrow || !widened::cpu_backend()? {
             return Ok(kernel(x, &self.scales, &self.biases)?);
         }
         let natural = result_dtype(x.dtype(), self.scales.dtype());
@@ -94,14 +94,6 @@ fn result_dtype(x: Dtype, s: Dtype) -> Dtype {
         (Dtype::Float64, _) | (_, Dtype::Float64) => Dtype::Float64,
         (a, _) => a,
     }
-}
-
-/// Whether the default device is MLX's CPU backend.
-pub(crate) fn cpu_backend() -> Result<bool, ModelError> {
-    Ok(matches!(
-        mlx_rs::Device::try_default()?.get_type()?,
-        mlx_rs::DeviceType::Cpu
-    ))
 }
 
 impl Linear {

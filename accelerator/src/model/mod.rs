@@ -1,5 +1,5 @@
 //! DiffusionGemma's math, one type per block (docs/model.md). Loading lives in
-//! [`crate::checkpoint`]; these types only hold arrays and compute.
+//! the checkpoint module; these types only hold arrays and compute.
 
 pub mod attention;
 pub mod config;

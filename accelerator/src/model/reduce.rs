@@ -10,7 +10,25 @@
 use mlx_rs::{ops, Array};
 
 use super::ModelError;
-use crate::read::draws::{SlotSummary, ENTROPY_TOP_K};
+
+/// Tokens of the full distribution that enter the re-read entropy, besides the labels (the
+/// read's rule; the device keeps this many of each row's largest logits for it).
+pub const ENTROPY_TOP_K: usize = 20;
+
+/// One slot row as the device reduced it: what the read (`read::draws::read_summary`) needs of a
+/// vocabulary-wide logits row, and nothing more.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotSummary {
+    /// The logits of the slot's label ids, in label order.
+    pub label_logits: Vec<f32>,
+    /// The row's largest logit.
+    pub max: f32,
+    /// `Σ exp(logit − max)` over the row (float32 on the device; in `[1, vocab]`, so its
+    /// relative error, not `log_z`'s absolute one, is what float32 limits).
+    pub sum_exp: f32,
+    /// The `min(ENTROPY_TOP_K, vocab)` largest logits, any order.
+    pub top: Vec<f32>,
+}
 
 /// The lazy device reductions of one canvas batch's slot rows, and the rows themselves (kept
 /// for the rare row the summary cannot settle).
@@ -113,10 +131,8 @@ impl SlotReduction {
 
 #[cfg(test)]
 mod tests {
-    use super::SlotReduction;
-    use crate::read::draws::{
-        needs_reread, read_slot, read_summary, SlotReading, SlotRows, SlotSummary,
-    };
+    use super::{SlotReduction, SlotSummary};
+    use crate::read::draws::{needs_reread, read_slot, read_summary, SlotReading, SlotRows};
     use mlx_rs::Array;
 
     /// Deterministic pseudo-random logits in about ±`scale`.

@@ -19,8 +19,15 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::linear::cpu_backend;
 use super::ModelError;
+
+/// Whether the default device is MLX's CPU backend.
+pub(crate) fn cpu_backend() -> Result<bool, ModelError> {
+    Ok(matches!(
+        mlx_rs::Device::try_default()?.get_type()?,
+        mlx_rs::DeviceType::Cpu
+    ))
+}
 
 /// Values per widened slice: 16 Mi, 64 MiB in float32.
 pub const SLICE_VALUES: i64 = 1 << 24;

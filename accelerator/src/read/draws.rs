@@ -3,6 +3,7 @@
 
 use super::plan::Slot;
 use super::rng::PythonRandom;
+use crate::model::reduce::{SlotSummary, ENTROPY_TOP_K};
 use crate::model::ModelError;
 
 /// The reference's default noise seed.
@@ -11,8 +12,6 @@ pub const DEFAULT_SEED: u64 = 42;
 pub const GROUP_SEED_STRIDE: u64 = 104_729;
 /// Seed offset between the draws of one batch.
 pub const DRAW_SEED_STRIDE: u64 = 7_919;
-/// Tokens of the full distribution that enter the re-read entropy, besides the labels.
-pub const ENTROPY_TOP_K: usize = 20;
 /// Entropy (nats) above which a read takes more draws.
 pub const REREAD_THRESHOLD: f64 = 0.1;
 /// How close to [`REREAD_THRESHOLD`] an entropy from a device summary may fall before the
@@ -97,21 +96,6 @@ pub fn read_slot(logits: &[f32], label_ids: &[u32]) -> SlotReading {
     }
     let entropy = returned.iter().map(|&id| neg_p_log_p(logprob(id))).sum();
     SlotReading { labels, entropy }
-}
-
-/// One slot row as the device reduced it (`crate::model::reduce`): what the read needs of a
-/// vocabulary-wide logits row, and nothing more.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SlotSummary {
-    /// The logits of the slot's label ids, in label order.
-    pub label_logits: Vec<f32>,
-    /// The row's largest logit.
-    pub max: f32,
-    /// `Σ exp(logit − max)` over the row (float32 on the device; in `[1, vocab]`, so its
-    /// relative error, not `log_z`'s absolute one, is what float32 limits).
-    pub sum_exp: f32,
-    /// The `min(ENTROPY_TOP_K, vocab)` largest logits, any order.
-    pub top: Vec<f32>,
 }
 
 /// Reads one slot from its device summary: the same label softmax as [`read_slot`] (bit for
