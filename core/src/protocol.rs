@@ -2,7 +2,7 @@
 //! (docs/accelerator-protocol.md): `GET /health` answers [`Health`], `POST /read` takes a
 //! [`crate::ReadRequest`] and answers a [`crate::ReadOutcome`] or a [`crate::ReadError`] body.
 
-use crate::reader::ReaderLimits;
+use crate::reader::{ReaderInfo, ReaderLimits};
 use serde::{Deserialize, Serialize};
 
 pub const HEALTH_PATH: &str = "/health";
@@ -43,6 +43,16 @@ pub struct ModelInfo {
     /// dtype, the read settings and the read algorithm's version.
     pub fingerprint: String,
     pub limits: ReaderLimits,
+}
+
+/// What a reader served by a sidecar is: the limits and fingerprint its `/health` reported.
+impl From<ModelInfo> for ReaderInfo {
+    fn from(info: ModelInfo) -> Self {
+        ReaderInfo {
+            limits: info.limits,
+            fingerprint: Some(info.fingerprint),
+        }
+    }
 }
 
 #[cfg(test)]

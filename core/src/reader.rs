@@ -276,7 +276,7 @@ pub struct ReaderInfo {
     pub limits: ReaderLimits,
     /// Identifies everything an isolated answer depends on besides the request (weights,
     /// backend, activation dtype, BLAS, [`READ_ALGORITHM_VERSION`]): the sidecar's
-    /// [`crate::protocol::ModelInfo`] fingerprint. `None`: unknown, so answers are never cached.
+    /// sidecar's `ModelInfo` fingerprint. `None`: unknown, so answers are never cached.
     pub fingerprint: Option<String>,
 }
 
@@ -285,15 +285,6 @@ impl ReaderInfo {
     /// fingerprint.
     pub fn unknown() -> Self {
         ReaderInfo::default()
-    }
-}
-
-impl From<crate::protocol::ModelInfo> for ReaderInfo {
-    fn from(info: crate::protocol::ModelInfo) -> Self {
-        ReaderInfo {
-            limits: info.limits,
-            fingerprint: Some(info.fingerprint),
-        }
     }
 }
 

@@ -16,6 +16,8 @@ pub mod draws;
 mod one_at_a_time;
 pub mod plan;
 pub mod prompt;
+#[cfg(test)]
+mod reduce_tests;
 pub mod rng;
 #[cfg(any(test, feature = "testing"))]
 pub use one_at_a_time::{execute, Denoiser, SlotLogits};

@@ -9,5 +9,8 @@ pub mod quant;
 pub mod random;
 pub mod writer;
 
+#[cfg(test)]
+mod layout_tests;
+
 pub use random::{DenseDtype, Preset, RandomSpec};
 pub use writer::{convert, write_random_checkpoint};
