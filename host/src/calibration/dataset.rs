@@ -158,33 +158,9 @@ pub fn label_index(question: &Question, label: &Value) -> Result<usize, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hunch_core::{ChoiceOption, LabelDistribution};
+    use crate::calibration::fixtures::{noul, read};
+    use hunch_core::ChoiceOption;
     use serde_json::json;
-
-    fn noul(text: &str) -> Question {
-        Question {
-            instructions: text.into(),
-            kind: QuestionKind::Noul {
-                yes: None,
-                no: None,
-            },
-        }
-    }
-
-    fn read(questions: Vec<Question>, dists: Vec<Vec<f64>>) -> ReadEvent {
-        ReadEvent {
-            state: None,
-            state_sha256: String::new(),
-            questions,
-            options: Default::default(),
-            distributions: Some(dists.into_iter().map(LabelDistribution).collect()),
-            calibrated: None,
-            usage: Default::default(),
-            stats: Default::default(),
-            elapsed_ms: 0.0,
-            error: None,
-        }
-    }
 
     #[test]
     fn labels_join_to_their_reads_and_every_miss_is_reported() {

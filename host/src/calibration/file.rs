@@ -225,17 +225,8 @@ impl Calibrations {
 mod tests {
     use super::*;
     use crate::calibration::dataset::QuestionSet;
+    use crate::calibration::fixtures;
     use hunch_core::calibration::Example;
-
-    fn noul() -> Question {
-        Question {
-            instructions: "urgent?".into(),
-            kind: QuestionKind::Noul {
-                yes: None,
-                no: None,
-            },
-        }
-    }
 
     fn dataset(n: usize) -> Dataset {
         let mut data = Dataset::default();
@@ -250,9 +241,9 @@ mod tests {
             })
             .collect();
         data.questions.insert(
-            super::super::question_key(&noul()),
+            super::super::question_key(&fixtures::noul("urgent?")),
             QuestionSet {
-                question: noul(),
+                question: fixtures::noul("urgent?"),
                 ids: vec!["urgent".into()],
                 examples,
             },
@@ -274,8 +265,8 @@ mod tests {
         let bytes = serde_json::to_vec(&file).unwrap();
         let loaded = Calibrations::from_bytes(&bytes).unwrap();
         assert_eq!(loaded.id, super::super::file_id(&bytes));
-        assert!(loaded.for_question(&noul()).is_some());
-        let mut other = noul();
+        assert!(loaded.for_question(&fixtures::noul("urgent?")).is_some());
+        let mut other = fixtures::noul("urgent?");
         other.instructions = "urgent!".into();
         assert!(loaded.for_question(&other).is_none());
     }

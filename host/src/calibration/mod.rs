@@ -5,6 +5,8 @@
 
 pub mod dataset;
 pub mod file;
+#[cfg(test)]
+mod fixtures;
 pub mod labels;
 pub mod replay;
 pub mod report;

@@ -112,18 +112,8 @@ fn normalised(p: &[f64]) -> Vec<f64> {
 mod tests {
     use super::*;
     use crate::calibration::file::{CalibrationFile, QuestionCalibration, FORMAT};
-    use crate::decision::event::ReadEvent;
+    use crate::calibration::fixtures;
     use hunch_core::calibration::measure;
-
-    fn noul() -> Question {
-        Question {
-            instructions: "urgent?".into(),
-            kind: QuestionKind::Noul {
-                yes: None,
-                no: None,
-            },
-        }
-    }
 
     fn calibration(offsets: Option<Vec<f64>>) -> Calibrations {
         let m = measure(&[(vec![0.5, 0.5], 0)]).unwrap();
@@ -136,7 +126,7 @@ mod tests {
             questions: vec![QuestionCalibration {
                 key: String::new(),
                 ids: vec![],
-                question: noul(),
+                question: fixtures::noul("urgent?"),
                 temperature: 1.0,
                 offsets,
                 labels: 0,
@@ -158,18 +148,10 @@ mod tests {
             "read_algorithm": "a", "status": 200
         }))
         .unwrap();
-        e.reads.push(ReadEvent {
-            state: None,
-            state_sha256: String::new(),
-            questions: vec![noul()],
-            options: Default::default(),
-            distributions: Some(vec![LabelDistribution(vec![p_yes, 1.0 - p_yes])]),
-            calibrated: None,
-            usage: Default::default(),
-            stats: Default::default(),
-            elapsed_ms: 0.0,
-            error: None,
-        });
+        e.reads.push(fixtures::read(
+            vec![fixtures::noul("urgent?")],
+            vec![vec![p_yes, 1.0 - p_yes]],
+        ));
         e
     }
 

@@ -1,0 +1,31 @@
+//! What the calibration module's unit tests build their inputs from.
+
+use crate::decision::event::ReadEvent;
+use hunch_core::{LabelDistribution, Question, QuestionKind};
+
+/// A yes/no question with these instructions and no criteria.
+pub fn noul(text: &str) -> Question {
+    Question {
+        instructions: text.into(),
+        kind: QuestionKind::Noul {
+            yes: None,
+            no: None,
+        },
+    }
+}
+
+/// A successful read of `questions` that answered `dists` (one per question).
+pub fn read(questions: Vec<Question>, dists: Vec<Vec<f64>>) -> ReadEvent {
+    ReadEvent {
+        state: None,
+        state_sha256: String::new(),
+        questions,
+        options: Default::default(),
+        distributions: Some(dists.into_iter().map(LabelDistribution).collect()),
+        calibrated: None,
+        usage: Default::default(),
+        stats: Default::default(),
+        elapsed_ms: 0.0,
+        error: None,
+    }
+}
