@@ -1,6 +1,6 @@
 //! Why a checkpoint could not be loaded into MLX. Every variant names what to look at.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::layout::LayoutError;
 use super::memory::TooLarge;
@@ -96,36 +96,5 @@ fn describe_config_error(error: &ConfigError) -> String {
         ConfigError::Json(e) if e.is_syntax() || e.is_eof() => format!("not valid JSON ({e})"),
         ConfigError::Json(e) => format!("not a DiffusionGemma config ({e})"),
         ConfigError::Invalid(message) => message.clone(),
-    }
-}
-
-/// A file that could not be read, written or parsed as JSON: the checkpoint reader's and the
-/// checkpoint writer's errors carry it.
-#[derive(Debug, thiserror::Error)]
-pub enum FileError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {why}")]
-    Json { path: PathBuf, why: String },
-}
-
-impl FileError {
-    /// For `map_err`: an I/O error on `path`.
-    pub fn io(path: &Path) -> impl FnOnce(std::io::Error) -> FileError + '_ {
-        move |source| FileError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-
-    /// `path` is not the JSON it should be, for `why`.
-    pub fn json(path: &Path, why: impl std::fmt::Display) -> FileError {
-        FileError::Json {
-            path: path.to_path_buf(),
-            why: why.to_string(),
-        }
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::dims::{DimsError, ModelDims, TensorSpec};
-use super::error::FileError;
+use super::file_error::FileError;
 use super::files::{weight_files, FilesError, MapSource};
 use super::format::{
     affine_block, affine_storage, storage_for, stored_tensors, weight_name, Layout,

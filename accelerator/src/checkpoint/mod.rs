@@ -18,6 +18,7 @@ pub mod arrays;
 pub mod assemble;
 pub mod dims;
 mod error;
+mod file_error;
 pub mod files;
 pub mod format;
 pub mod layout;
@@ -28,7 +29,8 @@ pub mod tensors;
 use std::path::Path;
 
 pub use assemble::{assemble, WeightLayout};
-pub use error::{FileError, LoadError};
+pub use error::LoadError;
+pub use file_error::FileError;
 pub use format::Layout;
 pub use layout::{detect_layout, Checkpoint, QuantMode, QuantizedWeight, Weight};
 pub use mapped::MappedLayout;
