@@ -191,7 +191,9 @@ fn components() -> Value {
                 "last_reload": {"type": ["object", "null"]},
                 "mode": {"enum": ["off", "shadow", "canary"]},
                 "candidate": {"type": ["object", "null"]},
-                "previous_version": {"type": ["string", "null"]}}},
+                "previous_version": {"type": ["string", "null"]},
+                "calibration": {"type": ["object", "null"], "description": "What the version's reads are calibrated with now: source (server, policy or off), id (the calibration file's sha256; null when none applies), questions, file.",
+                    "properties": {"source": {"enum": ["server", "policy", "off"]}, "id": {"type": ["string", "null"]}}}}},
             "PolicyDescription": {"allOf": [{"$ref": "#/components/schemas/PolicySummary"}, {
                 "type": "object", "required": ["stage"], "properties": {
                     "stage": {"type": "string"}, "agreement": {"description": "Shadow or canary agreement with the candidate, when one runs."}}}]},
@@ -216,6 +218,7 @@ fn decision_schema(output: Value) -> Value {
                "logs": {"type": "array"},
                "timings": {"type": "object"},
                "decision_id": {"type": "string"},
+               "calibration": {"type": "string", "description": "The id of the calibration the reads' answers were computed with; absent when none was."},
                "stage": {"type": "string", "description": "The version that decided: active, or the candidate in a canary."}}})
 }
 
@@ -420,7 +423,9 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                             "x-hunch-ignored-fields": {"schema": {"type": "string"},
                                 "description": "Unknown top-level request fields that were ignored, comma-separated in request order (characters a header cannot carry are percent-encoded); absent when none."},
                             "x-hunch-answer-cache-hits": {"schema": {"type": "integer", "minimum": 0},
-                                "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."}}},
+                                "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."},
+                            "x-hunch-calibration": {"schema": {"type": "string"},
+                                "description": "The id (sha256 of the file) of the calibration the answers were computed with; absent when they are raw."}}},
                 "400": error("Beyond a limit of the model, or an undecodable body"),
                 "404": error("Unknown model"),
                 "413": error("Body too large (compressed or decompressed)"),
@@ -485,6 +490,7 @@ mod tests {
             mode: "off",
             candidate: None,
             previous_version: None,
+            calibration: None,
         }
     }
 

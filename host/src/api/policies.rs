@@ -144,12 +144,13 @@ async fn decide(
         decision.record_reads();
     }
     let recorder = decision.clone();
-    let (outcome, model) = api
+    let run = api
         .registry
         .invoke_version(&route.decider, &input, Admission::Live, move |r| {
             recorder.reader(r)
         })
         .await;
+    let outcome = run.outcome;
     if route.canary {
         api.registry.rollouts().routed(&name, route.stage.as_str());
     }
@@ -172,7 +173,8 @@ async fn decide(
                 log,
                 &route.decider,
                 route.stage,
-                model.as_deref(),
+                run.model.as_deref(),
+                run.calibration.as_deref(),
                 &input,
                 &outcome,
             )

@@ -133,7 +133,8 @@ async fn load(wasm_path: &Path, config: Option<&Path>) -> Result<Loaded, PolicyR
     let config = match &config_path {
         Some(p) => {
             let text = String::from_utf8_lossy(&read(p)?).into_owned();
-            PolicyConfig::parse(&text)?
+            // A calibration file it names is relative to the config's own directory.
+            PolicyConfig::parse(&text)?.relative_to(p.parent().unwrap_or(Path::new("")))
         }
         None => PolicyConfig::default(),
     };
@@ -358,9 +359,11 @@ async fn run_inner(args: &RunArgs) -> Result<RunOutcome, PolicyRunError> {
         questions: args.questions,
         cache: None,
     };
+    // No server here: only the policy's own calibration (its `NAME.toml`) applies.
+    let calibration = loaded.policy.calibration.reads_with(None);
     let result = loaded
         .policy
-        .invoke(Some(Arc::new(recording)), answering, &input)
+        .invoke(Some(Arc::new(recording)), answering, calibration, &input)
         .await;
     target.shutdown().await;
     let invocation = result.map_err(PolicyRunError::Invoke)?;

@@ -10,7 +10,7 @@ use clap::Args;
 use hunch_core::Reader;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,10 +176,12 @@ fn run(args: &ReplayArgs) -> Result<ExitCode, ReplayCliError> {
                     path: t.clone(),
                     source,
                 })?;
-                PolicyConfig::parse(&text).map_err(|e| ReplayCliError::Policy {
-                    path: t.clone(),
-                    message: e.to_string(),
-                })?
+                PolicyConfig::parse(&text)
+                    .map_err(|e| ReplayCliError::Policy {
+                        path: t.clone(),
+                        message: e.to_string(),
+                    })?
+                    .relative_to(t.parent().unwrap_or(Path::new("")))
             }
             None => PolicyConfig::default(),
         };

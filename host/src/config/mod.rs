@@ -109,7 +109,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub policies: Option<PathBuf>,
     /// A calibration file written by `hunch calibrate`: answers to the questions it covers are
-    /// computed from calibrated distributions (docs/calibration.md); a request sends
+    /// computed from calibrated distributions, policies' reads included unless a policy's
+    /// `NAME.toml` names its own (docs/calibration.md); a request sends
     /// `"x_calibration": "off"` for raw ones. [env HUNCH_CALIBRATION, TOML `calibration`]
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,

@@ -2,8 +2,10 @@
 //! version's `InstancePre`, run under the version's limits, every failure turned into a typed
 //! [`InvokeError`].
 
+use crate::calibration::file::Calibrations;
 use crate::decision::event::{FailureKind, LimitHit};
 use crate::policy::bindings::{types as wit, Policy, PolicyPre};
+use crate::policy::calibration::{CalibrationConfig, PolicyCalibration};
 use crate::policy::capabilities::{LogCapability, LogLine, ReadCapability, ReadRecord};
 use crate::policy::limits::{Limit, LimitExceeded, Limits, MemoryLimiter};
 use hunch_core::{AnswerSettings, QuestionMode, ReadErrorKind, Reader, Usage};
@@ -29,12 +31,15 @@ impl InvocationState {
     fn new(
         reader: Option<Arc<dyn Reader>>,
         answering: AnswerSettings,
+        calibration: Option<Arc<Calibrations>>,
         limits: Limits,
         name: &str,
         version: &str,
     ) -> Self {
         InvocationState {
-            read: ReadCapability::new(reader, limits).with_answering(answering),
+            read: ReadCapability::new(reader, limits)
+                .with_answering(answering)
+                .with_calibration(calibration),
             log: LogCapability::new(name, version, limits.max_log_lines),
             limiter: MemoryLimiter::new(limits.memory_bytes),
         }
@@ -67,6 +72,8 @@ pub enum LoadError {
     },
     #[error("invalid policy config: {0}")]
     Config(String),
+    #[error("the policy's calibration: {0}")]
+    Calibration(String),
     #[error("{0}")]
     Io(String),
 }
@@ -162,6 +169,10 @@ pub struct Invocation {
     pub fuel_used: u64,
     pub logs: Vec<LogLine>,
     pub timings: Timings,
+    /// The id of the calibration the reads' answers were computed with (docs/calibration.md);
+    /// absent when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
 }
 
 /// One compiled, validated version of a policy. Immutable: a reload builds a new one and swaps
@@ -184,6 +195,8 @@ pub struct LoadedPolicy {
     pub log: crate::decision::mask::PolicyLogConfig,
     /// How this version runs when it is a candidate.
     pub rollout: crate::policy::rollout::RolloutConfig,
+    /// What its reads are calibrated with (`NAME.toml`'s `calibration`, else the server's).
+    pub calibration: PolicyCalibration,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
     pre: PolicyPre<InvocationState>,
@@ -217,6 +230,10 @@ pub struct PolicyConfig {
     /// `[rollout]`: how a candidate version runs beside the active one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::policy::rollout::RolloutConfig>,
+    /// `calibration = "off"` or `[calibration] file = "…"`: what this version's reads are
+    /// calibrated with instead of the server's `--calibration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<CalibrationConfig>,
 }
 
 impl PolicyConfig {
@@ -233,6 +250,13 @@ impl PolicyConfig {
                 .map_err(|e| LoadError::Config(e.to_string()))?;
         }
         Ok(config)
+    }
+
+    /// The configuration with a relative calibration file made relative to `dir` (where the
+    /// `NAME.toml` lives).
+    pub fn relative_to(mut self, dir: &std::path::Path) -> Self {
+        self.calibration = self.calibration.map(|c| c.relative_to(dir));
+        self
     }
 }
 
@@ -312,6 +336,7 @@ impl LoadedPolicy {
         runtime: &tokio::runtime::Handle,
     ) -> Result<LoadedPolicy, LoadError> {
         let version = content_hash(wasm);
+        let calibration = PolicyCalibration::load(config.calibration.as_ref())?;
         let component =
             Component::new(engine, wasm).map_err(|e| LoadError::Compile(format!("{e:#}")))?;
         let mut linker: Linker<InvocationState> = Linker::new(engine);
@@ -340,6 +365,7 @@ impl LoadedPolicy {
                 engine,
                 None,
                 AnswerSettings::default(),
+                None,
                 limits,
                 name,
                 &version,
@@ -379,6 +405,7 @@ impl LoadedPolicy {
             sha256: crate::decision::event::sha256_hex(wasm),
             log: config.decision_log.unwrap_or_default(),
             rollout: config.rollout.unwrap_or_default(),
+            calibration,
             input_validator,
             output_validator,
             pre,
@@ -402,13 +429,16 @@ impl LoadedPolicy {
     }
 
     /// Runs `decide` on `input` in a fresh store; reads use `answering`'s mode unless the
-    /// policy's `NAME.toml` chose one, and its answer cache. The one way a policy runs: the
-    /// server, `hunch policy run`, replay and shadow runs all come here with the answer settings
-    /// they serve with (there is deliberately no variant that picks defaults).
+    /// policy's `NAME.toml` chose one, and its answer cache, and are calibrated with
+    /// `calibration` (the caller resolves it: [`PolicyCalibration::reads_with`] the server's,
+    /// or, replaying, what the record needs). The one way a policy runs: the server, `hunch
+    /// policy run`, replay and shadow runs all come here with the answer settings and
+    /// calibration they serve with (there is deliberately no variant that picks defaults).
     pub async fn invoke(
         &self,
         reader: Option<Arc<dyn Reader>>,
         mut answering: AnswerSettings,
+        calibration: Option<Arc<Calibrations>>,
         input: &Value,
     ) -> Result<Invocation, InvokeError> {
         if let Some(mode) = self.questions {
@@ -422,10 +452,12 @@ impl LoadedPolicy {
             ..Timings::default()
         };
         let limits = self.limits;
+        let calibration_id = calibration.as_ref().map(|c| c.id.clone());
         let mut store = new_store(
             &self.engine,
             reader,
             answering,
+            calibration,
             limits,
             &self.name,
             &self.version,
@@ -497,6 +529,7 @@ impl LoadedPolicy {
             fuel_used,
             logs: state.log.lines,
             timings,
+            calibration: calibration_id,
         })
     }
 }
@@ -523,13 +556,14 @@ fn new_store(
     engine: &Engine,
     reader: Option<Arc<dyn Reader>>,
     answering: AnswerSettings,
+    calibration: Option<Arc<Calibrations>>,
     limits: Limits,
     name: &str,
     version: &str,
 ) -> Result<Store<InvocationState>, InvokeError> {
     let mut store = Store::new(
         engine,
-        InvocationState::new(reader, answering, limits, name, version),
+        InvocationState::new(reader, answering, calibration, limits, name, version),
     );
     store.limiter(|s| &mut s.limiter);
     store

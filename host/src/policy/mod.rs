@@ -4,12 +4,14 @@
 //! - [`engine`]: the shared wasmtime engine (component model, fuel, pooling, compile cache).
 //! - [`limits`]: per-invocation limits and the typed error for breaking one.
 //! - [`capabilities`]: what a guest may call (`read`, `log`), one module each.
+//! - [`calibration`]: which calibration a version's reads are calibrated with (`NAME.toml`).
 //! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
 //! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
 //! - [`rollout`]: candidate versions in shadow or canary, shadow runs, agreement.
 //! - [`replay`]: recorded decisions run again through a version (`hunch replay`).
 
 pub mod bindings;
+pub mod calibration;
 pub mod capabilities;
 pub mod engine;
 pub mod invoke;

@@ -10,6 +10,8 @@
 //!   reload status, and the previous version keeps serving.
 //! - Versions are content hashes, so touching a file without changing it reloads nothing.
 
+use crate::calibration::file::Calibrations;
+use crate::policy::calibration::ActiveCalibration;
 use crate::policy::invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 use crate::policy::limits::Limits;
 use crate::policy::rollout::RolloutStats;
@@ -39,6 +41,10 @@ pub trait ReaderSource: Send + Sync {
     /// The server's question mode and answer cache for policy reads. Required, so that no
     /// source of readers can forget the server's settings.
     fn answering(&self) -> hunch_core::AnswerSettings;
+
+    /// The server's calibration now (`--calibration`), which a policy's reads use unless its
+    /// `NAME.toml` names its own or turns it off. Required for the same reason.
+    fn calibration(&self) -> Option<Arc<Calibrations>>;
 }
 
 /// A fixed set of readers: a default and named ones, asked with fixed answer settings.
@@ -46,6 +52,7 @@ pub struct StaticReaders {
     pub default: Option<Arc<dyn Reader>>,
     pub named: BTreeMap<String, Arc<dyn Reader>>,
     pub answering: hunch_core::AnswerSettings,
+    pub calibration: Option<Arc<Calibrations>>,
 }
 
 impl StaticReaders {
@@ -54,6 +61,7 @@ impl StaticReaders {
             default: Some(reader),
             named: BTreeMap::new(),
             answering: hunch_core::AnswerSettings::default(),
+            calibration: None,
         }
     }
 }
@@ -72,6 +80,10 @@ impl ReaderSource for StaticReaders {
 
     fn answering(&self) -> hunch_core::AnswerSettings {
         self.answering.clone()
+    }
+
+    fn calibration(&self) -> Option<Arc<Calibrations>> {
+        self.calibration.clone()
     }
 }
 
@@ -108,6 +120,8 @@ pub struct PolicySummary {
     pub candidate: Option<CandidateSummary>,
     /// The version a rollback would restore.
     pub previous_version: Option<String>,
+    /// What the version's reads are calibrated with now.
+    pub calibration: Option<ActiveCalibration>,
 }
 
 /// The outcome of one load attempt, for the reload status.
@@ -169,6 +183,15 @@ impl Stage {
     }
 }
 
+/// What running a version gave: its outcome, the model its reads went to, and the calibration
+/// they were calibrated with (a decision's event records it beside the reads).
+#[derive(Debug)]
+pub struct VersionRun {
+    pub outcome: Result<Invocation, InvokeError>,
+    pub model: Option<String>,
+    pub calibration: Option<Arc<Calibrations>>,
+}
+
 /// Which version decides a request, and which (if any) shadows it.
 #[derive(Debug, Clone)]
 pub struct Route {
@@ -186,6 +209,9 @@ pub struct CandidateSummary {
     pub declared_version: String,
     pub loaded_at_ms: u64,
     pub rollout: crate::policy::rollout::RolloutConfig,
+    /// What the candidate's reads are calibrated with (its own `NAME.candidate.toml` may name a
+    /// new calibration: how one is shadowed before promotion).
+    pub calibration: ActiveCalibration,
 }
 
 /// Why a deployment or removal was refused.
@@ -317,25 +343,54 @@ impl Registry {
     }
 
     pub fn summaries(&self) -> Vec<PolicySummary> {
+        let server = self.readers.calibration();
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.iter().map(|(name, e)| summary(name, e)).collect()
+        entries
+            .iter()
+            .map(|(name, e)| summary(name, e, server.as_deref()))
+            .collect()
     }
 
     pub fn summary(&self, name: &str) -> Option<PolicySummary> {
+        let server = self.readers.calibration();
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-        entries.get(name).map(|e| summary(name, e))
+        entries
+            .get(name)
+            .map(|e| summary(name, e, server.as_deref()))
+    }
+
+    /// Every loaded active and candidate version, by policy name.
+    pub fn versions(&self) -> Vec<(String, Arc<LoadedPolicy>)> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .flat_map(|(name, e)| {
+                e.current
+                    .iter()
+                    .chain(&e.candidate)
+                    .map(move |p| (name.clone(), p.clone()))
+            })
+            .collect()
     }
 
     /// What `GET /v1/policies/NAME?stage=…` shows: the summary with the version of `stage`
     /// described (its schemas, limits, declared version), or `None` when the policy has no
     /// version at that stage.
     pub fn summary_of(&self, name: &str, stage: Stage) -> Option<PolicySummary> {
+        let server = self.readers.calibration();
+        let server = server.as_deref();
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         let e = entries.get(name)?;
         match stage {
-            Stage::Active => Some(summary(name, e)),
-            Stage::Candidate => e.candidate.as_ref().map(|v| describe(summary(name, e), v)),
-            Stage::Previous => e.previous.as_ref().map(|v| describe(summary(name, e), v)),
+            Stage::Active => Some(summary(name, e, server)),
+            Stage::Candidate => e
+                .candidate
+                .as_ref()
+                .map(|v| describe(summary(name, e, server), v, server)),
+            Stage::Previous => e
+                .previous
+                .as_ref()
+                .map(|v| describe(summary(name, e, server), v, server)),
         }
     }
 
@@ -346,26 +401,31 @@ impl Registry {
             .ok_or_else(|| InvokeError::NotFound(name.to_string()))?;
         self.invoke_version(&policy, input, Admission::Live, |r| r)
             .await
-            .0
+            .outcome
     }
 
     /// The one way the server runs a policy version: a slot for `admission`, the reader the
-    /// version reads with passed through `wrap` (a decision's recording reader), and the
-    /// server's answer settings (question mode, answer cache). Returns the model the reads went
-    /// to.
+    /// version reads with passed through `wrap` (a decision's recording reader), the server's
+    /// answer settings (question mode, answer cache) and the calibration the version reads with.
     pub async fn invoke_version(
         &self,
         policy: &LoadedPolicy,
         input: &Value,
         admission: Admission,
         wrap: impl FnOnce(Arc<dyn Reader>) -> Arc<dyn Reader>,
-    ) -> (Result<Invocation, InvokeError>, Option<String>) {
+    ) -> VersionRun {
         // A live run waits for a live slot; a shadow run already holds its own (in `admission`,
         // alive until this function returns).
         let _live_slot = match &admission {
             Admission::Live => match self.slots.acquire().await {
                 Ok(permit) => Some(permit),
-                Err(_) => return (Err(InvokeError::Busy), None),
+                Err(_) => {
+                    return VersionRun {
+                        outcome: Err(InvokeError::Busy),
+                        model: None,
+                        calibration: None,
+                    }
+                }
             },
             Admission::Shadow(_) => None,
         };
@@ -375,10 +435,15 @@ impl Registry {
         };
         let model = reader.as_ref().map(|r| r.model_name().to_string());
         let answering = self.readers.answering();
-        (
-            policy.invoke(reader.map(wrap), answering, input).await,
+        // Taken once: a calibration reloaded meanwhile applies from the next decision on.
+        let calibration = policy.calibration.reads_with(self.readers.calibration());
+        VersionRun {
+            outcome: policy
+                .invoke(reader.map(wrap), answering, calibration.clone(), input)
+                .await,
             model,
-        )
+            calibration,
+        }
     }
 
     /// Compiles and describes a version off the async workers.
@@ -390,6 +455,11 @@ impl Registry {
     ) -> Result<LoadedPolicy, LoadError> {
         let engine = self.engine.clone();
         let ceiling = self.ceiling;
+        // A calibration file the config names is relative to the policy directory.
+        let config = match &self.dir {
+            Some(dir) => config.relative_to(dir),
+            None => config,
+        };
         let name = name.to_string();
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
@@ -510,6 +580,7 @@ impl Registry {
             if let Some(e) = entries.get(name) {
                 if e.current.as_ref().map(|p| &p.version) == Some(&version)
                     && e.config_hash == config_hash
+                    && !e.current.as_ref().is_some_and(|p| p.calibration.is_stale())
                 {
                     return Ok(None);
                 }
@@ -629,13 +700,14 @@ impl Registry {
     }
 }
 
-fn summary(name: &str, e: &Entry) -> PolicySummary {
+fn summary(name: &str, e: &Entry, server: Option<&Calibrations>) -> PolicySummary {
     let p = e.current.as_ref();
     let candidate = e.candidate.as_ref().map(|c| CandidateSummary {
         version: c.version.clone(),
         declared_version: c.descriptor.version.clone(),
         loaded_at_ms: unix_ms(c.loaded_at),
         rollout: c.rollout.clone(),
+        calibration: c.calibration.active(server),
     });
     PolicySummary {
         name: name.to_string(),
@@ -657,11 +729,16 @@ fn summary(name: &str, e: &Entry) -> PolicySummary {
             .unwrap_or("off"),
         candidate,
         previous_version: e.previous.as_ref().map(|p| p.version.clone()),
+        calibration: p.map(|p| p.calibration.active(server)),
     }
 }
 
 /// `summary` with `version` as the version it describes.
-fn describe(summary: PolicySummary, version: &LoadedPolicy) -> PolicySummary {
+fn describe(
+    summary: PolicySummary,
+    version: &LoadedPolicy,
+    server: Option<&Calibrations>,
+) -> PolicySummary {
     PolicySummary {
         version: Some(version.version.clone()),
         loaded_at_ms: Some(unix_ms(version.loaded_at)),
@@ -673,6 +750,7 @@ fn describe(summary: PolicySummary, version: &LoadedPolicy) -> PolicySummary {
         limits: Some(version.limits),
         reader: version.reader.clone(),
         wasm_bytes: Some(version.wasm_bytes),
+        calibration: Some(version.calibration.active(server)),
         ..summary
     }
 }

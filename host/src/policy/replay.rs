@@ -2,9 +2,11 @@
 //! component with their reads answered from the log, and report what changed; or re-ask the
 //! recorded reads of a model (`--reread`) and report how the answers moved.
 
+use crate::calibration::serve::served_reads;
 use crate::decision::event::DecisionEvent;
 use crate::decision::mask::PolicyLogConfig;
 use crate::decision::recorder::{BookReader, ReadBook};
+use crate::policy::calibration::PolicyCalibration;
 use crate::policy::LoadedPolicy;
 use hunch_core::{Answer, AnswerSettings, ReadRequest, Reader};
 use serde::Serialize;
@@ -268,7 +270,15 @@ async fn replay_one(
         .any(|p| p.starts_with("/input"));
     let model_name = e.model.as_ref().map(|m| m.name.clone()).unwrap_or_default();
     let has_model = model.is_some();
-    let reader = Arc::new(BookReader::new(&model_name, ReadBook::new(&e.reads), model));
+    // The component's `NAME.toml` decides the calibration, as when serving: its own file
+    // calibrates the raw recorded reads, `off` answers from them raw, and without either the
+    // reads are answered as they were served (calibrated where the record says so), which keeps
+    // the replay of an unchanged version bit-exact (docs/calibration.md).
+    let (reads, calibration) = match &policy.calibration {
+        PolicyCalibration::Server => (served_reads(&e.reads), None),
+        own => (e.reads.clone(), own.reads_with(None)),
+    };
+    let reader = Arc::new(BookReader::new(&model_name, ReadBook::new(&reads), model));
     // The candidate asks in the mode the decision was recorded in (so its reads match the
     // record), without an answer cache: replay answers from the log.
     let answering = AnswerSettings {
@@ -280,7 +290,12 @@ async fn replay_one(
         cache: None,
     };
     let outcome = policy
-        .invoke(Some(reader.clone() as Arc<dyn Reader>), answering, &e.input)
+        .invoke(
+            Some(reader.clone() as Arc<dyn Reader>),
+            answering,
+            calibration,
+            &e.input,
+        )
         .await;
     let from_model = if has_model { reader.missed() } else { 0 };
     if !has_model && reader.missed() > 0 {

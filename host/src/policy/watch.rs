@@ -1,5 +1,6 @@
 //! Hot reload: `notify` watches the policy directory; a debounced burst of events for
-//! `NAME.wasm` or `NAME.toml` reloads `NAME` (off the request path, see `Registry`).
+//! `NAME.wasm` or `NAME.toml`, or for a calibration file a loaded version's `NAME.toml` names,
+//! reloads `NAME` (off the request path, see `Registry`).
 
 use crate::policy::registry::{Registry, Stage};
 use notify::RecursiveMode;
@@ -35,6 +36,20 @@ fn policy_name(path: &Path) -> Option<String> {
     Stage::of_stem(stem).map(|(name, _)| name.to_string())
 }
 
+/// The policies with a loaded version (active or candidate) whose own calibration is the file at
+/// `path` (docs/calibration.md: a policy's calibration reloads with the policy).
+fn calibrated_by(registry: &Registry, path: &Path) -> Vec<String> {
+    if path.extension().and_then(|e| e.to_str()) != Some("json") {
+        return Vec::new();
+    }
+    registry
+        .versions()
+        .into_iter()
+        .filter(|(_, p)| p.calibration.reads_file(path))
+        .map(|(name, _)| name)
+        .collect()
+}
+
 /// Starts watching the registry's directory. Must be called inside a tokio runtime.
 pub fn watch(registry: Arc<Registry>) -> Result<PolicyWatcher, WatchError> {
     let dir = registry
@@ -42,13 +57,14 @@ pub fn watch(registry: Arc<Registry>) -> Result<PolicyWatcher, WatchError> {
         .ok_or_else(|| WatchError("no policy directory configured".into()))?
         .to_path_buf();
     let (tx, mut rx) = mpsc::unbounded_channel::<BTreeSet<String>>();
+    let watched = registry.clone();
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
         match result {
             Ok(events) => {
                 let names: BTreeSet<String> = events
                     .iter()
                     .flat_map(|e| e.paths.iter())
-                    .filter_map(|p| policy_name(p))
+                    .flat_map(|p| policy_name(p).into_iter().chain(calibrated_by(&watched, p)))
                     .collect();
                 if !names.is_empty() {
                     // The receiver only goes away at shutdown; nothing to do then.

@@ -39,6 +39,10 @@ impl ReaderSource for AppReaders {
             .map(|state| state.answering.clone())
             .unwrap_or_default()
     }
+
+    fn calibration(&self) -> Option<Arc<crate::calibration::file::Calibrations>> {
+        self.0.get().and_then(|state| state.calibration.current())
+    }
 }
 
 pub struct PolicyService {

@@ -2,7 +2,12 @@
 //! answers them with hunch-core's one orchestration ([`hunch_core::answer_set`], the same as the
 //! System One API: limits, reads, error mapping to the set's index and id, answer cache), counts
 //! reads and questions against the invocation's limits, and records every read for the response.
+//! With a calibration, answers are computed from calibrated distributions exactly as
+//! `/v1/systemone`'s are (the same [`CalibratingReader`] around the decision's recording reader,
+//! so the record keeps the raw distributions).
 
+use crate::calibration::file::Calibrations;
+use crate::calibration::serve::CalibratingReader;
 use crate::policy::bindings::hunch::policy::reader;
 use crate::policy::bindings::types as wit;
 use crate::policy::limits::{Limit, LimitExceeded, Limits};
@@ -53,6 +58,8 @@ pub struct ReadCapability {
     limits: Limits,
     /// The question mode (the policy's `NAME.toml`, else the server's) and the answer cache.
     answering: AnswerSettings,
+    /// What answers are calibrated with (docs/calibration.md), for the whole invocation.
+    calibration: Option<Arc<Calibrations>>,
     reads: u32,
     questions: u32,
     pub records: Vec<ReadRecord>,
@@ -67,6 +74,7 @@ impl ReadCapability {
             reader,
             limits,
             answering: AnswerSettings::default(),
+            calibration: None,
             reads: 0,
             questions: 0,
             records: Vec::new(),
@@ -78,6 +86,17 @@ impl ReadCapability {
     /// Reads in `answering`'s question mode, with its answer cache.
     pub fn with_answering(mut self, answering: AnswerSettings) -> Self {
         self.answering = answering;
+        self
+    }
+
+    /// Calibrates every answer with `calibration` (where it covers the question). The answer
+    /// cache is not used then, as for `/v1/systemone`: a cached answer would outlive a reloaded
+    /// calibration and mix raw answers with calibrated ones.
+    pub fn with_calibration(mut self, calibration: Option<Arc<Calibrations>>) -> Self {
+        if calibration.is_some() {
+            self.answering.cache = None;
+        }
+        self.calibration = calibration;
         self
     }
 
@@ -122,7 +141,13 @@ impl ReadCapability {
     ) -> wasmtime::Result<Vec<Result<wit::Answers, wit::ReadError>>> {
         self.admit(&sets).map_err(wasmtime::Error::new)?;
         let started = Instant::now();
-        let reader = self.reader.clone();
+        let reader = match (&self.reader, &self.calibration) {
+            (Some(inner), Some(c)) => Some(Arc::new(CalibratingReader {
+                inner: inner.clone(),
+                calibrations: c.clone(),
+            }) as Arc<dyn Reader>),
+            (reader, _) => reader.clone(),
+        };
         let answering = &self.answering;
         // Independent sets are read concurrently: the reader batches or queues them as it sees fit.
         let outcomes = join_all(
@@ -632,6 +657,89 @@ mod tests {
         assert_eq!(
             isolated.asked.lock().unwrap()[0].options.questions,
             hunch_core::QuestionMode::Isolated
+        );
+    }
+
+    /// A reader answering every question with the same two-label distribution.
+    struct Fixed(Vec<f64>);
+
+    #[async_trait::async_trait]
+    impl Reader for Fixed {
+        fn model_name(&self) -> &str {
+            "fixed"
+        }
+        async fn read(
+            &self,
+            request: hunch_core::ReadRequest,
+        ) -> Result<hunch_core::ReadOutcome, ReadError> {
+            Ok(hunch_core::ReadOutcome {
+                distributions: request
+                    .questions
+                    .iter()
+                    .map(|_| hunch_core::LabelDistribution(self.0.clone()))
+                    .collect(),
+                usage: Usage::default(),
+                stats: Default::default(),
+            })
+        }
+        fn info(&self) -> hunch_core::ReaderInfo {
+            hunch_core::ReaderInfo::unknown()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_calibration_changes_the_answers_it_covers_exactly_as_the_offline_math() {
+        let metrics =
+            serde_json::json!({"nll": 0.0, "brier": 0.0, "ece": 0.0, "accuracy": 0.0, "bins": []});
+        let file = serde_json::json!({
+            "format": crate::calibration::file::FORMAT, "folds": 5, "ece_bins": 10,
+            "ece_binning": "", "min_labels": 30,
+            "questions": [{"key": "", "ids": [], "question": to_core(&noul("a")),
+                "temperature": 2.5, "labels": 0, "fold_temperatures": [],
+                "before": metrics, "after": metrics}]
+        });
+        let c = Calibrations::from_bytes(&serde_json::to_vec(&file).unwrap()).unwrap();
+        let offline = c
+            .for_question(&to_core(&noul("a")))
+            .unwrap()
+            .apply(&[0.9, 0.1]);
+        let cache = Arc::new(hunch_core::AnswerCache::new(1 << 20));
+        let mut cap = ReadCapability::new(Some(Arc::new(Fixed(vec![0.9, 0.1]))), Limits::default())
+            .with_answering(AnswerSettings {
+                questions: hunch_core::QuestionMode::Isolated,
+                cache: Some(cache),
+            })
+            .with_calibration(Some(Arc::new(c)));
+        assert!(
+            cap.answering.cache.is_none(),
+            "no answer cache while calibrated"
+        );
+        let mut other = noul("b");
+        other.instructions = "another question".into();
+        let out = cap
+            .read_sets(vec![set(vec![noul("a"), other])])
+            .await
+            .unwrap();
+        let answers = &out[0].as_ref().unwrap().answers;
+        let p = |i: usize| match answers[i].value {
+            wit::AnswerValue::Noul(p) => p,
+            _ => panic!("a noul"),
+        };
+        let expected = match hunch_core::Answer::from_distribution(
+            &to_core(&noul("a")),
+            &hunch_core::LabelDistribution(offline),
+        )
+        .unwrap()
+        {
+            Answer::Noul { noul } => noul,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(p(0).to_bits(), expected.to_bits());
+        assert_ne!(p(0), 0.9);
+        assert_eq!(
+            p(1),
+            0.9,
+            "a question the calibration does not cover stays raw"
         );
     }
 

@@ -47,6 +47,10 @@ impl Registry {
                 Some(e) if e.current.is_some() => {
                     if e.candidate.as_ref().map(|p| &p.version) == Some(&version)
                         && e.candidate_config_hash == config_hash
+                        && !e
+                            .candidate
+                            .as_ref()
+                            .is_some_and(|p| p.calibration.is_stale())
                     {
                         return Ok(None);
                     }

@@ -10,6 +10,7 @@
 //!
 //! Its event is written like any decision's, marked `shadow_of`.
 
+use crate::calibration::file::Calibrations;
 use crate::decision::event::{DecisionEvent, ErrorRecord, PolicyRef};
 use crate::decision::recorder::{BookReader, ReadBook};
 use crate::decision::{Decision, DecisionLog};
@@ -32,18 +33,24 @@ pub fn policy_ref(policy: &LoadedPolicy, stage: Stage) -> PolicyRef {
     }
 }
 
-/// What a policy decision adds to its event: the version, the model, the input, and the result
-/// (or the failure, by its kind, with the limit it hit).
+/// What a policy decision adds to its event: the version, the model, the input, the calibration
+/// its reads were calibrated with (its id, and the calibrated distributions beside the raw ones),
+/// and the result (or the failure, by its kind, with the limit it hit).
+#[allow(clippy::too_many_arguments)]
 pub fn fill_event(
     event: &mut DecisionEvent,
     log: &DecisionLog,
     policy: &LoadedPolicy,
     stage: Stage,
     model: Option<&str>,
+    calibration: Option<&Calibrations>,
     input: &Value,
     outcome: &Outcome,
 ) {
     event.policy = Some(policy_ref(policy, stage));
+    if let Some(c) = calibration {
+        crate::calibration::serve::record(event, c);
+    }
     event.model = model.map(|m| log.model_ref(m));
     event.input = input.clone();
     match outcome {
@@ -175,12 +182,13 @@ async fn run_shadow(job: ShadowJob, slot: ShadowSlot) {
     // Reads the active version made are answered from its record; new ones go to the model.
     let book = ReadBook::new(&active.reads());
     let decision_for_reads = decision.clone();
-    let (outcome, model) = registry
+    let run = registry
         .invoke_version(&candidate, &input, Admission::Shadow(slot), move |live| {
             let model = live.model_name().to_string();
             decision_for_reads.reader(Arc::new(BookReader::new(&model, book, Some(live))))
         })
         .await;
+    let outcome = run.outcome;
     if matches!(outcome, Err(InvokeError::Busy)) {
         registry.rollouts().skipped(&candidate.name);
         return;
@@ -196,7 +204,8 @@ async fn run_shadow(job: ShadowJob, slot: ShadowSlot) {
         &log,
         &candidate,
         Stage::Candidate,
-        model.as_deref(),
+        run.model.as_deref(),
+        run.calibration.as_deref(),
         &input,
         &outcome,
     );
