@@ -9,7 +9,7 @@ use super::validate::SystemOneRequest;
 use super::AppState;
 use crate::api::decision as decision_api;
 use crate::calibration::file::Calibrations;
-use crate::calibration::serve::{calibrated, CalibratingReader};
+use crate::calibration::serve::CalibratingReader;
 use crate::decision::Decision;
 use axum::body::Body;
 use axum::extract::State;
@@ -29,6 +29,10 @@ pub const IGNORED_FIELDS_HEADER: &str = "x-hunch-ignored-fields";
 pub const ANSWER_CACHE_HITS_HEADER: &str = "x-hunch-answer-cache-hits";
 /// The question mode the answers were read in: `isolated` or `joint`.
 pub const QUESTIONS_HEADER: &str = "x-hunch-questions";
+/// The id of the calibration the answers were computed with; absent when they are raw
+/// (docs/calibration.md). `hunch batch` keeps it in its output, so a fit can tell raw from
+/// calibrated answers.
+pub const CALIBRATION_HEADER: &str = "x-hunch-calibration";
 
 /// The most requests whose rows shared one forward pass with this one (1: read alone); sent when
 /// the reader reports it.
@@ -63,12 +67,7 @@ pub async fn handle(
             event.model = seen.model.as_deref().map(|m| log.model_ref(m));
             event.result = recorded_body;
             if let Some(c) = &seen.calibration {
-                event.calibration = Some(c.id.clone());
-                for read in &mut event.reads {
-                    if let Some(raw) = &read.distributions {
-                        read.calibrated = Some(calibrated(c, &read.questions, raw));
-                    }
-                }
+                crate::calibration::serve::record(event, c);
             }
         },
         result.map(IntoResponse::into_response),
@@ -149,6 +148,11 @@ async fn decide(
         QUESTIONS_HEADER,
         HeaderValue::from_static(answered.mode.as_str()),
     );
+    if let Some(c) = &seen.calibration {
+        if let Ok(v) = HeaderValue::from_str(&c.id) {
+            headers.insert(CALIBRATION_HEADER, v);
+        }
+    }
     if !request.ignored_fields.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&header_list(&request.ignored_fields)) {
             headers.insert(IGNORED_FIELDS_HEADER, v);

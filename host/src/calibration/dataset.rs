@@ -1,7 +1,9 @@
 //! Joins labels to recorded distributions: each label becomes an [`Example`] of the question the
-//! model was asked, or a [`Problem`] saying why it could not.
+//! model was asked, or a [`Problem`] saying why it could not. What is recorded comes from a
+//! decision log ([`RecordedDecision`]) or a `hunch batch` output (`super::batch`), both as
+//! [`Recorded`] answers.
 
-use super::labels::LabelLine;
+use super::labels::{LabelKey, LabelLine};
 use super::question_key;
 use crate::decision::event::ReadEvent;
 use hunch_core::calibration::Example;
@@ -20,15 +22,86 @@ pub struct RecordedDecision<'a> {
     pub reads: &'a [ReadEvent],
 }
 
+impl RecordedDecision<'_> {
+    /// Each question with the raw distribution a read recorded for it.
+    pub fn recorded(&self) -> Recorded {
+        Recorded {
+            key: LabelKey::Decision(self.decision_id.to_string()),
+            answers: Ok(self
+                .questions
+                .iter()
+                .map(|(id, question)| RecordedAnswer {
+                    id: id.clone(),
+                    question: question.clone(),
+                    distribution: recorded_distribution(self.reads, question).ok_or_else(|| {
+                        "no recorded read answered this question (an answer-cache hit, a failed read, or a question needing no read)".into()
+                    }),
+                })
+                .collect()),
+        }
+    }
+}
+
+/// One labellable record: its questions and what each was answered from, or why none of it can
+/// be used (a batch line that failed, or lacks what fitting needs).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub key: LabelKey,
+    pub answers: Result<Vec<RecordedAnswer>, String>,
+}
+
+/// A question of a record and the raw distribution (normalised) it was answered from, or why
+/// there is none.
+#[derive(Debug, Clone)]
+pub struct RecordedAnswer {
+    pub id: QuestionId,
+    pub question: Question,
+    pub distribution: Result<Vec<f64>, String>,
+}
+
 /// A label that could not be used, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Problem {
     /// Line of the labels file.
     pub line: usize,
+    /// The decision the line labels (empty for a `custom_id` line or a line that names none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub decision_id: String,
+    /// The `hunch batch` line the line labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question_id: Option<String>,
     pub reason: String,
+}
+
+impl Problem {
+    /// A problem of the labels line `line` that names `key`.
+    pub fn of(
+        line: usize,
+        key: Option<&LabelKey>,
+        question_id: Option<&str>,
+        reason: String,
+    ) -> Problem {
+        Problem {
+            line,
+            decision_id: match key {
+                Some(LabelKey::Decision(id)) => id.clone(),
+                _ => String::new(),
+            },
+            custom_id: match key {
+                Some(LabelKey::Custom(id)) => Some(id.clone()),
+                _ => None,
+            },
+            question_id: question_id.map(str::to_owned),
+            reason,
+        }
+    }
+
+    /// The decision or batch line it is about, for people.
+    pub fn record(&self) -> &str {
+        self.custom_id.as_deref().unwrap_or(&self.decision_id)
+    }
 }
 
 /// Every labelled answer of one question.
@@ -47,59 +120,66 @@ pub struct Dataset {
     pub problems: Vec<Problem>,
 }
 
-/// Joins `labels` to `decisions` by decision id.
-pub fn join(labels: &[LabelLine], decisions: &[RecordedDecision<'_>]) -> Dataset {
-    let by_id: HashMap<&str, &RecordedDecision<'_>> =
-        decisions.iter().map(|d| (d.decision_id, d)).collect();
+/// Joins `labels` to `records` by decision id or custom id.
+pub fn join(labels: &[LabelLine], records: &[Recorded]) -> Dataset {
+    let by_key: HashMap<&LabelKey, &Recorded> = records.iter().map(|r| (&r.key, r)).collect();
     let mut out = Dataset::default();
     for line in labels {
-        let problem = |question_id: Option<&str>, reason: String| Problem {
-            line: line.line,
-            decision_id: line.decision_id.clone(),
-            question_id: question_id.map(str::to_owned),
-            reason,
+        let problem = |question_id: Option<&str>, reason: String| {
+            Problem::of(line.line, Some(&line.key), question_id, reason)
         };
-        let Some(decision) = by_id.get(line.decision_id.as_str()) else {
+        let Some(record) = by_key.get(&line.key) else {
             out.problems.push(problem(
                 None,
-                "no /v1/systemone decision with this id in the logs".into(),
+                match &line.key {
+                    LabelKey::Decision(_) => "no /v1/systemone decision with this id in the logs",
+                    LabelKey::Custom(_) => "no line with this custom_id in the batch outputs",
+                }
+                .into(),
             ));
             continue;
         };
+        let answers = match &record.answers {
+            Ok(a) => a,
+            Err(reason) => {
+                out.problems.push(problem(None, reason.clone()));
+                continue;
+            }
+        };
         for (qid, label) in &line.labels {
-            let Some((_, question)) = decision.questions.iter().find(|(id, _)| id.0 == *qid) else {
+            let Some(answer) = answers.iter().find(|a| a.id.0 == *qid) else {
                 out.problems.push(problem(
                     Some(qid),
                     "the decision has no question with this id".into(),
                 ));
                 continue;
             };
-            let index = match label_index(question, label) {
+            let index = match label_index(&answer.question, label) {
                 Ok(i) => i,
                 Err(reason) => {
                     out.problems.push(problem(Some(qid), reason));
                     continue;
                 }
             };
-            let Some(probabilities) = recorded_distribution(decision.reads, question) else {
-                out.problems.push(problem(
-                    Some(qid),
-                    "no recorded read answered this question (an answer-cache hit, a failed read, or a question needing no read)".into(),
-                ));
-                continue;
+            let probabilities = match &answer.distribution {
+                Ok(p) => p.clone(),
+                Err(reason) => {
+                    out.problems.push(problem(Some(qid), reason.clone()));
+                    continue;
+                }
             };
             let set = out
                 .questions
-                .entry(question_key(question))
+                .entry(question_key(&answer.question))
                 .or_insert_with(|| QuestionSet {
-                    question: question.clone(),
+                    question: answer.question.clone(),
                     ids: Vec::new(),
                     examples: Vec::new(),
                 });
             if !set.ids.contains(qid) {
                 set.ids.push(qid.clone());
             }
-            set.examples.push(hunch_core::calibration::Example {
+            set.examples.push(Example {
                 probabilities,
                 label: index,
             });
@@ -108,18 +188,26 @@ pub fn join(labels: &[LabelLine], decisions: &[RecordedDecision<'_>]) -> Dataset
     out
 }
 
+/// `p` normalised as the answer math does; `None` when it is not a distribution of
+/// `question`'s labels.
+pub fn normalised(question: &Question, p: &[f64]) -> Option<Vec<f64>> {
+    let total: f64 = p.iter().sum();
+    let valid = p.len() == question.label_count()
+        && p.iter().all(|x| x.is_finite() && *x >= 0.0)
+        && total > 0.0
+        && total.is_finite();
+    valid.then(|| p.iter().map(|x| x / total).collect())
+}
+
 /// The distribution a read recorded for `question`, normalised as the answer math does; `None`
 /// when no read holds it (or what it holds is not a distribution).
 fn recorded_distribution(reads: &[ReadEvent], question: &Question) -> Option<Vec<f64>> {
     reads.iter().find_map(|read| {
         let j = read.questions.iter().position(|q| q == question)?;
-        let p = read.distributions.as_ref()?.get(j)?.probabilities();
-        let total: f64 = p.iter().sum();
-        let valid = p.len() == question.label_count()
-            && p.iter().all(|x| x.is_finite() && *x >= 0.0)
-            && total > 0.0
-            && total.is_finite();
-        valid.then(|| p.iter().map(|x| x / total).collect())
+        normalised(
+            question,
+            read.distributions.as_ref()?.get(j)?.probabilities(),
+        )
     })
 }
 
@@ -196,7 +284,7 @@ mod tests {
 {"decision_id": "gone", "labels": {"u": true}}"#,
         )
         .0;
-        let data = join(&labels, &[decision]);
+        let data = join(&labels, &[decision.recorded()]);
         assert_eq!(data.questions.len(), 2);
         let u = &data.questions[&question_key(&noul("urgent?"))];
         assert_eq!(u.examples[0].label, 1);

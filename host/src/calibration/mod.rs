@@ -1,8 +1,11 @@
-//! Calibration from labelled decisions: joining a labels file to the decision log's recorded
-//! distributions ([`dataset`]), fitting and measuring each question with hunch-core's
-//! calibration math, and the calibration file ([`file`]). `hunch calibrate` (`cli/calibrate.rs`)
-//! is its command line; docs/calibration.md says what is fitted and how to read the numbers.
+//! Calibration from labelled decisions: joining a labels file to the distributions a decision
+//! log ([`dataset`]) or a `hunch batch` output ([`batch`]) recorded, read by [`sources`]; fitting
+//! and measuring each question with hunch-core's calibration math, and the calibration file
+//! ([`file`]); serving it ([`serve`], for `/v1/systemone` and policies' reads alike).
+//! `hunch calibrate` (`cli/calibrate.rs`) is its command line; docs/calibration.md says what is
+//! fitted and how to read the numbers.
 
+pub mod batch;
 pub mod dataset;
 pub mod file;
 #[cfg(test)]
@@ -11,6 +14,7 @@ pub mod labels;
 pub mod replay;
 pub mod report;
 pub mod serve;
+pub mod sources;
 
 use hunch_core::Question;
 use sha2::{Digest, Sha256};

@@ -1,6 +1,8 @@
-//! `hunch replay --calibration NEW.json`: which recorded `/v1/systemone` decisions a calibration
-//! would change. Each recorded read's raw distributions are calibrated with the new file and
-//! compared with what was served (the recorded calibrated distribution, else the raw one).
+//! `hunch replay --calibration NEW.json`: which recorded decisions (`/v1/systemone`, and the reads
+//! of policy decisions) a calibration would change. Each recorded read's raw distributions are
+//! calibrated with the new file and compared with what was served (the recorded calibrated
+//! distribution, else the raw one). For what a policy would then decide, replay it with the new
+//! file named in its `NAME.toml` (docs/calibration.md).
 
 use super::file::Calibrations;
 use crate::decision::event::DecisionEvent;
@@ -13,7 +15,8 @@ use serde::Serialize;
 pub struct CalibrationReplay {
     /// The new calibration's id.
     pub calibration: String,
-    /// `/v1/systemone` decisions with at least one recorded distribution.
+    /// Decisions (`/v1/systemone` and policies', not shadow runs) with at least one recorded
+    /// distribution.
     pub decisions: usize,
     /// Answers (one question of one read) compared.
     pub answers: usize,
@@ -54,7 +57,10 @@ pub fn replay(events: &[DecisionEvent], calibrations: &Calibrations) -> Calibrat
         max_probability_move: 0.0,
         flips: Vec::new(),
     };
-    for event in events.iter().filter(|e| e.route == "/v1/systemone") {
+    let replayed = |e: &&DecisionEvent| {
+        e.shadow_of.is_none() && (e.route == "/v1/systemone" || e.policy.is_some())
+    };
+    for event in events.iter().filter(replayed) {
         let mut any = false;
         for read in &event.reads {
             let Some(raw) = &read.distributions else {

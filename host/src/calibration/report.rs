@@ -54,7 +54,7 @@ many answers it holds; dots below the diagonal are over-confident, above it unde
     if !file.problems.is_empty() {
         let _ = write!(
             out,
-            "<h2>Labels not used ({})</h2><table><tr><th>line</th><th class=l>decision</th><th class=l>question</th><th class=l>why</th></tr>",
+            "<h2>Labels not used ({})</h2><table><tr><th>line</th><th class=l>decision or batch line</th><th class=l>question</th><th class=l>why</th></tr>",
             file.problems.len()
         );
         for p in &file.problems {
@@ -62,7 +62,7 @@ many answers it holds; dots below the diagonal are over-confident, above it unde
                 out,
                 "<tr><td>{}</td><td class=l>{}</td><td class=l>{}</td><td class=l>{}</td></tr>",
                 p.line,
-                escape(&p.decision_id),
+                escape(p.record()),
                 escape(p.question_id.as_deref().unwrap_or("")),
                 escape(&p.reason)
             );

@@ -1,13 +1,17 @@
-//! `hunch calibrate`: fits a calibration per question from decision logs and a labels file, and
-//! reports it before and after on held-out folds (docs/calibration.md).
+//! `hunch calibrate`: fits a calibration per question from decision logs (or `hunch batch`
+//! outputs) and a labels file, and reports it before and after on held-out folds
+//! (docs/calibration.md).
 
 use crate::api::validate::RequestValidator;
-use crate::calibration::dataset::{join, Problem, RecordedDecision};
+use crate::calibration::batch::{self, NO_QUESTIONS};
+use crate::calibration::dataset::{join, Problem, Recorded, RecordedDecision};
 use crate::calibration::file::{fit_dataset, CalibrationFile};
-use crate::calibration::labels::read_labels;
+use crate::calibration::labels::{read_labels, LabelKey};
 use crate::calibration::report;
-use crate::policy::replay::read_logs;
+use crate::calibration::sources::read_sources;
 use clap::Args;
+use hunch_core::{Question, QuestionId};
+use serde_json::{json, Value};
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,13 +19,22 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, Args)]
 #[command(after_help = "Example:
   hunch calibrate --log decisions.ndjson --labels labels.jsonl -o calibration.json --report report/
+  hunch calibrate --log batch-output.jsonl --labels labels.jsonl -o calibration.json
 
 A labels line: {\"decision_id\": \"…\", \"labels\": {\"QUESTION_ID\": LABEL}} where LABEL is true/false
-for a noul, the option name for a choice, the level index or text for a score.
+for a noul, the option name for a choice, the level index or text for a score; with the output of
+`hunch batch`, {\"custom_id\": \"…\", \"labels\": {…}}.
 Exit status: 0 when a calibration was written, 2 when the command could not run.")]
 pub struct CalibrateArgs {
-    /// Decision log files (NDJSON, `.gz` too); `/v1/systemone` decisions are used.
-    #[arg(long = "log", value_name = "FILE", required = true, num_args = 1..)]
+    /// Decision log files (NDJSON, gzip too; `/v1/systemone` decisions are used) or output files
+    /// of `hunch batch` (labelled by `custom_id`), told apart by their content.
+    #[arg(
+        long = "log",
+        visible_alias = "batch-output",
+        value_name = "FILE",
+        required = true,
+        num_args = 1..
+    )]
     pub logs: Vec<PathBuf>,
     /// The labels (JSONL).
     #[arg(long, value_name = "FILE")]
@@ -40,7 +53,9 @@ pub struct CalibrateArgs {
 #[derive(Debug, thiserror::Error)]
 enum CalibrateError {
     #[error(transparent)]
-    Logs(#[from] crate::policy::replay::ReplayError),
+    Logs(#[from] crate::calibration::sources::SourceError),
+    #[error("{0}")]
+    BatchWithoutQuestions(String),
     #[error(transparent)]
     Labels(#[from] crate::calibration::labels::LabelsError),
     #[error("the request schema: {0}")]
@@ -66,35 +81,49 @@ pub fn main(args: CalibrateArgs) -> ExitCode {
 }
 
 fn run(args: &CalibrateArgs) -> Result<String, CalibrateError> {
-    let log = read_logs(&args.logs)?;
+    let log = read_sources(&args.logs)?;
     let (labels, bad_lines) = read_labels(&args.labels)?;
     let validator = RequestValidator::new()?;
     // Questions are typed from each event's recorded input with the server's own validation, so
     // the rendered questions (and their keys) are exactly those the model was asked.
-    let decisions: Vec<RecordedDecision<'_>> = log
+    let mut records: Vec<Recorded> = log
         .events
         .iter()
         .filter(|e| e.route == "/v1/systemone" && e.shadow_of.is_none())
         .filter_map(|e| {
             let request = validator.validate(&e.input).ok()?;
-            Some(RecordedDecision {
-                decision_id: &e.decision_id,
-                questions: request
-                    .questions
-                    .into_iter()
-                    .map(|q| (q.id, q.question))
-                    .collect(),
-                reads: &e.reads,
-            })
+            Some(
+                RecordedDecision {
+                    decision_id: &e.decision_id,
+                    questions: request
+                        .questions
+                        .into_iter()
+                        .map(|q| (q.id, q.question))
+                        .collect(),
+                    reads: &e.reads,
+                }
+                .recorded(),
+            )
         })
         .collect();
-    let mut data = join(&labels, &decisions);
-    data.problems.extend(bad_lines.into_iter().map(|b| Problem {
-        line: b.line,
-        decision_id: String::new(),
-        question_id: None,
-        reason: b.reason,
-    }));
+    refuse_batch_without_questions(&log.batch, &labels)?;
+    // A resumed batch may hold a failed line and the answered retry of one custom_id: the
+    // answered one counts.
+    let mut batch_lines: Vec<&batch::BatchLine> = log.batch.iter().collect();
+    batch_lines.sort_by_key(|l| l.answered.is_err());
+    let mut seen = std::collections::HashSet::new();
+    let type_questions = |questions: &Value| typed_questions(&validator, questions);
+    for line in batch_lines {
+        if seen.insert(line.custom_id.as_str()) {
+            records.push(batch::recorded(line, &type_questions));
+        }
+    }
+    let mut data = join(&labels, &records);
+    data.problems.extend(
+        bad_lines
+            .into_iter()
+            .map(|b| Problem::of(b.line, None, None, b.reason)),
+    );
     data.problems.sort_by_key(|p| p.line);
     let file = fit_dataset(data);
     let json = serde_json::to_string_pretty(&file).unwrap_or_default();
@@ -111,6 +140,46 @@ fn run(args: &CalibrateArgs) -> Result<String, CalibrateError> {
     } else {
         table(&file, log.skipped_lines)
     })
+}
+
+/// A batch output where no answered line carries its questions was written before `hunch batch`
+/// kept them: nothing in it can be fitted, which is said once instead of once per label.
+fn refuse_batch_without_questions(
+    lines: &[batch::BatchLine],
+    labels: &[crate::calibration::labels::LabelLine],
+) -> Result<(), CalibrateError> {
+    let wants_batch = labels.iter().any(|l| matches!(l.key, LabelKey::Custom(_)));
+    let answered: Vec<&batch::BatchAnswer> = lines
+        .iter()
+        .filter_map(|l| l.answered.as_ref().ok())
+        .collect();
+    if wants_batch && !answered.is_empty() && answered.iter().all(|a| a.questions.is_none()) {
+        return Err(CalibrateError::BatchWithoutQuestions(format!(
+            "no answered line of the batch outputs can be fitted: {NO_QUESTIONS}"
+        )));
+    }
+    Ok(())
+}
+
+/// A batch line's `request.questions` typed by the server's own request validation.
+fn typed_questions(
+    validator: &RequestValidator,
+    questions: &Value,
+) -> Result<Vec<(QuestionId, Question)>, String> {
+    let request = json!({"model": "calibrate", "state": "-", "questions": questions});
+    let request = validator.validate(&request).map_err(|e| match e {
+        crate::api::error::ApiError::Validation(errors) => errors
+            .iter()
+            .map(|f| format!("{}: {}", f.loc_path(), f.msg))
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => other.to_string(),
+    })?;
+    Ok(request
+        .questions
+        .into_iter()
+        .map(|q| (q.id, q.question))
+        .collect())
 }
 
 fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), CalibrateError> {
@@ -177,7 +246,7 @@ fn table(file: &CalibrationFile, skipped_log_lines: u64) -> String {
             out,
             "label not used: line {} {} {}: {}",
             p.line,
-            p.decision_id,
+            p.record(),
             p.question_id.as_deref().unwrap_or(""),
             p.reason
         );
@@ -185,7 +254,7 @@ fn table(file: &CalibrationFile, skipped_log_lines: u64) -> String {
     if skipped_log_lines > 0 {
         let _ = writeln!(
             out,
-            "{skipped_log_lines} log lines were not decision events"
+            "{skipped_log_lines} log lines were neither decision events nor batch output lines"
         );
     }
     out

@@ -312,6 +312,7 @@ impl Worker {
                 Outcome::Response {
                     status,
                     request_id,
+                    calibration,
                     body,
                     ..
                 } => {
@@ -320,11 +321,13 @@ impl Worker {
                         self.counters.errors.fetch_add(1, Ordering::Relaxed);
                     }
                     self.writer.write(&output::response_line(
-                        job.line,
-                        &job.custom_id,
-                        status,
-                        request_id.as_deref(),
-                        body,
+                        job,
+                        output::Answered {
+                            status,
+                            request_id: request_id.as_deref(),
+                            calibration: calibration.as_deref(),
+                            body,
+                        },
                     ))?;
                 }
                 Outcome::Transport(_) if stopping => continue,

@@ -1,10 +1,18 @@
 //! The output file of `hunch batch`: one self-identifying line per input line, appended as each
 //! completes, and how a rerun resumes from it.
 //!
+//! A line has OpenAI's fields (`id`, `custom_id`, `response` with `status_code`, `request_id`
+//! and `body`, `error`) and, so that `hunch calibrate` can fit on it (docs/calibration.md),
+//! two more that readers of OpenAI's format ignore: `request.questions`, the questions of a
+//! `/v1/systemone` line as sent (which question each answer belongs to), and
+//! `response.calibration`, the id of the calibration the server computed the answers with
+//! (absent when they are raw).
+//!
 //! Resuming keeps every line that has a `response` (an answered `custom_id` is never sent
 //! again), drops the `error` lines (they are retried and reported afresh) and repairs a torn
 //! last line left by a killed run, rewriting the file atomically when anything is dropped.
 
+use super::input::{Job, SYSTEMONE_URL};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -182,20 +190,38 @@ fn line_id(line: usize) -> String {
     format!("batch_req_{line}")
 }
 
+/// What the server answered a line with.
+#[derive(Debug, Clone)]
+pub struct Answered<'a> {
+    pub status: u16,
+    pub request_id: Option<&'a str>,
+    /// `x-hunch-calibration`: the calibration the answers were computed with.
+    pub calibration: Option<&'a str>,
+    pub body: Value,
+}
+
 /// An answered line: the server's status and body (4xx and 5xx included).
-pub fn response_line(
-    line: usize,
-    custom_id: &str,
-    status: u16,
-    request_id: Option<&str>,
-    body: Value,
-) -> Value {
-    json!({
-        "id": line_id(line),
-        "custom_id": custom_id,
-        "response": {"status_code": status, "request_id": request_id, "body": body},
+pub fn response_line(job: &Job, answered: Answered<'_>) -> Value {
+    let mut response = json!({
+        "status_code": answered.status,
+        "request_id": answered.request_id,
+        "body": answered.body,
+    });
+    if let Some(c) = answered.calibration {
+        response["calibration"] = json!(c);
+    }
+    let mut line = json!({
+        "id": line_id(job.line),
+        "custom_id": job.custom_id,
+        "response": response,
         "error": null,
-    })
+    });
+    if job.url == SYSTEMONE_URL {
+        if let Some(questions) = job.body.get("questions") {
+            line["request"] = json!({ "questions": questions });
+        }
+    }
+    line
 }
 
 /// A line that could not be sent.
@@ -211,6 +237,70 @@ pub fn error_line(line: usize, custom_id: Option<&str>, code: &str, message: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn job(line: usize, custom_id: &str) -> Job {
+        Job {
+            line,
+            custom_id: custom_id.into(),
+            url: "/v1/policies/p".into(),
+            body: json!({}),
+            group: String::new(),
+        }
+    }
+
+    fn response_line(
+        line: usize,
+        custom_id: &str,
+        status: u16,
+        request_id: Option<&str>,
+        body: Value,
+    ) -> Value {
+        super::response_line(
+            &job(line, custom_id),
+            Answered {
+                status,
+                request_id,
+                calibration: None,
+                body,
+            },
+        )
+    }
+
+    #[test]
+    fn a_systemone_line_keeps_its_questions_and_the_calibration_it_was_answered_with() {
+        let mut j = job(3, "c");
+        j.url = SYSTEMONE_URL.into();
+        j.body = json!({"model": "m", "state": "long text", "questions": {"u": {"type": "noul"}}});
+        let line = super::response_line(
+            &j,
+            Answered {
+                status: 200,
+                request_id: Some("r"),
+                calibration: Some("abc"),
+                body: json!({"answers": {}}),
+            },
+        );
+        assert_eq!(
+            line["request"],
+            json!({"questions": {"u": {"type": "noul"}}})
+        );
+        assert!(
+            line["request"].get("state").is_none(),
+            "the state is not copied"
+        );
+        assert_eq!(line["response"]["calibration"], "abc");
+        assert_eq!(line["response"]["status_code"], 200);
+        // A policy line, and raw answers, add nothing.
+        let plain = response_line(1, "p", 200, None, json!({}));
+        assert!(plain.get("request").is_none());
+        assert!(plain["response"].get("calibration").is_none());
+        // Resuming still reads it as answered.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, format!("{line}\n")).unwrap();
+        let (_, previous) = Writer::open(&path).unwrap();
+        assert!(previous.answered.contains("c"));
+    }
 
     #[test]
     fn resuming_keeps_answers_drops_errors_and_repairs_a_torn_tail() {

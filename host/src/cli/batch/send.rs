@@ -33,6 +33,8 @@ pub enum Outcome {
     Response {
         status: u16,
         request_id: Option<String>,
+        /// The calibration the answers were computed with (`x-hunch-calibration`).
+        calibration: Option<String>,
         body: Value,
         /// Whether the status is one a later run could retry (429, 5xx).
         retryable: bool,
@@ -135,6 +137,11 @@ impl Sender {
                         .get(crate::api::middleware::REQUEST_ID_HEADER)
                         .and_then(|v| v.to_str().ok())
                         .map(String::from);
+                    let calibration = response
+                        .headers()
+                        .get(crate::api::systemone::CALIBRATION_HEADER)
+                        .and_then(|v| v.to_str().ok())
+                        .map(String::from);
                     let text = match response.text().await {
                         Ok(t) => t,
                         Err(e) => {
@@ -154,6 +161,7 @@ impl Sender {
                     let outcome = Outcome::Response {
                         status,
                         request_id,
+                        calibration,
                         body,
                         retryable,
                     };
