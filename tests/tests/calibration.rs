@@ -1,6 +1,10 @@
 //! `hunch calibrate` end to end (docs/calibration.md): a server with the fixture sidecar writes a
 //! decision log, labels are written for its decisions, and the command fits, refuses what has too
-//! few labels, reports every label it could not use, and writes the file and the HTML report.
+//! few labels, reports every label it could not use, and writes the file and the HTML report; the
+//! same from a `hunch batch` output labelled by `custom_id`. Serving: `/v1/systemone` and a
+//! policy's reads answer with the offline calibrated distribution bit for bit, a policy's own
+//! calibration (`NAME.toml`) overrides the server's and reloads with it, and a replay of the
+//! calibrated policy decisions changes nothing.
 
 use hunch_e2e::http::post_json;
 use hunch_e2e::{hunch_bin, start_hunch_with_fixture};
@@ -321,4 +325,332 @@ async fn a_rewritten_calibration_file_is_swapped_in_while_serving_and_a_broken_o
     )
     .await;
     assert_eq!(status, 200);
+}
+
+/// A calibration file covering one noul question (no criteria) with `temperature`, written by
+/// hand: serving only needs the question and what was fitted.
+fn calibration_for(instructions: &str, temperature: f64) -> Vec<u8> {
+    let metrics = json!({"nll": 0.0, "brier": 0.0, "ece": 0.0, "accuracy": 0.0, "bins": []});
+    serde_json::to_vec_pretty(&json!({
+        "format": "hunch-calibration/1", "folds": 5, "ece_bins": 10, "ece_binning": "",
+        "min_labels": 30,
+        "questions": [{"key": "", "ids": ["urgent"],
+            "question": {"instructions": instructions, "type": "noul", "yes": null, "no": null},
+            "temperature": temperature, "labels": 60, "fold_temperatures": [],
+            "before": metrics, "after": metrics}]
+    }))
+    .unwrap()
+}
+
+/// The question the `replay-probe` policy asks as `urgent` (its `baseline` is never calibrated).
+const PROBE_URGENT: &str = "Does this message need an answer today?";
+
+fn probe_input(i: usize) -> Value {
+    let texts = [
+        "The production database is down and customers cannot pay.",
+        "Thanks for the lovely flowers last week!",
+        "URGENT: our account was charged twice, please refund today.",
+        "Lunch on Friday?",
+    ];
+    json!({"id": i, "message": texts[i % texts.len()]})
+}
+
+/// The noul a question's answer is from `p`, as the answer math computes it.
+fn noul_of(question: &hunch_core::Question, p: &[f64]) -> f64 {
+    match hunch_core::Answer::from_distribution(
+        question,
+        &hunch_core::LabelDistribution(p.to_vec()),
+    )
+    .unwrap()
+    {
+        hunch_core::Answer::Noul { noul } => noul,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The decision events of `path` once it holds `n`.
+async fn decision_events(path: &Path, n: usize) -> Vec<hunch::decision::event::DecisionEvent> {
+    wait_for_events(path, n).await;
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Polls `GET /v1/policies/p` until its calibration's id is `id` (the policy reloaded).
+async fn until_policy_calibration(url: &str, id: Option<&str>) -> Value {
+    let start = Instant::now();
+    loop {
+        let summary = hunch_e2e::http::get_json(url).await;
+        if summary["calibration"]["id"].as_str() == id {
+            return summary;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "never reloaded to {id:?}: {summary}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let wasm = hunch::policy::testing::built_policy("replay_probe")
+        .expect("the policies build (wasm32-wasip2)");
+    std::fs::write(policies.join("p.wasm"), &wasm).unwrap();
+    let server_file = dir.path().join("server.json");
+    std::fs::write(&server_file, calibration_for(PROBE_URGENT, 2.0)).unwrap();
+    let own_file = policies.join("p.calibration.json");
+    std::fs::write(&own_file, calibration_for(PROBE_URGENT, 0.5)).unwrap();
+    let server_cal =
+        hunch::calibration::file::Calibrations::from_bytes(&std::fs::read(&server_file).unwrap())
+            .unwrap();
+    let own_cal =
+        hunch::calibration::file::Calibrations::from_bytes(&std::fs::read(&own_file).unwrap())
+            .unwrap();
+
+    let log = dir.path().join("decisions.ndjson");
+    let (l, p, f) = (
+        log.display().to_string(),
+        policies.display().to_string(),
+        server_file.display().to_string(),
+    );
+    let hunch = start_hunch_with_fixture(
+        "dg-test",
+        &["--decision-log", &l, "--policies", &p, "--calibration", &f],
+    )
+    .await;
+    let policy_url = format!("{}/v1/policies/p", hunch.url);
+    let summary = hunch_e2e::http::get_json(&policy_url).await;
+    assert_eq!(summary["calibration"]["source"], "server");
+    assert_eq!(summary["calibration"]["id"], json!(server_cal.id));
+
+    // Each phase: which calibration the policy's `urgent` read is answered with.
+    let phases: [(
+        Option<&str>,
+        Option<&hunch::calibration::file::Calibrations>,
+    ); 3] = [
+        (None, Some(&server_cal)),
+        (
+            Some("[calibration]\nfile = \"p.calibration.json\"\n"),
+            Some(&own_cal),
+        ),
+        (Some("calibration = \"off\"\n"), None),
+    ];
+    let mut seen = 0;
+    for (phase, (toml, expected)) in phases.iter().enumerate() {
+        if let Some(t) = toml {
+            std::fs::write(policies.join("p.toml"), t).unwrap();
+            let id = expected.map(|c| c.id.as_str());
+            let summary = until_policy_calibration(&policy_url, id).await;
+            let source = if expected.is_some() { "policy" } else { "off" };
+            assert_eq!(summary["calibration"]["source"], source, "{summary}");
+        }
+        for i in 0..4 {
+            let (status, _, body) = post_json(&policy_url, &probe_input(phase * 4 + i), &[]).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                body["calibration"].as_str(),
+                expected.map(|c| c.id.as_str()),
+                "the response names the calibration"
+            );
+            seen += 1;
+            let events = decision_events(&log, seen).await;
+            let event = &events[seen - 1];
+            assert_eq!(
+                event.calibration.as_deref(),
+                expected.map(|c| c.id.as_str())
+            );
+            let read = &event.reads[0];
+            let raw = read.distributions.as_ref().unwrap();
+            let j = read
+                .questions
+                .iter()
+                .position(|q| q.instructions == PROBE_URGENT)
+                .unwrap();
+            let question = &read.questions[j];
+            let served_from = match expected {
+                Some(c) => {
+                    let offline = c
+                        .for_question(question)
+                        .expect("covered")
+                        .apply(raw[j].probabilities());
+                    // The record keeps raw and calibrated.
+                    assert_eq!(
+                        read.calibrated.as_ref().unwrap()[j].as_ref().unwrap().0,
+                        offline
+                    );
+                    offline
+                }
+                None => {
+                    assert!(read.calibrated.is_none());
+                    raw[j].probabilities().to_vec()
+                }
+            };
+            let p_urgent = body["output"]["p_urgent"].as_f64().unwrap();
+            assert_eq!(
+                p_urgent.to_bits(),
+                noul_of(question, &served_from).to_bits(),
+                "phase {phase}: the policy saw the offline calibrated distribution bit for bit"
+            );
+            if expected.is_some() {
+                assert_ne!(p_urgent, noul_of(question, raw[j].probabilities()));
+            }
+            // The baseline question is covered by no calibration: raw.
+            let b = 1 - j;
+            assert_eq!(
+                body["output"]["p_baseline"].as_f64().unwrap().to_bits(),
+                noul_of(&read.questions[b], raw[b].probabilities()).to_bits()
+            );
+        }
+    }
+
+    // The policy's own file changing alone reloads the policy with it.
+    std::fs::write(
+        policies.join("p.toml"),
+        "[calibration]\nfile = \"p.calibration.json\"\n",
+    )
+    .unwrap();
+    until_policy_calibration(&policy_url, Some(&own_cal.id)).await;
+    std::fs::write(&own_file, calibration_for(PROBE_URGENT, 3.0)).unwrap();
+    let new_id = hunch::calibration::file_id(&std::fs::read(&own_file).unwrap());
+    until_policy_calibration(&policy_url, Some(&new_id)).await;
+    // A broken file is refused and the loaded calibration keeps serving.
+    std::fs::write(&own_file, b"{ not a calibration").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let summary = hunch_e2e::http::get_json(&policy_url).await;
+    assert_eq!(summary["calibration"]["id"], json!(new_id));
+    assert_eq!(summary["last_reload"]["ok"], false, "{summary}");
+
+    // Replaying the recorded decisions through the same component with no `NAME.toml` answers
+    // from what was served: nothing changes, whichever calibration each decision had.
+    let replay_dir = dir.path().join("replay");
+    std::fs::create_dir(&replay_dir).unwrap();
+    std::fs::write(replay_dir.join("p.wasm"), &wasm).unwrap();
+    let component = format!("p={}", replay_dir.join("p.wasm").display());
+    let out = Command::new(hunch_bin())
+        .args(["replay", "--log", &l, "--policy", &component, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["decisions"], json!(12), "{report}");
+    assert_eq!(report["unchanged"], json!(12), "{report}");
+}
+
+#[tokio::test]
+async fn a_batch_output_labelled_by_custom_id_fits_like_the_decision_log() {
+    let dir = tempfile::tempdir().unwrap();
+    // The same 60 states and labels as `fitted_calibration`, which fits from a decision log.
+    let from_log = fitted_calibration(dir.path()).await;
+    let log_fit: Value = serde_json::from_slice(&std::fs::read(&from_log).unwrap()).unwrap();
+
+    let hunch = start_hunch_with_fixture("dg-test", &[]).await;
+    let n = 60;
+    let input: Vec<String> = (0..n)
+        .map(|i| {
+            json!({"custom_id": format!("t{i}"), "method": "POST", "url": "/v1/systemone",
+                   "body": urgent_request(i)})
+            .to_string()
+        })
+        .collect();
+    let input_file = dir.path().join("in.jsonl");
+    std::fs::write(&input_file, input.join("\n")).unwrap();
+    let output_file = dir.path().join("out.jsonl");
+    let out = Command::new(hunch_bin())
+        .args(["batch", "-i"])
+        .arg(&input_file)
+        .arg("-o")
+        .arg(&output_file)
+        .args(["--server", &hunch.url, "--progress", "off"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&output_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), n);
+    let mut labels = Vec::new();
+    for line in &lines {
+        let id = line["custom_id"].as_str().unwrap();
+        let i: usize = id[1..].parse().unwrap();
+        let p_yes = line["response"]["body"]["answers"]["urgent"]["noul"]
+            .as_f64()
+            .unwrap();
+        let label = (p_yes >= 0.5) != (i % 4 == 0);
+        labels.push(json!({"custom_id": id, "labels": {"urgent": label}}).to_string());
+    }
+    labels.push(json!({"custom_id": "t999", "labels": {"urgent": true}}).to_string());
+    let labels_file = dir.path().join("labels.jsonl");
+    std::fs::write(&labels_file, labels.join("\n")).unwrap();
+
+    let calibrate = |log: &Path| {
+        Command::new(hunch_bin())
+            .arg("calibrate")
+            .arg("--batch-output")
+            .arg(log)
+            .arg("--labels")
+            .arg(&labels_file)
+            .arg("-o")
+            .arg(dir.path().join("batch-calibration.json"))
+            .arg("--json")
+            .output()
+            .unwrap()
+    };
+    let out = calibrate(&output_file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fit: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let q = &fit["questions"][0];
+    assert_eq!(q["ids"], json!(["urgent"]));
+    assert_eq!(q["labels"], json!(n));
+    assert_eq!(
+        q["key"], log_fit["questions"][0]["key"],
+        "the same question"
+    );
+    let (t_batch, t_log) = (
+        q["temperature"].as_f64().unwrap(),
+        log_fit["questions"][0]["temperature"].as_f64().unwrap(),
+    );
+    // The same fit up to the last bits: a batch answer keeps P(yes), and 1 − P(yes) may differ
+    // from the recorded P(no) in its last bit, which moves the minimum of the flat NLL by ~1e-8.
+    assert!((t_batch - t_log).abs() < 1e-6, "{t_batch} vs {t_log}");
+    let problems = fit["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0]["custom_id"], "t999");
+
+    // An output written without the questions (as before `hunch batch` kept them) is refused,
+    // saying what is missing.
+    let stripped = dir.path().join("old.jsonl");
+    let old: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l.as_object_mut().unwrap().remove("request");
+            l.to_string()
+        })
+        .collect();
+    std::fs::write(&stripped, old.join("\n")).unwrap();
+    let out = calibrate(&stripped);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("request.questions"), "{err}");
 }
