@@ -304,6 +304,7 @@ fn generic_policy_paths() -> Map<String, Value> {
                 ("route_key", json!({"type": "string"})),
                 ("reader", json!({"type": "string"})),
                 ("questions", json!({"enum": ["isolated", "joint"]})),
+                ("calibration", json!({"type": "string", "description": "off, or a calibration file in the policy directory (docs/calibration.md)"})),
                 ("fuel", json!({"type": "integer", "minimum": 0})),
                 ("timeout_ms", json!({"type": "integer", "minimum": 0})),
                 ("memory_bytes", json!({"type": "integer", "minimum": 0})),

@@ -8,6 +8,7 @@ use crate::api::decision as decision_api;
 use crate::api::error::{ApiError, BadBody, BadDeployment, Missing};
 use crate::api::middleware::RequestId;
 use crate::decision::DecisionLog;
+use crate::policy::calibration::CalibrationConfig;
 use crate::policy::registry::{Admission, Stage};
 use crate::policy::rollout::shadow::{self, ShadowJob, ShadowRunner};
 use crate::policy::rollout::{RolloutConfig, RolloutMode, ROUTE_KEY_HEADER};
@@ -197,7 +198,8 @@ async fn decide(
 }
 
 /// Optional per-policy configuration of a deployment, as query parameters
-/// (`?reader=…&questions=joint&fuel=…&timeout_ms=…&max_reads=…`); written to `NAME.toml`.
+/// (`?reader=…&questions=joint&calibration=…&fuel=…&timeout_ms=…&max_reads=…`); written to
+/// `NAME.toml`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeployParams {
@@ -211,6 +213,9 @@ pub struct DeployParams {
     route_key: Option<String>,
     reader: Option<String>,
     questions: Option<hunch_core::QuestionMode>,
+    /// `off`, or a calibration file (relative to the policy directory) the version's reads use
+    /// instead of the server's.
+    calibration: Option<String>,
     fuel: Option<u64>,
     timeout_ms: Option<u64>,
     memory_bytes: Option<u64>,
@@ -236,12 +241,21 @@ impl DeployParams {
             || self.sample.is_some()
             || self.percent.is_some()
             || self.route_key.is_some();
-        if !any_limit && !any_rollout && self.reader.is_none() && self.questions.is_none() {
+        if !any_limit
+            && !any_rollout
+            && self.reader.is_none()
+            && self.questions.is_none()
+            && self.calibration.is_none()
+        {
             return None;
         }
         Some(PolicyConfig {
             reader: self.reader.clone(),
             questions: self.questions,
+            calibration: self.calibration.as_deref().map(|c| match c {
+                "off" => CalibrationConfig::Off,
+                file => CalibrationConfig::File(file.into()),
+            }),
             limits: any_limit.then(|| Limits {
                 fuel: self.fuel.unwrap_or(d.fuel),
                 timeout_ms: self.timeout_ms.unwrap_or(d.timeout_ms),
@@ -399,5 +413,21 @@ mod tests {
         assert_eq!(c.limits.unwrap().max_reads, 3);
         let text = toml::to_string(&c).unwrap();
         assert_eq!(PolicyConfig::parse(&text).unwrap(), c);
+        for (given, config) in [
+            ("off", CalibrationConfig::Off),
+            (
+                "p.calibration.json",
+                CalibrationConfig::File("p.calibration.json".into()),
+            ),
+        ] {
+            let p = DeployParams {
+                calibration: Some(given.into()),
+                ..DeployParams::default()
+            };
+            let c = p.to_config().unwrap();
+            assert_eq!(c.calibration, Some(config));
+            let text = toml::to_string(&c).unwrap();
+            assert_eq!(PolicyConfig::parse(&text).unwrap(), c);
+        }
     }
 }
