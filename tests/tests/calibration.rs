@@ -545,6 +545,70 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["decisions"], json!(12), "{report}");
     assert_eq!(report["unchanged"], json!(12), "{report}");
+
+    // A new calibration shadowed before promotion: the same component as a candidate whose own
+    // TOML names the new file. Its shadow runs answer the active decision's raw reads with it.
+    std::fs::write(&own_file, calibration_for(PROBE_URGENT, 3.0)).unwrap();
+    let next_file = policies.join("p.next.calibration.json");
+    std::fs::write(&next_file, calibration_for(PROBE_URGENT, 1.5)).unwrap();
+    let next_id = hunch::calibration::file_id(&std::fs::read(&next_file).unwrap());
+    std::fs::write(
+        policies.join("p.candidate.toml"),
+        "[calibration]\nfile = \"p.next.calibration.json\"\n[rollout]\nmode = \"shadow\"\n",
+    )
+    .unwrap();
+    std::fs::write(policies.join("p.candidate.wasm"), &wasm).unwrap();
+    let start = Instant::now();
+    let summary = loop {
+        let summary = hunch_e2e::http::get_json(&policy_url).await;
+        if summary["candidate"]["calibration"]["id"] == json!(next_id) {
+            break summary;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no candidate: {summary}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        summary["calibration"]["id"],
+        json!(new_id),
+        "the active keeps its own"
+    );
+    assert_eq!(summary["mode"], "shadow");
+    let (status, _, body) = post_json(&policy_url, &probe_input(3), &[]).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["calibration"], json!(new_id));
+    let start = Instant::now();
+    let shadow = loop {
+        let events = decision_events(&log, seen + 1).await;
+        if let Some(e) = events.iter().find(|e| e.shadow_of.is_some()) {
+            break e.clone();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "no shadow run");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(shadow.calibration.as_deref(), Some(next_id.as_str()));
+    let read = &shadow.reads[0];
+    let j = read
+        .questions
+        .iter()
+        .position(|q| q.instructions == PROBE_URGENT)
+        .unwrap();
+    let next =
+        hunch::calibration::file::Calibrations::from_bytes(&std::fs::read(&next_file).unwrap())
+            .unwrap();
+    let offline = next
+        .for_question(&read.questions[j])
+        .unwrap()
+        .apply(read.distributions.as_ref().unwrap()[j].probabilities());
+    assert_eq!(
+        shadow.result.as_ref().unwrap()["p_urgent"]
+            .as_f64()
+            .unwrap()
+            .to_bits(),
+        noul_of(&read.questions[j], &offline).to_bits()
+    );
 }
 
 #[tokio::test]
