@@ -545,6 +545,33 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["decisions"], json!(12), "{report}");
     assert_eq!(report["unchanged"], json!(12), "{report}");
+    // With its own calibration beside it, the component calibrates the recorded raw reads: the
+    // decisions served with that same calibration are unchanged, every other one moves.
+    std::fs::write(
+        replay_dir.join("own.json"),
+        calibration_for(PROBE_URGENT, 0.5),
+    )
+    .unwrap();
+    std::fs::write(
+        replay_dir.join("p.toml"),
+        "[calibration]\nfile = \"own.json\"\n",
+    )
+    .unwrap();
+    let out = Command::new(hunch_bin())
+        .args(["replay", "--log", &l, "--policy", &component, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (report["unchanged"].clone(), report["changed"].clone()),
+        (json!(4), json!(8)),
+        "{report}"
+    );
 
     // A new calibration shadowed before promotion: the same component as a candidate whose own
     // TOML names the new file. Its shadow runs answer the active decision's raw reads with it.
