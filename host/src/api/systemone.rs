@@ -10,6 +10,7 @@ use super::AppState;
 use crate::api::decision as decision_api;
 use crate::calibration::file::Calibrations;
 use crate::calibration::serve::CalibratingReader;
+use crate::decision::recorder::asking;
 use crate::decision::Decision;
 use axum::body::Body;
 use axum::extract::State;
@@ -255,14 +256,18 @@ pub async fn answer(
         })
         .collect();
     let ids: Vec<String> = request.questions.iter().map(|q| q.id.0.clone()).collect();
-    let set = answer_set(
-        reader,
-        &request.state,
+    // Within `asking`, so the decision's record names each read's questions by the request's ids.
+    let set = asking(
         &asked,
-        &options,
-        Answering {
-            cache: answering.cache.as_deref(),
-        },
+        answer_set(
+            reader,
+            &request.state,
+            &asked,
+            &options,
+            Answering {
+                cache: answering.cache.as_deref(),
+            },
+        ),
     )
     .await
     .map_err(|e| from_read_error(e.error, &ids))?;

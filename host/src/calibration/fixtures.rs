@@ -20,6 +20,7 @@ pub fn read(questions: Vec<Question>, dists: Vec<Vec<f64>>) -> ReadEvent {
         state: None,
         state_sha256: String::new(),
         questions,
+        question_ids: Vec::new(),
         options: Default::default(),
         distributions: Some(dists.into_iter().map(LabelDistribution).collect()),
         calibrated: None,

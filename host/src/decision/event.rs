@@ -1,7 +1,9 @@
 //! The decision event: one JSON object per decision, the unit every sink writes and `hunch
 //! replay` reads. Field meanings are documented in `docs/decision-records.md`.
 
-use hunch_core::{LabelDistribution, Question, ReadError, ReadOptions, ReadStats, Usage};
+use hunch_core::{
+    LabelDistribution, Question, QuestionId, ReadError, ReadOptions, ReadStats, Usage,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -104,6 +106,11 @@ pub struct ReadEvent {
     pub state_sha256: String,
     /// The questions as rendered for the model (no caller ids).
     pub questions: Vec<Question>,
+    /// The caller's id of each question (the `/v1/systemone` request's, or the one a policy gave
+    /// it), in the questions' order: what labels name an answer by (docs/calibration.md). Absent
+    /// in logs written before it was recorded, and for a read made outside a question set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub question_ids: Vec<QuestionId>,
     /// Seed, draws and read mode as asked.
     #[serde(default)]
     pub options: ReadOptions,

@@ -9,13 +9,18 @@
 //! (docs/read.md), so the book also answers question by question: a candidate that adds one
 //! question to a recorded set gets the recorded answers for the others, and only the new
 //! question goes to the model (or, with no model, makes the read "not in the log").
+//!
+//! A read request carries no caller ids (they never reach the model), so the caller names the
+//! questions of the set it is answering with [`asking`]; the recording reader then records each
+//! read's `question_ids`, which is what labels join on (docs/calibration.md).
 
 use crate::decision::event::{sha256_hex, ReadEvent};
 use hunch_core::{
-    LabelDistribution, Question, QuestionMode, ReadError, ReadOptions, ReadOutcome, ReadRequest,
-    Reader, ReaderInfo,
+    AskedQuestion, LabelDistribution, Question, QuestionId, QuestionMode, ReadError, ReadOptions,
+    ReadOutcome, ReadRequest, Reader, ReaderInfo,
 };
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -48,6 +53,7 @@ pub fn read_event(
         state: (!omit_state).then(|| request.state.clone()),
         state_sha256: sha256_hex(request.state.as_bytes()),
         questions: request.questions.clone(),
+        question_ids: Vec::new(),
         options: request.options.clone(),
         distributions,
         calibrated: None,
@@ -56,6 +62,37 @@ pub fn read_event(
         elapsed_ms,
         error,
     }
+}
+
+tokio::task_local! {
+    /// The caller's questions of the set being answered (see [`asking`]).
+    static ASKED: Vec<AskedQuestion>;
+}
+
+/// Runs `answering` (the reads of one question set) with the set's questions known to every
+/// [`RecordingReader`] it reads through, so each read it records names its questions by the
+/// caller's ids. A scope rather than an argument because the [`Reader`] interface, shared with
+/// the model sidecar's protocol, carries no ids; each future of a concurrent batch has its own
+/// scope.
+pub async fn asking<F: Future>(asked: &[AskedQuestion], answering: F) -> F::Output {
+    ASKED.scope(asked.to_vec(), answering).await
+}
+
+/// The caller's ids of `questions`, a read made for the set `asked`. The orchestration
+/// (`hunch_core::answer_set`) reads an in-order subset of the set (the questions that need a read
+/// and were not answered from the cache), so each question is matched to the next asked question
+/// equal to it. Empty when they do not align: a read made outside [`asking`], or one a reader
+/// between the caller and the recorder rewrote.
+fn question_ids(asked: &[AskedQuestion], questions: &[Question]) -> Vec<QuestionId> {
+    let mut rest = asked.iter();
+    let mut ids = Vec::with_capacity(questions.len());
+    for q in questions {
+        match rest.find(|a| a.question == *q) {
+            Some(a) => ids.push(a.id.clone()),
+            None => return Vec::new(),
+        }
+    }
+    ids
 }
 
 /// Records every read it passes to `inner` into a shared [`ReadLog`].
@@ -84,12 +121,15 @@ impl Reader for RecordingReader {
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
         let started = Instant::now();
         let result = self.inner.read(request.clone()).await;
-        let event = read_event(
+        let mut event = read_event(
             &request,
             &result,
             started.elapsed().as_secs_f64() * 1e3,
             self.omit_state,
         );
+        event.question_ids = ASKED
+            .try_with(|asked| question_ids(asked, &request.questions))
+            .unwrap_or_default();
         self.log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -404,6 +444,7 @@ mod tests {
             state: None,
             state_sha256: sha256_hex(b"s"),
             questions: vec![noul("a"), noul("b")],
+            question_ids: Vec::new(),
             options: isolated.clone(),
             distributions: Some(vec![
                 LabelDistribution(vec![0.9, 0.1]),
@@ -446,5 +487,111 @@ mod tests {
             ..Default::default()
         };
         assert!(book.book.lookup(&asked(vec![noul("a")], &joint)).is_none());
+    }
+
+    fn asked(id: &str, question: Question) -> AskedQuestion {
+        AskedQuestion {
+            id: QuestionId(id.into()),
+            question,
+        }
+    }
+
+    fn ids(ids: &[QuestionId]) -> Vec<&str> {
+        ids.iter().map(QuestionId::as_str).collect()
+    }
+
+    #[test]
+    fn a_reads_questions_are_named_by_the_next_asked_question_equal_to_each() {
+        let set = [
+            asked("a", noul("same")),
+            asked("b", noul("other")),
+            asked("c", noul("same")),
+        ];
+        // The set whole, a subset (b answered without a read), and an identical question twice.
+        assert_eq!(
+            ids(&question_ids(
+                &set,
+                &[noul("same"), noul("other"), noul("same")]
+            )),
+            ["a", "b", "c"]
+        );
+        assert_eq!(
+            ids(&question_ids(&set, &[noul("same"), noul("same")])),
+            ["a", "c"]
+        );
+        assert_eq!(ids(&question_ids(&set, &[noul("other")])), ["b"]);
+        // Not an in-order subset of the set: named by nothing rather than wrongly.
+        assert!(question_ids(&set, &[noul("other"), noul("other")]).is_empty());
+        assert!(question_ids(&set, &[noul("never asked")]).is_empty());
+    }
+
+    /// Defect: a read event kept the rendered questions but not the caller's ids, so labels of a
+    /// policy decision (which has no request listing its questions) could not be joined.
+    #[tokio::test]
+    async fn reads_within_asking_record_the_callers_ids_and_concurrent_sets_keep_their_own() {
+        let log = ReadLog::default();
+        let recording = RecordingReader::new(Arc::new(Fixed::default()), log.clone(), false);
+        let one_level = Question {
+            instructions: "certain".into(),
+            kind: QuestionKind::Score {
+                levels: vec!["only".into()],
+            },
+        };
+        let first = vec![
+            asked("urgent", noul("urgent?")),
+            asked("sure", one_level),
+            asked("spam", noul("spam?")),
+        ];
+        let second = vec![asked("urgent-again", noul("urgent?"))];
+        let options = ReadOptions::default();
+        let answer = |set: &Vec<AskedQuestion>, state: &'static str| {
+            let (recording, options) = (&recording, &options);
+            let set = set.clone();
+            async move {
+                asking(
+                    &set,
+                    hunch_core::answer_set(
+                        recording,
+                        state,
+                        &set,
+                        options,
+                        hunch_core::Answering::default(),
+                    ),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        futures_util::future::join(answer(&first, "s1"), answer(&second, "s2")).await;
+        // Outside any set: no ids.
+        recording.read(request("s3")).await.unwrap();
+        let reads = log.lock().unwrap().clone();
+        let by_state = |s: &[u8]| {
+            let r = reads
+                .iter()
+                .find(|r| r.state_sha256 == sha256_hex(s))
+                .unwrap();
+            ids(&r.question_ids)
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        // The one-level score needed no read, so it is in no read.
+        assert_eq!(by_state(b"s1"), ["urgent", "spam"]);
+        assert_eq!(by_state(b"s2"), ["urgent-again"]);
+        assert!(by_state(b"s3").is_empty());
+        let text = serde_json::to_string(&reads[2]).unwrap();
+        assert!(!text.contains("question_ids"), "absent, not empty: {text}");
+    }
+
+    #[test]
+    fn a_read_logged_before_question_ids_were_recorded_still_parses() {
+        let old: ReadEvent = serde_json::from_value(serde_json::json!({
+            "state_sha256": "x", "questions": [noul("urgent?")], "elapsed_ms": 1.0,
+            "distributions": [[0.9, 0.1]]
+        }))
+        .unwrap();
+        assert!(old.question_ids.is_empty());
+        assert_eq!(old.questions, [noul("urgent?")]);
     }
 }

@@ -8,6 +8,7 @@
 
 use crate::calibration::file::Calibrations;
 use crate::calibration::serve::CalibratingReader;
+use crate::decision::recorder::asking;
 use crate::policy::bindings::hunch::policy::reader;
 use crate::policy::bindings::types as wit;
 use crate::policy::limits::{Limit, LimitExceeded, Limits};
@@ -282,15 +283,20 @@ async fn answer_policy_set(
         ..ReadOptions::default()
     };
     let answered = match &reader {
+        // Within `asking`, so the decision's record names each read's questions by the ids the
+        // policy gave them (what labels of a policy decision join on).
         Some(reader) => {
-            answer_set(
-                reader.as_ref(),
-                &set.state,
+            asking(
                 &asked,
-                &options,
-                Answering {
-                    cache: answering.cache.as_deref(),
-                },
+                answer_set(
+                    reader.as_ref(),
+                    &set.state,
+                    &asked,
+                    &options,
+                    Answering {
+                        cache: answering.cache.as_deref(),
+                    },
+                ),
             )
             .await
         }
@@ -741,6 +747,47 @@ mod tests {
             0.9,
             "a question the calibration does not cover stays raw"
         );
+    }
+
+    /// The decision's record names each read's questions by the ids the policy gave them, for
+    /// concurrent sets, with and without a calibration between the policy and the recorder.
+    #[tokio::test]
+    async fn recorded_reads_carry_the_policys_question_ids() {
+        use crate::decision::recorder::{ReadLog, RecordingReader};
+        let file = serde_json::json!({
+            "format": crate::calibration::file::FORMAT, "folds": 5, "ece_bins": 10,
+            "ece_binning": "", "min_labels": 30, "questions": []
+        });
+        let calibration = Calibrations::from_bytes(&serde_json::to_vec(&file).unwrap()).unwrap();
+        for calibration in [None, Some(Arc::new(calibration))] {
+            let log = ReadLog::default();
+            let recording =
+                RecordingReader::new(Arc::new(Fixed(vec![0.6, 0.4])), log.clone(), true);
+            let mut c = ReadCapability::new(Some(Arc::new(recording)), Limits::default())
+                .with_calibration(calibration);
+            let mut other = noul("spam");
+            other.instructions = "spam?".into();
+            let mut second = set(vec![noul("urgent-again")]);
+            second.state = "t".into();
+            c.read_sets(vec![
+                set(vec![
+                    noul("urgent"),
+                    q("sure", wit::QuestionKind::Score(vec!["one".into()])),
+                    other,
+                ]),
+                second,
+            ])
+            .await
+            .unwrap();
+            let reads = log.lock().unwrap().clone();
+            let mut named: Vec<Vec<&str>> = reads
+                .iter()
+                .map(|r| r.question_ids.iter().map(|i| i.as_str()).collect())
+                .collect();
+            named.sort();
+            // The one-level score needed no read.
+            assert_eq!(named, [vec!["urgent", "spam"], vec!["urgent-again"]]);
+        }
     }
 
     #[tokio::test]
