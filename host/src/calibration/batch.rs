@@ -88,6 +88,7 @@ pub fn recorded(
 ) -> Recorded {
     Recorded {
         key: LabelKey::Custom(line.custom_id.clone()),
+        no_question: "the line's request has no question with this id",
         answers: line
             .answered
             .clone()

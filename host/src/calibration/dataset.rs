@@ -1,13 +1,14 @@
 //! Joins labels to recorded distributions: each label becomes an [`Example`] of the question the
 //! model was asked, or a [`Problem`] saying why it could not. What is recorded comes from a
-//! decision log ([`RecordedDecision`]) or a `hunch batch` output (`super::batch`), both as
-//! [`Recorded`] answers.
+//! decision log (a `/v1/systemone` decision, [`RecordedDecision`], or a policy decision,
+//! [`RecordedPolicyDecision`]) or a `hunch batch` output (`super::batch`), all as [`Recorded`]
+//! answers.
 
 use super::labels::{LabelKey, LabelLine};
 use super::question_key;
 use crate::decision::event::ReadEvent;
 use hunch_core::calibration::Example;
-use hunch_core::{Question, QuestionId, QuestionKind};
+use hunch_core::{LabelDistribution, Question, QuestionId, QuestionKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,7 @@ impl RecordedDecision<'_> {
     pub fn recorded(&self) -> Recorded {
         Recorded {
             key: LabelKey::Decision(self.decision_id.to_string()),
+            no_question: "the decision has no question with this id",
             answers: Ok(self
                 .questions
                 .iter()
@@ -42,11 +44,129 @@ impl RecordedDecision<'_> {
     }
 }
 
+/// A recorded policy decision (`/v1/policies/NAME`): it has no request listing its questions,
+/// so its answers are its reads' questions, named by the ids the policy gave them
+/// (`question_ids`). One label applies to one answer: an id asked in several answered reads is
+/// used only when all of them asked the identical question of the identical state (the first is
+/// used), and is reported as ambiguous otherwise (docs/calibration.md).
+#[derive(Debug, Clone)]
+pub struct RecordedPolicyDecision<'a> {
+    pub decision_id: &'a str,
+    pub reads: &'a [ReadEvent],
+}
+
+/// Where a question id of a policy decision was asked: the read's index and the question's
+/// position in it.
+struct Asked<'a> {
+    read: usize,
+    event: &'a ReadEvent,
+    question: &'a Question,
+    distribution: Option<&'a LabelDistribution>,
+}
+
+impl RecordedPolicyDecision<'_> {
+    /// Each question id the policy asked in a recorded read, with its distribution or why there
+    /// is none usable.
+    pub fn recorded(&self) -> Recorded {
+        let key = LabelKey::Decision(self.decision_id.to_string());
+        let no_question = "no recorded read of this policy decision asked a question with this id (a question answered from the answer cache, or needing no read, is in no read)";
+        // Reads whose ids do not line up with their questions name nothing.
+        let named: Vec<(usize, &ReadEvent)> = self
+            .reads
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.question_ids.len() == r.questions.len())
+            .filter(|(_, r)| !r.questions.is_empty())
+            .collect();
+        if named.is_empty() && !self.reads.is_empty() {
+            return Recorded {
+                key,
+                no_question,
+                answers: Err("the decision's reads do not record the policy's question ids (a log written before Hunch recorded them), so its labels cannot be joined".into()),
+            };
+        }
+        let mut by_id: Vec<(&QuestionId, Vec<Asked>)> = Vec::new();
+        for (read, event) in named {
+            for (j, (id, question)) in event.question_ids.iter().zip(&event.questions).enumerate() {
+                let asked = Asked {
+                    read,
+                    event,
+                    question,
+                    distribution: event.distributions.as_ref().and_then(|d| d.get(j)),
+                };
+                match by_id.iter_mut().find(|(known, _)| *known == id) {
+                    Some((_, all)) => all.push(asked),
+                    None => by_id.push((id, vec![asked])),
+                }
+            }
+        }
+        Recorded {
+            key,
+            no_question,
+            answers: Ok(by_id
+                .into_iter()
+                .filter_map(|(id, all)| policy_answer(id, &all))
+                .collect()),
+        }
+    }
+}
+
+/// The answer a label of `id` applies to, among every read that asked it (`all`); `None` when
+/// none did.
+fn policy_answer(id: &QuestionId, all: &[Asked]) -> Option<RecordedAnswer> {
+    let answered: Vec<&Asked> = all.iter().filter(|a| a.distribution.is_some()).collect();
+    let first = answered.first().copied().or_else(|| all.first())?;
+    let distribution = match answered
+        .iter()
+        .find(|a| a.question != first.question || a.event.state_sha256 != first.event.state_sha256)
+    {
+        Some(other) => Err(ambiguous(first, other)),
+        None => match first.distribution {
+            Some(d) => normalised(first.question, d.probabilities()).ok_or_else(|| {
+                "the recorded distribution is not a distribution of this question".into()
+            }),
+            None => Err(match &first.event.error {
+                Some(e) => format!("the read that asked this question failed ({e})"),
+                None => "the read that asked this question recorded no distribution".into(),
+            }),
+        },
+    };
+    Some(RecordedAnswer {
+        id: id.clone(),
+        question: first.question.clone(),
+        distribution,
+    })
+}
+
+/// Why a label cannot tell which of two answers it is for.
+fn ambiguous(a: &Asked, b: &Asked) -> String {
+    let what = if a.question != b.question {
+        format!(
+            "different questions ({:?} and {:?})",
+            a.question.instructions, b.question.instructions
+        )
+    } else {
+        let short = |s: &str| s.chars().take(12).collect::<String>();
+        format!(
+            "the same question of different states (sha256 {}… and {}…)",
+            short(&a.event.state_sha256),
+            short(&b.event.state_sha256)
+        )
+    };
+    format!(
+        "ambiguous: reads {} and {} of this decision asked {what} under this id, and a label applies to one answer; give them distinct ids in the policy",
+        a.read + 1,
+        b.read + 1
+    )
+}
+
 /// One labellable record: its questions and what each was answered from, or why none of it can
 /// be used (a batch line that failed, or lacks what fitting needs).
 #[derive(Debug, Clone)]
 pub struct Recorded {
     pub key: LabelKey,
+    /// Why a label naming a question id that is not among `answers` cannot be used.
+    pub no_question: &'static str,
     pub answers: Result<Vec<RecordedAnswer>, String>,
 }
 
@@ -132,7 +252,9 @@ pub fn join(labels: &[LabelLine], records: &[Recorded]) -> Dataset {
             out.problems.push(problem(
                 None,
                 match &line.key {
-                    LabelKey::Decision(_) => "no /v1/systemone decision with this id in the logs",
+                    LabelKey::Decision(_) => {
+                        "no /v1/systemone or policy decision with this id in the logs"
+                    }
                     LabelKey::Custom(_) => "no line with this custom_id in the batch outputs",
                 }
                 .into(),
@@ -148,23 +270,23 @@ pub fn join(labels: &[LabelLine], records: &[Recorded]) -> Dataset {
         };
         for (qid, label) in &line.labels {
             let Some(answer) = answers.iter().find(|a| a.id.0 == *qid) else {
-                out.problems.push(problem(
-                    Some(qid),
-                    "the decision has no question with this id".into(),
-                ));
+                out.problems
+                    .push(problem(Some(qid), record.no_question.to_string()));
                 continue;
+            };
+            // Without an answer there is nothing to label (and an ambiguous id has no one
+            // question to check the label against).
+            let probabilities = match &answer.distribution {
+                Ok(p) => p.clone(),
+                Err(reason) => {
+                    out.problems.push(problem(Some(qid), reason.clone()));
+                    continue;
+                }
             };
             let index = match label_index(&answer.question, label) {
                 Ok(i) => i,
                 Err(reason) => {
                     out.problems.push(problem(Some(qid), reason));
-                    continue;
-                }
-            };
-            let probabilities = match &answer.distribution {
-                Ok(p) => p.clone(),
-                Err(reason) => {
-                    out.problems.push(problem(Some(qid), reason.clone()));
                     continue;
                 }
             };
@@ -312,7 +434,122 @@ mod tests {
             .any(|(q, r)| *q == Some("u") && r.contains("true or false")));
         assert!(reasons
             .iter()
-            .any(|(q, r)| q.is_none() && r.contains("no /v1/systemone")));
+            .any(|(q, r)| q.is_none() && r.contains("no /v1/systemone or policy decision")));
+    }
+
+    /// A read of `state` whose questions the policy named `ids`.
+    fn named(
+        state: &str,
+        ids: &[&str],
+        questions: Vec<Question>,
+        dists: Vec<Vec<f64>>,
+    ) -> ReadEvent {
+        let mut r = read(questions, dists);
+        r.state_sha256 = crate::decision::event::sha256_hex(state.as_bytes());
+        r.question_ids = ids.iter().map(|i| QuestionId((*i).into())).collect();
+        r
+    }
+
+    #[test]
+    fn a_policy_decisions_labels_join_by_the_ids_its_reads_recorded() {
+        let mut failed = named("s", &["down"], vec![noul("down?")], vec![]);
+        failed.distributions = None;
+        failed.error = Some(hunch_core::ReadError::Timeout);
+        let reads = vec![
+            named(
+                "s",
+                &["urgent", "spam"],
+                vec![noul("urgent?"), noul("spam?")],
+                vec![vec![0.8, 0.2], vec![0.3, 0.9]],
+            ),
+            // The same question of the same state again (a retry): one answer, the first used.
+            named(
+                "s",
+                &["urgent"],
+                vec![noul("urgent?")],
+                vec![vec![0.7, 0.3]],
+            ),
+            // `team` names two different questions; `tone` the same question of two states.
+            named(
+                "s",
+                &["team", "tone"],
+                vec![noul("billing?"), noul("angry?")],
+                vec![vec![0.5, 0.5], vec![0.4, 0.6]],
+            ),
+            named(
+                "other",
+                &["team", "tone"],
+                vec![noul("sales?"), noul("angry?")],
+                vec![vec![0.5, 0.5], vec![0.1, 0.9]],
+            ),
+            failed,
+        ];
+        let decision = RecordedPolicyDecision {
+            decision_id: "p1",
+            reads: &reads,
+        };
+        let labels = super::super::labels::parse_labels(
+            r#"{"decision_id": "p1", "labels": {"urgent": true, "spam": false, "team": true, "tone": false, "down": true, "cached": true}}"#,
+        )
+        .0;
+        let data = join(&labels, &[decision.recorded()]);
+        let urgent = &data.questions[&question_key(&noul("urgent?"))];
+        assert_eq!(urgent.ids, ["urgent"]);
+        assert_eq!(urgent.examples.len(), 1, "one label, one answer");
+        assert_eq!(urgent.examples[0].probabilities, vec![0.8, 0.2]);
+        assert_eq!(urgent.examples[0].label, 0);
+        let spam = &data.questions[&question_key(&noul("spam?"))];
+        assert!(
+            (spam.examples[0].probabilities[0] - 0.25).abs() < 1e-12,
+            "normalised"
+        );
+        assert_eq!(data.questions.len(), 2);
+        let reason = |id: &str| {
+            data.problems
+                .iter()
+                .find(|p| p.question_id.as_deref() == Some(id))
+                .map(|p| p.reason.clone())
+                .unwrap_or_default()
+        };
+        let team = reason("team");
+        assert!(
+            team.contains("ambiguous") && team.contains("reads 3 and 4"),
+            "{team}"
+        );
+        assert!(
+            team.contains("billing?") && team.contains("sales?"),
+            "{team}"
+        );
+        let tone = reason("tone");
+        assert!(
+            tone.contains("ambiguous") && tone.contains("different states"),
+            "{tone}"
+        );
+        assert!(reason("down").contains("failed"), "{}", reason("down"));
+        assert!(
+            reason("cached").contains("no recorded read"),
+            "{}",
+            reason("cached")
+        );
+        assert_eq!(data.problems.len(), 4, "{:?}", data.problems);
+        assert!(data.problems.iter().all(|p| p.decision_id == "p1"));
+
+        // A log written before reads recorded the ids: said once for the decision.
+        let old = vec![read(vec![noul("urgent?")], vec![vec![0.8, 0.2]])];
+        let old = RecordedPolicyDecision {
+            decision_id: "p0",
+            reads: &old,
+        };
+        let labels = super::super::labels::parse_labels(
+            r#"{"decision_id": "p0", "labels": {"urgent": true}}"#,
+        )
+        .0;
+        let data = join(&labels, &[old.recorded()]);
+        assert!(data.questions.is_empty());
+        assert_eq!(data.problems.len(), 1);
+        assert!(data.problems[0]
+            .reason
+            .contains("do not record the policy's question ids"));
     }
 
     #[test]
