@@ -135,7 +135,7 @@ async fn labelled_decisions_are_calibrated_and_every_unused_label_is_reported() 
         .any(|r| r.starts_with("team ") && r.contains("marketing")));
     assert!(reasons
         .iter()
-        .any(|r| r.contains("no /v1/systemone decision")));
+        .any(|r| r.contains("no /v1/systemone or policy decision")));
     assert!(reasons.iter().any(|r| r.contains("not JSON")));
 
     let html = std::fs::read_to_string(report.join("index.html")).unwrap();
@@ -636,6 +636,116 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
             .to_bits(),
         noul_of(&read.questions[j], &offline).to_bits()
     );
+}
+
+/// Defect: a policy decision's reads kept the rendered questions but not the ids the policy gave
+/// them, so its labels could not be joined and `hunch calibrate` fitted `/v1/systemone` decisions
+/// only. Now each read records `question_ids`, and labels name a policy decision's answers by
+/// them.
+#[tokio::test]
+async fn a_policy_decision_is_labelled_by_the_policys_question_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    let wasm = hunch::policy::testing::built_policy("replay_probe")
+        .expect("the policies build (wasm32-wasip2)");
+    std::fs::write(policies.join("p.wasm"), &wasm).unwrap();
+    let log = dir.path().join("decisions.ndjson");
+    let (l, p) = (log.display().to_string(), policies.display().to_string());
+    let hunch =
+        start_hunch_with_fixture("dg-test", &["--decision-log", &l, "--policies", &p]).await;
+    let url = format!("{}/v1/policies/p", hunch.url);
+    let n = 60;
+    let mut lines = Vec::new();
+    let mut labelled = std::collections::HashMap::new();
+    for i in 0..n {
+        let input = json!({"id": i, "message": format!(
+            "ticket {i}: the printer on floor {} is {}", i % 7, i * 13 % 11)});
+        let (status, _, body) = post_json(&url, &input, &[]).await;
+        assert_eq!(status, 200, "{body}");
+        let id = body["decision_id"].as_str().unwrap().to_owned();
+        // As for `/v1/systemone` above: the labels agree with the policy's answer three times
+        // in four.
+        let p_urgent = body["output"]["p_urgent"].as_f64().unwrap();
+        let label = (p_urgent >= 0.5) != (i % 4 == 0);
+        let mut labels = json!({"urgent": label});
+        if i < 10 {
+            labels["baseline"] = json!(true);
+        }
+        if i == 0 {
+            labels["nope"] = json!(true);
+        }
+        lines.push(json!({"decision_id": id, "labels": labels}).to_string());
+        labelled.insert(id, label);
+    }
+    let labels = dir.path().join("labels.jsonl");
+    std::fs::write(&labels, lines.join("\n")).unwrap();
+    let events = decision_events(&log, n).await;
+
+    // Each read names its questions by the policy's ids, in the questions' order; the label of
+    // each decision is joined to its read's `urgent` distribution, so the raw (before) NLL is
+    // known from the log alone.
+    let urgent = hunch_core::Question {
+        instructions: PROBE_URGENT.into(),
+        kind: hunch_core::QuestionKind::Noul {
+            yes: None,
+            no: None,
+        },
+    };
+    let mut nll = 0.0;
+    for e in &events {
+        assert_eq!(e.reads.len(), 1);
+        let read = &e.reads[0];
+        let ids: Vec<&str> = read.question_ids.iter().map(|i| i.as_str()).collect();
+        assert_eq!(ids, ["urgent", "baseline"], "{read:?}");
+        assert_eq!(read.questions[0], urgent);
+        let d = read.distributions.as_ref().unwrap()[0].probabilities();
+        let p_label = if labelled[&e.decision_id] { d[0] } else { d[1] };
+        nll -= (p_label / (d[0] + d[1])).ln();
+    }
+    nll /= n as f64;
+
+    let out = Command::new(hunch_bin())
+        .args(["calibrate", "--log", &l, "--labels"])
+        .arg(&labels)
+        .arg("-o")
+        .arg(dir.path().join("calibration.json"))
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fit: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let questions = fit["questions"].as_array().unwrap();
+    assert_eq!(questions.len(), 1, "{fit:#}");
+    let q = &questions[0];
+    assert_eq!(q["ids"], json!(["urgent"]));
+    assert_eq!(q["labels"], json!(n));
+    assert_eq!(q["key"], json!(hunch::calibration::question_key(&urgent)));
+    let before = q["before"]["nll"].as_f64().unwrap();
+    assert!((before - nll).abs() < 1e-9, "{before} vs {nll}");
+    assert!(q["temperature"].as_f64().unwrap() > 0.0);
+    assert_eq!(q["before"]["accuracy"], q["after"]["accuracy"]);
+    // 10 baseline labels are too few; an id the policy never asked is reported.
+    assert_eq!(fit["refused"][0]["ids"], json!(["baseline"]));
+    assert_eq!(fit["refused"][0]["labels"], json!(10));
+    let problems = fit["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0]["question_id"], "nope");
+    assert!(problems[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no recorded read"));
+
+    // The fitted file serves the policy's question: it is keyed by the question, not the route.
+    let file = hunch::calibration::file::Calibrations::from_bytes(
+        &std::fs::read(dir.path().join("calibration.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(file.for_question(&urgent).is_some());
 }
 
 #[tokio::test]

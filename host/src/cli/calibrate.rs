@@ -4,7 +4,9 @@
 
 use crate::api::validate::RequestValidator;
 use crate::calibration::batch::{self, NO_QUESTIONS};
-use crate::calibration::dataset::{join, Problem, Recorded, RecordedDecision};
+use crate::calibration::dataset::{
+    join, Problem, Recorded, RecordedDecision, RecordedPolicyDecision,
+};
 use crate::calibration::file::{fit_dataset, CalibrationFile};
 use crate::calibration::labels::{read_labels, LabelKey};
 use crate::calibration::report;
@@ -23,11 +25,12 @@ use std::process::ExitCode;
 
 A labels line: {\"decision_id\": \"…\", \"labels\": {\"QUESTION_ID\": LABEL}} where LABEL is true/false
 for a noul, the option name for a choice, the level index or text for a score; with the output of
-`hunch batch`, {\"custom_id\": \"…\", \"labels\": {…}}.
+`hunch batch`, {\"custom_id\": \"…\", \"labels\": {…}}. A policy decision's QUESTION_ID is the
+id the policy gave the question in its read.
 Exit status: 0 when a calibration was written, 2 when the command could not run.")]
 pub struct CalibrateArgs {
-    /// Decision log files (NDJSON, gzip too; `/v1/systemone` decisions are used) or output files
-    /// of `hunch batch` (labelled by `custom_id`), told apart by their content.
+    /// Decision log files (NDJSON, gzip too; `/v1/systemone` and policy decisions are used) or
+    /// output files of `hunch batch` (labelled by `custom_id`), told apart by their content.
     #[arg(
         long = "log",
         visible_alias = "batch-output",
@@ -84,13 +87,27 @@ fn run(args: &CalibrateArgs) -> Result<String, CalibrateError> {
     let log = read_sources(&args.logs)?;
     let (labels, bad_lines) = read_labels(&args.labels)?;
     let validator = RequestValidator::new()?;
-    // Questions are typed from each event's recorded input with the server's own validation, so
-    // the rendered questions (and their keys) are exactly those the model was asked.
+    // A `/v1/systemone` decision's questions are typed from its recorded input with the server's
+    // own validation, so the rendered questions (and their keys) are exactly those the model was
+    // asked; a policy decision's are its reads', named by the ids the policy gave them. A shadow
+    // run answered no one, so no one labels it.
     let mut records: Vec<Recorded> = log
         .events
         .iter()
-        .filter(|e| e.route == "/v1/systemone" && e.shadow_of.is_none())
+        .filter(|e| e.shadow_of.is_none())
         .filter_map(|e| {
+            if e.policy.is_some() {
+                return Some(
+                    RecordedPolicyDecision {
+                        decision_id: &e.decision_id,
+                        reads: &e.reads,
+                    }
+                    .recorded(),
+                );
+            }
+            if e.route != "/v1/systemone" {
+                return None;
+            }
             let request = validator.validate(&e.input).ok()?;
             Some(
                 RecordedDecision {
