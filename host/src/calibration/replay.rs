@@ -31,6 +31,10 @@ pub struct CalibrationReplay {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Flip {
     pub decision_id: String,
+    /// The caller's id of the question (the request's, or the one a policy gave it), when the
+    /// read recorded it: with `decision_id`, what a label of this answer names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question_id: Option<String>,
     pub instructions: String,
     /// The most likely label as served and as the new calibration would serve it.
     pub served: String,
@@ -93,6 +97,8 @@ pub fn replay(events: &[DecisionEvent], calibrations: &Calibrations) -> Calibrat
                 if a != b {
                     out.flips.push(Flip {
                         decision_id: event.decision_id.clone(),
+                        question_id: (read.question_ids.len() == read.questions.len())
+                            .then(|| read.question_ids[j].0.clone()),
                         instructions: question.instructions.clone(),
                         served: label_name(question, a),
                         replayed: label_name(question, b),
@@ -165,10 +171,13 @@ mod tests {
     fn only_answers_whose_most_likely_label_moves_are_flips() {
         // An offset of +1 nat towards "no": 0.6 yes becomes about 0.36, 0.9 stays yes.
         let c = calibration(Some(vec![0.0, 1.0]));
-        let r = replay(&[event("a", 0.6), event("b", 0.9)], &c);
+        let mut a = event("a", 0.6);
+        a.reads[0].question_ids = vec![hunch_core::QuestionId("urgent".into())];
+        let r = replay(&[a, event("b", 0.9)], &c);
         assert_eq!((r.decisions, r.answers, r.covered), (2, 2, 2));
         assert_eq!(r.flips.len(), 1);
         assert_eq!(r.flips[0].decision_id, "a");
+        assert_eq!(r.flips[0].question_id.as_deref(), Some("urgent"));
         assert_eq!(
             (r.flips[0].served.as_str(), r.flips[0].replayed.as_str()),
             ("true", "false")
@@ -176,6 +185,12 @@ mod tests {
         assert!(r.max_probability_move > 0.2);
         // The identity changes nothing.
         let r = replay(&[event("a", 0.6)], &calibration(None));
+        assert!(
+            replay(&[event("a", 0.6)], &c).flips[0]
+                .question_id
+                .is_none(),
+            "an older log"
+        );
         assert!(r.flips.is_empty() && r.max_probability_move < 1e-12);
     }
 }

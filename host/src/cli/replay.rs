@@ -317,8 +317,15 @@ fn replay_calibration(
     for f in report.flips.iter().take(args.samples) {
         let _ = writeln!(
             table,
-            "  {} {:?}: {} -> {}",
-            f.decision_id, f.instructions, f.served, f.replayed
+            "  {} {}{:?}: {} -> {}",
+            f.decision_id,
+            f.question_id
+                .as_ref()
+                .map(|id| format!("{id} "))
+                .unwrap_or_default(),
+            f.instructions,
+            f.served,
+            f.replayed
         );
     }
     let changed = !report.flips.is_empty();
