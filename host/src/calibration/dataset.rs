@@ -55,8 +55,8 @@ pub struct RecordedPolicyDecision<'a> {
     pub reads: &'a [ReadEvent],
 }
 
-/// Where a question id of a policy decision was asked: the read's index and the question's
-/// position in it.
+/// A question a policy decision asked under an id: in which read (its index in the event's
+/// `reads`), and what that read answered it with.
 struct Asked<'a> {
     read: usize,
     event: &'a ReadEvent,
@@ -69,7 +69,7 @@ impl RecordedPolicyDecision<'_> {
     /// is none usable.
     pub fn recorded(&self) -> Recorded {
         let key = LabelKey::Decision(self.decision_id.to_string());
-        let no_question = "no recorded read of this policy decision asked a question with this id (a question answered from the answer cache, or needing no read, is in no read)";
+        let no_question = NOT_IN_A_READ;
         // Reads whose ids do not line up with their questions name nothing.
         let named: Vec<(usize, &ReadEvent)> = self
             .reads
@@ -82,7 +82,7 @@ impl RecordedPolicyDecision<'_> {
             return Recorded {
                 key,
                 no_question,
-                answers: Err("the decision's reads do not record the policy's question ids (a log written before Hunch recorded them), so its labels cannot be joined".into()),
+                answers: Err(NO_QUESTION_IDS.into()),
             };
         }
         let mut by_id: Vec<(&QuestionId, Vec<Asked>)> = Vec::new();
@@ -110,6 +110,14 @@ impl RecordedPolicyDecision<'_> {
         }
     }
 }
+
+/// Why a label names an id no read of a policy decision asked.
+const NOT_IN_A_READ: &str = "no recorded read of this policy decision asked a question with \
+    this id (a question answered from the answer cache, or needing no read, is in no read)";
+
+/// Why the labels of a policy decision logged before reads recorded ids cannot be used.
+const NO_QUESTION_IDS: &str = "the decision's reads do not record the policy's question ids (a \
+    log written before Hunch recorded them), so its labels cannot be joined";
 
 /// The answer a label of `id` applies to, among every read that asked it (`all`); `None` when
 /// none did.
@@ -153,10 +161,10 @@ fn ambiguous(a: &Asked, b: &Asked) -> String {
             short(&b.event.state_sha256)
         )
     };
+    let (first, second) = (a.read + 1, b.read + 1);
     format!(
-        "ambiguous: reads {} and {} of this decision asked {what} under this id, and a label applies to one answer; give them distinct ids in the policy",
-        a.read + 1,
-        b.read + 1
+        "ambiguous: reads {first} and {second} of this decision asked {what} under this id, \
+         and a label applies to one answer; give them distinct ids in the policy"
     )
 }
 
