@@ -197,6 +197,9 @@ pub struct LoadedPolicy {
     pub rollout: crate::policy::rollout::RolloutConfig,
     /// What its reads are calibrated with (`NAME.toml`'s `calibration`, else the server's).
     pub calibration: PolicyCalibration,
+    /// The bundle revision this version came with (`None`: a directory or an HTTP deploy).
+    /// Decision events and responses name it.
+    pub bundle_revision: Option<String>,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
     pre: PolicyPre<InvocationState>,
@@ -406,6 +409,7 @@ impl LoadedPolicy {
             log: config.decision_log.unwrap_or_default(),
             rollout: config.rollout.unwrap_or_default(),
             calibration,
+            bundle_revision: None,
             input_validator,
             output_validator,
             pre,

@@ -7,11 +7,13 @@
 //! - [`calibration`]: which calibration a version's reads are calibrated with (`NAME.toml`).
 //! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
 //! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
+//! - [`bundle`]: signed policy bundles a fleet pulls (the whole set, atomically).
 //! - [`rollout`]: candidate versions in shadow or canary, shadow runs, agreement.
 //! - [`replay`]: recorded decisions run again through a version (`hunch replay`).
 
 pub mod bindings;
 pub mod calibration;
+pub mod bundle;
 pub mod capabilities;
 pub mod engine;
 pub mod invoke;

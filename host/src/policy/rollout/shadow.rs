@@ -51,6 +51,7 @@ pub fn fill_event(
     if let Some(c) = calibration {
         crate::calibration::serve::record(event, c);
     }
+    event.bundle_revision = policy.bundle_revision.clone();
     event.model = model.map(|m| log.model_ref(m));
     event.input = input.clone();
     match outcome {
