@@ -5,6 +5,7 @@
 
 pub mod file;
 pub mod http;
+pub mod spool;
 
 use crate::metrics::family;
 use std::collections::BTreeMap;
