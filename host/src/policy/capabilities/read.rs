@@ -339,20 +339,13 @@ fn to_wit_answer(id: &str, answer: &Answer) -> wit::Answer {
 }
 
 fn to_wit_error(e: &ReadError) -> wit::ReadError {
-    let (kind, question) = match e {
-        ReadError::InvalidQuestion { question, .. } => {
-            (wit::ReadErrorKind::InvalidQuestion, Some(*question as u32))
-        }
-        ReadError::TooLarge { .. } => (wit::ReadErrorKind::TooLarge, None),
-        ReadError::Unavailable { .. } => (wit::ReadErrorKind::Unavailable, None),
-        ReadError::Timeout => (wit::ReadErrorKind::Timeout, None),
-        ReadError::Rejected { .. } => (wit::ReadErrorKind::Rejected, None),
-        ReadError::Internal { .. } => (wit::ReadErrorKind::Internal, None),
-    };
     wit::ReadError {
-        kind,
+        kind: e.kind().into(),
         message: e.to_string(),
-        question,
+        question: match e {
+            ReadError::InvalidQuestion { question, .. } => Some(*question as u32),
+            _ => None,
+        },
     }
 }
 
