@@ -11,7 +11,6 @@ pub mod answering;
 pub mod cache;
 pub mod calibration;
 pub mod date;
-pub mod process;
 pub mod protocol;
 pub mod question;
 pub mod reader;
