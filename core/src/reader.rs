@@ -106,6 +106,10 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// What a read cost, for logs and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadStats {
@@ -123,6 +127,9 @@ pub struct ReadStats {
     /// Reads whose prompt started from a cached prefix.
     #[serde(default)]
     pub cache_hits: u32,
+    /// Answers the host's answer cache gave instead of the model ([`crate::CachingReader`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answer_cache_hits: u32,
     /// Forward passes this request's rows took part in.
     #[serde(default)]
     pub forwards: u32,

@@ -9,7 +9,7 @@ use crate::policy::limits::{Limit, LimitExceeded, Limits};
 use futures_util::future::join_all;
 use hunch_core::AnswerSettings;
 use hunch_core::{
-    answer_set, Answer, Answering, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
+    answer_set, Answer, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
     ReadOptions, Reader, Usage,
 };
 use serde::Serialize;
@@ -258,28 +258,11 @@ async fn answer_policy_set(
     };
     let answered = match &reader {
         Some(reader) => {
-            answer_set(
-                reader.as_ref(),
-                &set.state,
-                &asked,
-                &options,
-                Answering {
-                    cache: answering.cache.as_deref(),
-                },
-            )
-            .await
+            // The answer cache, when on, is part of the reader (below the decision's recorder).
+            answer_set(reader.as_ref(), &set.state, &asked, &options).await
         }
         // Without a reader only questions that need no read can be answered.
-        None => {
-            answer_set(
-                &NoReader,
-                &set.state,
-                &asked,
-                &options,
-                Answering::default(),
-            )
-            .await
-        }
+        None => answer_set(&NoReader, &set.state, &asked, &options).await,
     }
     .map_err(|e| e.error)?;
     record.usage = answered.usage;
