@@ -125,16 +125,10 @@ pub async fn answer_set(
             options: options.clone(),
         };
         check_size(&request, &limits, reader.model_name()).map_err(fail)?;
-        let outcome = reader.read(request).await.map_err(|e| {
-            // The reader counts within the questions it was sent; the caller, within the set.
-            fail(match e {
-                ReadError::InvalidQuestion { question, message } => ReadError::InvalidQuestion {
-                    question: to_read.get(question).copied().unwrap_or(question),
-                    message,
-                },
-                other => other,
-            })
-        })?;
+        let outcome = reader
+            .read(request)
+            .await
+            .map_err(|e| fail(e.within(&to_read)))?;
         if outcome.distributions.len() != to_read.len() {
             return Err(fail(ReadError::internal(format!(
                 "the reader returned {} distributions for {} questions",

@@ -65,16 +65,7 @@ impl Reader for CachingReader {
                     options: request.options.clone(),
                 })
                 .await
-                // The inner reader counts within the questions it was sent; ours, within ours.
-                .map_err(|e| match e {
-                    ReadError::InvalidQuestion { question, message } => {
-                        ReadError::InvalidQuestion {
-                            question: misses.get(question).copied().unwrap_or(question),
-                            message,
-                        }
-                    }
-                    other => other,
-                })?;
+                .map_err(|e| e.within(&misses))?;
             if outcome.distributions.len() != misses.len() {
                 return Err(ReadError::internal(format!(
                     "the reader returned {} distributions for {} questions",

@@ -254,6 +254,19 @@ impl ReadError {
         }
     }
 
+    /// This error of a read of the questions `sent` (their indices in a larger set), counted in
+    /// that set: the reader names a question by its place among those it was sent, its caller
+    /// by its place in the set.
+    pub fn within(self, sent: &[usize]) -> Self {
+        match self {
+            ReadError::InvalidQuestion { question, message } => ReadError::InvalidQuestion {
+                question: sent.get(question).copied().unwrap_or(question),
+                message,
+            },
+            other => other,
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         ReadError::Internal {
             message: message.into(),
