@@ -1,11 +1,20 @@
 # What the accelerator bench scripts (bench-model.sh, bench-fused.sh, bench-dtype.sh) share;
 # sourced, not run. Sets `args` (accel-bench's arguments: BENCH_ARGS, else the default set) and
+# `refbench` (REFBENCH, else ../shared/refbench); `bench_positional "$@"` sets `preset` and
+# `dtype` from the script's arguments [PRESET=small] [DTYPE=float32];
 # `bench_workdir NAME` sets `work` (target/bench-NAME); `bench_build` builds accel-bench and
 # hunch-ckpt in release (unless NO_BUILD=1); `bench_checkpoint PRESET` prints the path of a random
 # checkpoint of PRESET in $work, generated the first time.
 
 # shellcheck disable=SC2206 # BENCH_ARGS is split into arguments on purpose.
 args=(${BENCH_ARGS:---prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3 --warmup 1})
+
+refbench="${REFBENCH:-../shared/refbench}"
+
+bench_positional() {
+  preset="${1:-small}"
+  dtype="${2:-float32}"
+}
 
 bench_workdir() {
   work="target/bench-$1"

@@ -10,10 +10,8 @@
 # binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-preset="${1:-small}"
-dtype="${2:-float32}"
-refbench="${REFBENCH:-../shared/refbench}"
 source scripts/bench-common.sh
+bench_positional "$@"
 bench_workdir fused
 bench_build
 ckpt="$(bench_checkpoint "$preset")"

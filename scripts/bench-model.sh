@@ -14,10 +14,8 @@
 # (1: use the release binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-preset="${1:-small}"
-dtype="${2:-float32}"
-refbench="${REFBENCH:-../shared/refbench}"
 source scripts/bench-common.sh
+bench_positional "$@"
 bench_workdir model
 [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
 # ref_bench.py imports mlx_vlm's model modules, which need these at import time.

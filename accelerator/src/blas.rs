@@ -144,6 +144,34 @@ pub fn select(choice: BlasChoice) -> Result<ActiveBlas, BlasError> {
     Ok(active)
 }
 
+/// Every BLAS library this process has mapped (its path, from Linux `/proc/self/maps`; empty
+/// where that cannot be read): what [`active`] chose, and what else the binary and MLX brought
+/// (the wheel's reference BLAS is always mapped). `accel-bench` records it, and the sidecar
+/// reports it in `/health` (`ModelInfo::blas_libraries`) for the benchmarks that run it.
+pub fn mapped_libraries() -> Vec<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    blas_paths(&maps)
+}
+
+/// The paths in `maps` (the text of a `/proc/PID/maps`) whose file names say BLAS or LAPACK,
+/// sorted, each once.
+fn blas_paths(maps: &str) -> Vec<String> {
+    let mut libs: Vec<String> = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| {
+            let base = p.rsplit('/').next().unwrap_or("").to_lowercase();
+            ["blas", "lapack", "mkl", "accelerate"]
+                .iter()
+                .any(|t| base.contains(t))
+        })
+        .map(str::to_owned)
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
 /// The BLAS serving this process, chosen from `HUNCH_BLAS` now if nothing was chosen yet (an
 /// unusable setting falls back to the reference BLAS, with a warning).
 pub fn active() -> ActiveBlas {
@@ -358,6 +386,25 @@ mod routing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_blas_libraries_of_a_maps_file_are_listed_once_each_and_nothing_else() {
+        let maps = "\
+7f00-7f10 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-gnu/libopenblas.so.0
+7f10-7f20 r--p 00010000 08:01 1 /usr/lib/x86_64-linux-gnu/libopenblas.so.0
+7f20-7f30 r-xp 00000000 08:01 2 /opt/mlx/lib/liblapack-86b2c207.so.3
+7f30-7f40 r-xp 00000000 08:01 3 /usr/lib/libc.so.6
+7f40-7f50 rw-p 00000000 00:00 0
+7f50-7f60 r-xp 00000000 08:01 4 /blas/not-a-blas-dir/libm.so.6
+";
+        assert_eq!(
+            blas_paths(maps),
+            [
+                "/opt/mlx/lib/liblapack-86b2c207.so.3",
+                "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+            ]
+        );
+    }
 
     #[test]
     fn choices_parse_and_print_back() {

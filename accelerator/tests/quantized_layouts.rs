@@ -17,7 +17,7 @@ use hunch_accelerator::{
     checkpoint::{
         mapped::{LoadedWeight, MappedLayout},
         tensors::{Dtype as FileDtype, PlannedTensor, SafetensorsFile},
-        Checkpoint, Layout, LoadError, QuantMode, QuantizedWeight, Weight,
+        Checkpoint, Layout, LoadError, QuantMode, Quantized, QuantizedWeight, Weight,
     },
     model::experts::dequantize_nvfp4,
     tools::{
@@ -172,13 +172,13 @@ fn check_dequantisation_bit_exact(dir: &Path) -> Res<usize> {
             continue;
         };
         let logical: Vec<i32> = spec.shape.iter().map(|&d| d as i32).collect();
-        let LoadedWeight::Quantized {
+        let LoadedWeight::Quantized(Quantized {
             codes,
             scales,
             biases,
             global_scale,
             mode,
-        } = layout.weight(spec.module(), &logical)?
+        }) = layout.weight(spec.module(), &logical)?
         else {
             return Err(format!("{}: loaded dense", spec.name).into());
         };

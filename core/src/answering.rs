@@ -3,26 +3,40 @@
 //!
 //! 1. every question is checked against the reader's limits;
 //! 2. questions with one label are answered without a read;
-//! 3. in isolated mode, cached answers are taken from the answer cache;
-//! 4. the rest go to the reader in one request (it plans isolated or joint reads from the mode),
+//! 3. the rest go to the reader in one request (it plans isolated or joint reads from the mode),
 //!    after checking the request against the reader's size limits;
-//! 5. answers are built in the set's order, and a reader's error about a question is mapped back
+//! 4. answers are built in the set's order, and a reader's error about a question is mapped back
 //!    to that question's index in the set and its id.
+//!
+//! The answer cache is not a step here but a reader ([`CachingReader`], built by
+//! [`AnswerSettings::reader`]) that the caller puts below whatever records its reads.
 
 use crate::answer::Answer;
-use crate::cache::{AnswerCache, CacheKey};
+use crate::cache::AnswerCache;
+use crate::caching::CachingReader;
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
     ReaderInfo, ReaderLimits, Usage,
 };
+use std::sync::Arc;
 
 /// How a server asks its questions, for the raw API and the policies alike: the question mode
 /// when a request (or a policy) does not choose one, and the answer cache when it is on.
 #[derive(Debug, Clone)]
 pub struct AnswerSettings {
     pub questions: QuestionMode,
-    pub cache: Option<std::sync::Arc<AnswerCache>>,
+    pub cache: Option<Arc<AnswerCache>>,
+}
+
+impl AnswerSettings {
+    /// The reader questions are asked through: `inner`, behind the answer cache when it is on.
+    pub fn reader(&self, inner: Arc<dyn Reader>) -> Arc<dyn Reader> {
+        match &self.cache {
+            Some(cache) => Arc::new(CachingReader::new(inner, cache.clone())),
+            None => inner,
+        }
+    }
 }
 
 /// The server's defaults: isolated questions (`--questions`), no answer cache. (A bare read
@@ -50,7 +64,7 @@ pub struct AnsweredSet {
     /// Tokens of the reads performed (cached answers count none).
     pub usage: Usage,
     pub stats: ReadStats,
-    /// Answers taken from the answer cache.
+    /// Answers taken from the answer cache (`stats.answer_cache_hits`).
     pub cache_hits: u32,
 }
 
@@ -76,26 +90,15 @@ impl SetError {
     }
 }
 
-/// What answering a set may use besides the reader.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Answering<'a> {
-    /// Consulted (and filled) in isolated mode when the reader has a fingerprint.
-    pub cache: Option<&'a AnswerCache>,
-}
-
 /// Answers `questions` about `state` with `reader`; see the module's steps.
 pub async fn answer_set(
     reader: &dyn Reader,
     state: &str,
     questions: &[AskedQuestion],
     options: &ReadOptions,
-    with: Answering<'_>,
 ) -> Result<AnsweredSet, SetError> {
     let fail = |error: ReadError| SetError::new(error, questions);
-    let ReaderInfo {
-        limits,
-        fingerprint,
-    } = reader.info();
+    let ReaderInfo { limits, .. } = reader.info();
     for (index, asked) in questions.iter().enumerate() {
         asked.question.validate(&limits.questions).map_err(|e| {
             fail(ReadError::InvalidQuestion {
@@ -106,30 +109,9 @@ pub async fn answer_set(
     }
 
     let mut distributions: Vec<Option<LabelDistribution>> = vec![None; questions.len()];
-    let cache = match (options.questions, with.cache, fingerprint) {
-        (QuestionMode::Isolated, Some(cache), Some(fingerprint)) => Some((cache, fingerprint)),
-        _ => None,
-    };
-    let mut cache_hits = 0u32;
-    let mut to_read: Vec<usize> = Vec::new();
-    let mut keys: Vec<Option<CacheKey>> = Vec::new();
-    for (index, asked) in questions.iter().enumerate() {
-        if !asked.question.needs_read() {
-            continue;
-        }
-        let key = cache
-            .as_ref()
-            .map(|(_, fp)| CacheKey::new(fp, state, &asked.question, options));
-        if let (Some((cache, _)), Some(key)) = (&cache, &key) {
-            if let Some(hit) = cache.get(key) {
-                distributions[index] = Some(hit);
-                cache_hits += 1;
-                continue;
-            }
-        }
-        to_read.push(index);
-        keys.push(key);
-    }
+    let to_read: Vec<usize> = (0..questions.len())
+        .filter(|&i| questions[i].question.needs_read())
+        .collect();
 
     let (usage, stats) = if to_read.is_empty() {
         (Usage::default(), ReadStats::default())
@@ -143,16 +125,10 @@ pub async fn answer_set(
             options: options.clone(),
         };
         check_size(&request, &limits, reader.model_name()).map_err(fail)?;
-        let outcome = reader.read(request).await.map_err(|e| {
-            // The reader counts within the questions it was sent; the caller, within the set.
-            fail(match e {
-                ReadError::InvalidQuestion { question, message } => ReadError::InvalidQuestion {
-                    question: to_read.get(question).copied().unwrap_or(question),
-                    message,
-                },
-                other => other,
-            })
-        })?;
+        let outcome = reader
+            .read(request)
+            .await
+            .map_err(|e| fail(e.within(&to_read)))?;
         if outcome.distributions.len() != to_read.len() {
             return Err(fail(ReadError::internal(format!(
                 "the reader returned {} distributions for {} questions",
@@ -160,10 +136,7 @@ pub async fn answer_set(
                 to_read.len()
             ))));
         }
-        for ((&index, key), distribution) in to_read.iter().zip(keys).zip(outcome.distributions) {
-            if let (Some((cache, _)), Some(key)) = (&cache, key) {
-                cache.put(key, distribution.clone());
-            }
+        for (&index, distribution) in to_read.iter().zip(outcome.distributions) {
             distributions[index] = Some(distribution);
         }
         (outcome.usage, outcome.stats)
@@ -189,8 +162,8 @@ pub async fn answer_set(
     Ok(AnsweredSet {
         answers,
         usage,
+        cache_hits: stats.answer_cache_hits,
         stats,
-        cache_hits,
     })
 }
 
@@ -345,7 +318,7 @@ mod tests {
         state: &str,
         set: &[AskedQuestion],
     ) -> Result<AnsweredSet, SetError> {
-        answer_set(reader, state, set, &isolated(), Answering::default()).await
+        answer_set(reader, state, set, &isolated()).await
     }
 
     #[tokio::test]
@@ -420,43 +393,81 @@ mod tests {
 
     #[tokio::test]
     async fn cached_answers_are_identical_cost_nothing_and_only_serve_isolated_reads() {
-        let reader = Stub::new();
-        let cache = AnswerCache::new(1 << 20);
-        let with = Answering {
-            cache: Some(&cache),
+        let stub = Arc::new(Stub::new());
+        let settings = AnswerSettings {
+            cache: Some(Arc::new(AnswerCache::new(1 << 20))),
+            ..AnswerSettings::default()
         };
-        let first = answer_set(&reader, "s", &[noul("a"), noul("b")], &isolated(), with)
-            .await
-            .unwrap();
+        let reader = settings.reader(stub.clone());
+        let ask = |set: Vec<AskedQuestion>, options: ReadOptions| {
+            let reader = reader.clone();
+            async move {
+                answer_set(reader.as_ref(), "s", &set, &options)
+                    .await
+                    .unwrap()
+            }
+        };
+        let first = ask(vec![noul("a"), noul("b")], isolated()).await;
         assert_eq!(first.cache_hits, 0);
         // `b` renamed and asked with a new question: `b` is a hit, only `c` is read.
-        let again = answer_set(&reader, "s", &[noul("c"), noul("b")], &isolated(), with)
-            .await
-            .unwrap();
+        let again = ask(vec![noul("c"), noul("b")], isolated()).await;
         assert_eq!(again.cache_hits, 1);
         assert_eq!(again.answers[1], first.answers[1]);
-        assert_eq!(reader.asked().len(), 2);
-        assert_eq!(reader.asked()[1].questions.len(), 1);
+        assert_eq!(stub.asked().len(), 2);
+        assert_eq!(stub.asked()[1].questions.len(), 1);
         assert_eq!(again.usage.input_tokens, 10);
         // All cached: no read, no tokens.
-        let cached = answer_set(&reader, "s", &[noul("b")], &isolated(), with)
-            .await
-            .unwrap();
+        let cached = ask(vec![noul("b")], isolated()).await;
         assert_eq!(cached.usage, Usage::default());
-        assert_eq!(reader.asked().len(), 2);
+        assert_eq!(stub.asked().len(), 2);
         // Joint mode never consults it.
-        let joint = ReadOptions::default();
-        let j = answer_set(&reader, "s", &[noul("b")], &joint, with)
-            .await
-            .unwrap();
+        let j = ask(vec![noul("b")], ReadOptions::default()).await;
         assert_eq!(j.cache_hits, 0);
-        assert_eq!(reader.asked().len(), 3);
+        assert_eq!(stub.asked().len(), 3);
         // A reader without a fingerprint is never cached.
         let mut anonymous = Stub::new();
         anonymous.fingerprint = None;
-        answer_set(&anonymous, "s", &[noul("b")], &isolated(), with)
-            .await
-            .unwrap();
-        assert_eq!(anonymous.asked().len(), 1);
+        let anonymous = Arc::new(anonymous);
+        let reader = settings.reader(anonymous.clone());
+        for _ in 0..2 {
+            answer_set(reader.as_ref(), "s", &[noul("b")], &isolated())
+                .await
+                .unwrap();
+        }
+        assert_eq!(anonymous.asked().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_reader_above_the_cache_sees_every_question_and_every_answer() {
+        // What a decision's recorder sees: the whole request and outcome, hits included.
+        let stub = Arc::new(Stub::new());
+        let settings = AnswerSettings {
+            cache: Some(Arc::new(AnswerCache::new(1 << 20))),
+            ..AnswerSettings::default()
+        };
+        let reader = settings.reader(stub.clone());
+        let request = |names: &[&str]| ReadRequest {
+            state: "s".into(),
+            questions: names.iter().map(|n| noul(n).question).collect(),
+            options: isolated(),
+        };
+        reader.read(request(&["a"])).await.unwrap();
+        let both = reader.read(request(&["b", "a"])).await.unwrap();
+        assert_eq!(both.distributions.len(), 2);
+        assert_eq!(both.stats.answer_cache_hits, 1);
+        // Only `b` reached the model; a question it refuses is named in the whole request.
+        assert_eq!(stub.asked()[1].questions.len(), 1);
+        let mut refusing = Stub::new();
+        refusing.error = Some(ReadError::InvalidQuestion {
+            question: 0,
+            message: "no".into(),
+        });
+        let reader = settings.reader(Arc::new(refusing));
+        let Err(ReadError::InvalidQuestion { question, .. }) =
+            reader.read(request(&["a", "c"])).await
+        else {
+            panic!("the refusal was lost");
+        };
+        assert_eq!(question, 1);
     }
 }

@@ -9,9 +9,9 @@
 pub mod answer;
 pub mod answering;
 pub mod cache;
+pub mod caching;
 pub mod calibration;
 pub mod date;
-pub mod process;
 pub mod protocol;
 pub mod question;
 pub mod reader;
@@ -19,8 +19,9 @@ pub mod size;
 pub mod text;
 
 pub use answer::{Answer, AnswerError};
-pub use answering::{answer_set, AnswerSettings, AnsweredSet, Answering, AskedQuestion, SetError};
+pub use answering::{answer_set, AnswerSettings, AnsweredSet, AskedQuestion, SetError};
 pub use cache::{AnswerCache, CacheKey, CacheStats};
+pub use caching::CachingReader;
 pub use question::{
     ChoiceOption, Question, QuestionError, QuestionId, QuestionKind, QuestionLimits,
     MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS,

@@ -43,6 +43,11 @@ pub struct ModelInfo {
     /// dtype, the read settings and the read algorithm's version.
     pub fingerprint: String,
     pub limits: ReaderLimits,
+    /// Every BLAS library the sidecar's process has mapped (Linux; empty elsewhere or from an
+    /// older sidecar): the record benchmarks keep of what served the matmuls. Not part of the
+    /// identity: the fingerprint already names the BLAS chosen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blas_libraries: Vec<String>,
 }
 
 /// What a reader served by a sidecar is: the limits and fingerprint its `/health` reported.

@@ -106,6 +106,10 @@ pub struct Usage {
     pub output_tokens: u64,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// What a read cost, for logs and metrics.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReadStats {
@@ -123,6 +127,9 @@ pub struct ReadStats {
     /// Reads whose prompt started from a cached prefix.
     #[serde(default)]
     pub cache_hits: u32,
+    /// Answers the host's answer cache gave instead of the model ([`crate::CachingReader`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub answer_cache_hits: u32,
     /// Forward passes this request's rows took part in.
     #[serde(default)]
     pub forwards: u32,
@@ -244,6 +251,19 @@ impl ReadError {
             ReadError::Timeout => ReadErrorKind::Timeout,
             ReadError::Rejected { .. } => ReadErrorKind::Rejected,
             ReadError::Internal { .. } => ReadErrorKind::Internal,
+        }
+    }
+
+    /// This error of a read of the questions `sent` (their indices in a larger set), counted in
+    /// that set: the reader names a question by its place among those it was sent, its caller
+    /// by its place in the set.
+    pub fn within(self, sent: &[usize]) -> Self {
+        match self {
+            ReadError::InvalidQuestion { question, message } => ReadError::InvalidQuestion {
+                question: sent.get(question).copied().unwrap_or(question),
+                message,
+            },
+            other => other,
         }
     }
 

@@ -66,12 +66,17 @@ def one(docs, kind, name):
     return found[0] if len(found) == 1 else None
 
 
-def check_hunch_pod(target, docs):
-    deployment = one(docs, "Deployment", "hunch")
-    config = one(docs, "ConfigMap", "hunch-config")
-    if deployment is None or config is None:
-        check(f"{target}: has the hunch Deployment and ConfigMap", False)
-        return
+def all_of(target, docs, what, wanted):
+    """The one document of each (kind, name) in `wanted`; None, after failing the check that
+    `target` has `what`, when any is missing."""
+    found = [one(docs, kind, name) for kind, name in wanted]
+    if any(d is None for d in found):
+        check(f"{target}: has {what}", False)
+        return None
+    return found
+
+
+def check_hunch_pod(target, docs, deployment, config):
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     check(f"{target}: the root file system is read-only",
@@ -106,12 +111,7 @@ def check_hunch_pod(target, docs):
         check(f"{target}: no GPU requested", "nvidia.com/gpu" not in resources.get("limits", {}))
 
 
-def check_gateway(target, docs):
-    epp = one(docs, "Deployment", "hunch-epp")
-    pool = one(docs, "InferencePool", "hunch")
-    if epp is None or pool is None:
-        check(f"{target}: has the InferencePool and its endpoint picker", False)
-        return
+def check_gateway(target, docs, epp, pool):
     args = epp["spec"]["template"]["spec"]["containers"][0]["args"]
     for flag, gauge in zip(
         ["--total-queued-requests-metric", "--total-running-requests-metric",
@@ -151,9 +151,15 @@ def main():
                     kubernetes_validate.SchemaNotFoundError,
                     kubernetes_validate.InvalidSchemaError) as e:
                 check(f"{name} is valid", False, str(e).splitlines()[0])
-        check_hunch_pod(target, docs)
+        pod = all_of(target, docs, "the hunch Deployment and ConfigMap",
+                     [("Deployment", "hunch"), ("ConfigMap", "hunch-config")])
+        if pod:
+            check_hunch_pod(target, docs, *pod)
         if "gateway" in target:
-            check_gateway(target, docs)
+            gateway = all_of(target, docs, "the InferencePool and its endpoint picker",
+                             [("Deployment", "hunch-epp"), ("InferencePool", "hunch")])
+            if gateway:
+                check_gateway(target, docs, *gateway)
     print(f"manifests: {passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -6,7 +6,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-/// Why a read failed (mirrors the WIT `read-error`).
+/// Why a read failed (mirrors the WIT `read-error`; `hunch_core::ReadErrorKind` on the server.
+/// A guest does not link `hunch-core`, whose `serde_json` features would make every policy
+/// import more WASI than the host grants: docs/architecture.md, "Duplication").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadErrorKind {
     InvalidQuestion,

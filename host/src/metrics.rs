@@ -650,55 +650,45 @@ mod tests {
         assert!(text.contains("hunch_model_reused_prompt_tokens_total{model=\"dg\"} 240"));
         assert!(text.contains("hunch_model_prefill_seconds_count{model=\"dg\"} 2"));
         assert!(text.contains("hunch_model_denoise_seconds_bucket{model=\"dg\",le=\"0.05\"} 2"));
-        assert!(text.contains(
-            "# TYPE hunch_model_prefix_cache_hits_total counter\nhunch_model_prefix_cache_hits_total{model=\"dg\"} 2\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_forwards_total counter\nhunch_model_forwards_total{model=\"dg\"} 12\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_batch_requests histogram\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"1\"} 1\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"2\"} 1\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"4\"} 2\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"8\"} 2\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"16\"} 2\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"32\"} 2\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"64\"} 2\n\
-             hunch_model_batch_requests_bucket{model=\"dg\",le=\"+Inf\"} 2\n\
-             hunch_model_batch_requests_sum{model=\"dg\"} 4\n\
-             hunch_model_batch_requests_count{model=\"dg\"} 2\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_batch_rows histogram\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"16\"} 0\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"64\"} 0\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"256\"} 1\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"1024\"} 1\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"4096\"} 1\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"16384\"} 2\n\
-             hunch_model_batch_rows_bucket{model=\"dg\",le=\"+Inf\"} 2\n\
-             hunch_model_batch_rows_sum{model=\"dg\"} 5200\n\
-             hunch_model_batch_rows_count{model=\"dg\"} 2\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_active_requests gauge\nhunch_model_active_requests{model=\"dg\"} 1\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_queued_requests gauge\nhunch_model_queued_requests{model=\"dg\"} 0\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_prefix_cache_bytes gauge\nhunch_model_prefix_cache_bytes{model=\"dg\"} 2097152\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_prefix_cache_entries gauge\nhunch_model_prefix_cache_entries{model=\"dg\"} 13\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_inflight_kv_bytes gauge\nhunch_model_inflight_kv_bytes{model=\"dg\"} 0\n"
-        ));
-        assert!(text.contains(
-            "# TYPE hunch_model_batch_deviation gauge\nhunch_model_batch_deviation{model=\"dg\"} 0.00019\n"
-        ));
+        for (name, kind, value) in [
+            ("hunch_model_prefix_cache_hits_total", "counter", "2"),
+            ("hunch_model_forwards_total", "counter", "12"),
+            ("hunch_model_active_requests", "gauge", "1"),
+            ("hunch_model_queued_requests", "gauge", "0"),
+            ("hunch_model_prefix_cache_bytes", "gauge", "2097152"),
+            ("hunch_model_prefix_cache_entries", "gauge", "13"),
+            ("hunch_model_inflight_kv_bytes", "gauge", "0"),
+            ("hunch_model_batch_deviation", "gauge", "0.00019"),
+        ] {
+            let family = format!("# TYPE {name} {kind}\n{name}{{model=\"dg\"}} {value}\n");
+            assert!(text.contains(&family), "{family} in\n{text}");
+        }
+        let requests = histogram_text(
+            "hunch_model_batch_requests",
+            &["1", "2", "4", "8", "16", "32", "64", "+Inf"],
+            &[1, 1, 2, 2, 2, 2, 2, 2],
+            4,
+        );
+        let rows = histogram_text(
+            "hunch_model_batch_rows",
+            &["16", "64", "256", "1024", "4096", "16384", "+Inf"],
+            &[0, 0, 1, 1, 1, 2, 2],
+            5200,
+        );
+        for histogram in [requests, rows] {
+            assert!(text.contains(&histogram), "{histogram} in\n{text}");
+        }
+    }
+
+    /// The text of histogram `name` of model `dg`: the cumulative count of each bucket bound
+    /// (the last bound `+Inf`, whose count is the histogram's count), then the sum.
+    fn histogram_text(name: &str, bounds: &[&str], counts: &[u64], sum: u64) -> String {
+        let mut text = format!("# TYPE {name} histogram\n");
+        for (le, count) in bounds.iter().zip(counts) {
+            text += &format!("{name}_bucket{{model=\"dg\",le=\"{le}\"}} {count}\n");
+        }
+        let count = counts.last().copied().unwrap_or(0);
+        text + &format!("{name}_sum{{model=\"dg\"}} {sum}\n{name}_count{{model=\"dg\"}} {count}\n")
     }
 
     #[test]

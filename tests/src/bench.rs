@@ -1,6 +1,6 @@
-//! Small pieces the benchmark binaries share (`read-bench`, `batch-bench`).
+//! Small pieces the benchmark binaries share (`read-bench`, `batch-bench`, `isolation-bench`).
 
-pub use hunch_core::process::mapped_blas;
+use hunch_core::protocol::{Health, HealthState};
 use hunch_core::{ChoiceOption, Question, QuestionKind, ReadOptions, ReadRequest};
 use std::fmt::Display;
 use std::path::Path;
@@ -157,13 +157,22 @@ pub fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[i.min(v.len() - 1)]
 }
 
+/// A sidecar that said ready.
+pub struct ReadySidecar {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    pub process: crate::Process,
+    /// Every BLAS library its process has mapped, as its `/health` reported them.
+    pub blas_libraries: Vec<String>,
+}
+
 /// Starts `hunch-accelerator` with `args` and waits until its `/health` says ready (or failed,
 /// with its logs; or `timeout` passes): the sidecar every model benchmark measures against.
 pub async fn start_ready_sidecar(
     accelerator: &Path,
     args: &[String],
     timeout: std::time::Duration,
-) -> Result<(String, crate::Process), String> {
+) -> Result<ReadySidecar, String> {
     let (url, process) = crate::start_process(
         &accelerator.to_path_buf(),
         args,
@@ -173,7 +182,7 @@ pub async fn start_ready_sidecar(
     let client = reqwest::Client::new();
     let started = std::time::Instant::now();
     loop {
-        let h: serde_json::Value = client
+        let h: Health = client
             .get(format!("{url}/health"))
             .send()
             .await
@@ -181,18 +190,27 @@ pub async fn start_ready_sidecar(
             .json()
             .await
             .map_err(|e| format!("GET {url}/health: {e}"))?;
-        match h["state"].as_str() {
-            Some("ready") => return Ok((url, process)),
-            Some("failed") => {
+        match (h.state, h.info) {
+            (HealthState::Ready, Some(info)) => {
+                return Ok(ReadySidecar {
+                    url,
+                    process,
+                    blas_libraries: info.blas_libraries,
+                })
+            }
+            (HealthState::Failed, _) => {
                 return Err(format!(
-                    "the sidecar failed to load: {h}\n{}",
+                    "the sidecar failed to load: {}\n{}",
+                    h.message,
                     process.logs()
                 ))
             }
             _ if started.elapsed() > timeout => {
                 return Err(format!(
-                    "the sidecar did not load in {} s: {h}",
-                    timeout.as_secs()
+                    "the sidecar did not load in {} s: {:?} {}",
+                    timeout.as_secs(),
+                    h.state,
+                    h.message
                 ))
             }
             _ => tokio::time::sleep(std::time::Duration::from_millis(100)).await,

@@ -10,8 +10,30 @@ use hunch_e2e::http::post_json;
 use hunch_e2e::{hunch_bin, start_hunch_with_fixture};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+/// Runs `command` (a `hunch` command line) and fails the test, with its stderr, unless it succeeds.
+fn run_ok(command: &mut Command) -> Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `hunch calibrate` of decision log `log` with the labels in `labels`, writing `out`.
+fn calibrate(log: &str, labels: &Path, out: &Path) -> Command {
+    let mut command = Command::new(hunch_bin());
+    command
+        .args(["calibrate", "--log", log, "--labels"])
+        .arg(labels)
+        .arg("-o")
+        .arg(out);
+    command
+}
 
 /// The log's events once it holds `n` (the file sink writes in the background).
 async fn wait_for_events(path: &Path, n: usize) {
@@ -74,20 +96,11 @@ async fn labelled_decisions_are_calibrated_and_every_unused_label_is_reported() 
 
     let out_file = dir.path().join("calibration.json");
     let report = dir.path().join("report");
-    let out = Command::new(hunch_bin())
-        .args(["calibrate", "--log", &l, "--labels"])
-        .arg(&labels)
-        .arg("-o")
-        .arg(&out_file)
-        .arg("--report")
-        .arg(&report)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        calibrate(&l, &labels, &out_file)
+            .arg("--report")
+            .arg(&report)
+            .arg("--json"),
     );
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     let written: Value = serde_json::from_slice(&std::fs::read(&out_file).unwrap()).unwrap();
@@ -172,18 +185,7 @@ async fn fitted_calibration(dir: &Path) -> std::path::PathBuf {
     std::fs::write(&labels, lines.join("\n")).unwrap();
     wait_for_events(&log, n).await;
     let file = dir.join("calibration.json");
-    let out = Command::new(hunch_bin())
-        .args(["calibrate", "--log", &l, "--labels"])
-        .arg(&labels)
-        .arg("-o")
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&mut calibrate(&l, &labels, &file));
     file
 }
 
@@ -266,15 +268,14 @@ async fn a_served_calibrated_answer_equals_the_offline_calibration_bit_for_bit()
 
     // Replaying the same calibration: the calibrated decision does not move at all, the raw one
     // moves by exactly the calibration's change of its probabilities.
-    let out = Command::new(hunch_bin())
-        .args(["replay", "--log", &l, "--calibration", &f, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(Command::new(hunch_bin()).args([
+        "replay",
+        "--log",
+        &l,
+        "--calibration",
+        &f,
+        "--json",
+    ]));
     let replayed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(replayed["calibration"], json!(calibrations.id));
     assert_eq!(

@@ -270,6 +270,30 @@ async fn fixture_server(dir: &Path, log: &Path, extra: &[&str]) -> Hunch {
     start_hunch_with_fixture("dg-test", &args).await
 }
 
+/// A decision answered from the answer cache is recorded with every read, the cached answers
+/// included (the cache sits below the recorder), so `hunch replay` replays it without a server.
+#[tokio::test]
+async fn a_decision_answered_from_the_cache_replays_without_a_server() {
+    let (dir, log, policies) = probe_policies();
+    let hunch = fixture_server(&policies, &log, &["--answer-cache-mb", "64"]).await;
+    for _ in 0..2 {
+        let (status, _, body) = decide(&hunch.url, 3).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let all = events(&log, 2).await;
+    drop(hunch);
+    // The second decision's two questions both came from the cache, and its record holds them.
+    let read = &all[1]["reads"][0];
+    assert_eq!(read["stats"]["answer_cache_hits"], 2, "{}", all[1]);
+    assert_eq!(read["distributions"], all[0]["reads"][0]["distributions"]);
+    let l = log.display().to_string();
+    let v1 = write(dir.path(), "probe-v1.wasm", &probe(1));
+    let replayed = replay(&["--log", &l, "--policy", &format!("probe={}", v1.display())]);
+    assert_eq!(replayed["decisions"], 2, "{replayed}");
+    assert_eq!(replayed["not_replayable"], 0, "{replayed}");
+    assert_eq!(replayed["changed"], 0, "{replayed}");
+}
+
 /// With the decision log on, every read goes through a recording wrapper: the model's limits and
 /// fingerprint must still reach the host's checks and the answer cache through it.
 #[tokio::test]

@@ -292,7 +292,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     env.insert("blas".into(), json!(blas.name()));
     env.insert(
         "blas_libs".into(),
-        json!(hunch_core::process::mapped_blas(std::process::id())),
+        json!(hunch_accelerator::blas::mapped_libraries()),
     );
     env.insert(
         "ld_preload".into(),

@@ -1,10 +1,10 @@
-//! Building a [`DiffusionGemma`] from any [`WeightLayout`], which says how each logical weight is
+//! Building a [`DiffusionGemma`] from a [`MappedLayout`], which says how each logical weight is
 //! stored (names of docs/checkpoint-layouts.md, "Module keys").
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlx_rs::{Array, Dtype};
 
-use super::{LoadError, LoadOptions};
+use super::{LoadError, LoadOptions, MappedLayout};
 use crate::model::{
     attention::Attention,
     config::{AttentionKind, Config},
@@ -14,28 +14,8 @@ use crate::model::{
     norm::RmsNorm,
     rope::Rope,
     self_conditioning::SelfConditioning,
-    DiffusionGemma, Experts, Linear,
+    DiffusionGemma,
 };
-
-/// How a layout stores the logical weights of DiffusionGemma. Names passed in are the Hugging
-/// Face names (a layout with other names maps them itself).
-pub trait WeightLayout {
-    /// A plain tensor (norm weights, scalars, router scales) in the activation dtype.
-    fn tensor(&self, name: &str, shape: &[i32], dtype: Dtype) -> Result<Array, LoadError>;
-    /// A linear map `prefix` (HF: `prefix.weight` `[out, in]`).
-    fn linear(&self, prefix: &str, out: i32, inp: i32, dtype: Dtype) -> Result<Linear, LoadError>;
-    /// Stacked experts `prefix` (HF: `prefix` `[E, out, in]`, no `.weight`).
-    fn experts(
-        &self,
-        prefix: &str,
-        num: i32,
-        out: i32,
-        inp: i32,
-        dtype: Dtype,
-    ) -> Result<Experts, LoadError>;
-    /// The stored dtype of the embedding (fixes the rounding of √hidden).
-    fn embedding_dtype(&self) -> Dtype;
-}
 
 fn eval_named(name: &str, arrays: &[&Array]) -> Result<(), LoadError> {
     mlx_rs::transforms::eval(arrays.iter().copied()).map_err(|source| LoadError::Mlx {
@@ -46,7 +26,7 @@ fn eval_named(name: &str, arrays: &[&Array]) -> Result<(), LoadError> {
 
 /// Builds the model from any layout.
 pub fn assemble(
-    layout: &dyn WeightLayout,
+    layout: &MappedLayout,
     config: Config,
     options: &LoadOptions,
 ) -> Result<DiffusionGemma, LoadError> {
@@ -165,21 +145,19 @@ pub fn assemble(
             )?,
             post_feedforward_layernorm: norm(format!("{p}.post_feedforward_layernorm.weight"), h)?,
         };
-        // The only text tensors where encoder and decoder differ.
-        let encoder_scalar = layout.tensor(
-            &format!("model.encoder.language_model.layers.{i}.layer_scalar"),
-            &[1],
-            dt,
-        )?;
-        let decoder_scalar = layout.tensor(&format!("{p}.layer_scalar"), &[1], dt)?;
-        layers.push(Layer::new(
+        layers.push(Layer {
             attention,
             mlp,
             moe,
             norms,
-            encoder_scalar,
-            decoder_scalar,
-        ));
+            // The only text tensors where encoder and decoder differ.
+            encoder_scalar: layout.tensor(
+                &format!("model.encoder.language_model.layers.{i}.layer_scalar"),
+                &[1],
+                dt,
+            )?,
+            decoder_scalar: layout.tensor(&format!("{p}.layer_scalar"), &[1], dt)?,
+        });
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -115,16 +115,8 @@ pub enum QuantMode {
 /// Tensor names of one module, resolved against the checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModuleRef {
-    Dense {
-        tensor: String,
-    },
-    Quantized {
-        codes: String,
-        scales: String,
-        biases: Option<String>,
-        global_scale: Option<String>,
-        mode: QuantMode,
-    },
+    Dense { tensor: String },
+    Quantized(Quantized<String>),
 }
 
 /// What part of a module a stored tensor is (it decides the dtype the tensor is held in).
@@ -145,46 +137,88 @@ impl ModuleRef {
     pub fn parts(&self) -> Vec<(&str, TensorKind)> {
         match self {
             ModuleRef::Dense { tensor } => vec![(tensor.as_str(), TensorKind::Dense)],
-            ModuleRef::Quantized {
-                codes,
-                scales,
-                biases,
-                global_scale,
-                mode,
-            } => {
-                let scale_kind = match mode {
-                    QuantMode::Nvfp4 => TensorKind::Packed,
-                    QuantMode::Affine { .. } => TensorKind::AffineScale,
-                };
-                let mut v = vec![
-                    (codes.as_str(), TensorKind::Packed),
-                    (scales.as_str(), scale_kind),
-                ];
-                v.extend(biases.as_deref().map(|b| (b, TensorKind::AffineScale)));
-                v.extend(
-                    global_scale
-                        .as_deref()
-                        .map(|g| (g, TensorKind::GlobalScale)),
-                );
-                v
-            }
+            ModuleRef::Quantized(q) => q
+                .parts()
+                .map(|(part, name)| (name.as_str(), part.kind(q.mode)))
+                .collect(),
         }
     }
 }
 
-/// A quantised weight as views into the mapped files.
-#[derive(Debug, Clone, Copy)]
-pub struct QuantizedWeight<'a> {
+/// Which tensor of a quantised module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantizedPart {
+    Codes,
+    Scales,
+    Biases,
+    GlobalScale,
+}
+
+impl QuantizedPart {
+    /// What kind of tensor this part is in a module encoded as `mode`.
+    pub fn kind(self, mode: QuantMode) -> TensorKind {
+        match (self, mode) {
+            (QuantizedPart::Codes, _) | (QuantizedPart::Scales, QuantMode::Nvfp4) => {
+                TensorKind::Packed
+            }
+            (QuantizedPart::Scales | QuantizedPart::Biases, _) => TensorKind::AffineScale,
+            (QuantizedPart::GlobalScale, _) => TensorKind::GlobalScale,
+        }
+    }
+}
+
+/// The tensors of one quantised module and their encoding: the one list of a quantised module's
+/// parts, whatever a tensor is held as: its name ([`ModuleRef`]), its view into the mapped files
+/// ([`QuantizedWeight`]) or its loaded array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quantized<T> {
     /// `uint32` packed codes, `[..., out, in·bits/32]`.
-    pub codes: TensorView<'a>,
+    pub codes: T,
     /// NVFP4: `uint8` E4M3 `[..., out, in/16]`; affine: float `[..., out, in/group]`.
-    pub scales: TensorView<'a>,
+    pub scales: T,
     /// Affine only.
-    pub biases: Option<TensorView<'a>>,
+    pub biases: Option<T>,
     /// NVFP4 experts: `f32 [E]`, absmax convention (`w = e2m1 · e4m3 · gs / 2688`).
-    pub global_scale: Option<TensorView<'a>>,
+    pub global_scale: Option<T>,
     pub mode: QuantMode,
 }
+
+impl<T> Quantized<T> {
+    /// Every tensor present, with its part.
+    pub fn parts(&self) -> impl Iterator<Item = (QuantizedPart, &T)> {
+        [
+            (QuantizedPart::Codes, Some(&self.codes)),
+            (QuantizedPart::Scales, Some(&self.scales)),
+            (QuantizedPart::Biases, self.biases.as_ref()),
+            (QuantizedPart::GlobalScale, self.global_scale.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(part, t)| Some((part, t?)))
+    }
+
+    /// Each tensor turned into a `U` by `f`, which is told its part; the first error stops it.
+    pub fn try_map<U, E>(
+        &self,
+        mut f: impl FnMut(QuantizedPart, &T) -> Result<U, E>,
+    ) -> Result<Quantized<U>, E> {
+        Ok(Quantized {
+            codes: f(QuantizedPart::Codes, &self.codes)?,
+            scales: f(QuantizedPart::Scales, &self.scales)?,
+            biases: match &self.biases {
+                Some(b) => Some(f(QuantizedPart::Biases, b)?),
+                None => None,
+            },
+            global_scale: match &self.global_scale {
+                Some(g) => Some(f(QuantizedPart::GlobalScale, g)?),
+                None => None,
+            },
+            mode: self.mode,
+        })
+    }
+}
+
+/// A quantised weight as views into the mapped files.
+pub type QuantizedWeight<'a> = Quantized<TensorView<'a>>;
 
 /// One module's weight.
 #[derive(Debug, Clone, Copy)]
@@ -274,20 +308,20 @@ fn module_ref(
         Storage::Dense => ModuleRef::Dense {
             tensor: weight_name(spec, layout),
         },
-        Storage::Nvfp4 => ModuleRef::Quantized {
+        Storage::Nvfp4 => ModuleRef::Quantized(Quantized {
             codes: name(0),
             scales: name(1),
             biases: None,
             global_scale: Some(name(2)),
             mode: QuantMode::Nvfp4,
-        },
-        Storage::Affine { group_size, bits } => ModuleRef::Quantized {
+        }),
+        Storage::Affine { group_size, bits } => ModuleRef::Quantized(Quantized {
             codes: name(0),
             scales: name(1),
             biases: Some(name(2)),
             global_scale: None,
             mode: QuantMode::Affine { group_size, bits },
-        },
+        }),
     }
 }
 
@@ -369,17 +403,24 @@ fn config_hint(config: &Value) -> String {
 
 impl Checkpoint {
     /// Map the weight files of `dir`, find the layout its tensors fit and validate every tensor
-    /// the config implies.
+    /// its `config.json` implies.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, LayoutError> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = dir.as_ref();
         let cfg_path = dir.join("config.json");
         if !cfg_path.is_file() {
             return Err(LayoutError::NotACheckpoint {
-                dir: dir.clone(),
+                dir: dir.to_path_buf(),
                 why: "no config.json".into(),
             });
         }
-        let config = read_json(&cfg_path)?;
+        Self::with_config(dir, read_json(&cfg_path)?)
+    }
+
+    /// [`Checkpoint::open`] with `dir`'s `config.json` already parsed (`config`): the loader
+    /// parses it once for the model's [`Config`](crate::model::Config) and the inventory here.
+    pub fn with_config(dir: impl AsRef<Path>, config: Value) -> Result<Self, LayoutError> {
+        let dir = dir.as_ref().to_path_buf();
+        let cfg_path = dir.join("config.json");
         let dims = ModelDims::from_config(&config)?;
         let files = weight_files(&dir)?;
         let tensors = TensorSet::open(&files.files)?;
@@ -452,28 +493,10 @@ impl Checkpoint {
 
     /// The weight of a module as views into the mapping.
     pub fn weight(&self, module: &str) -> Option<Weight<'_>> {
-        let get = |n: &str| self.tensors.get(n);
+        let get = |_, n: &String| self.tensors.get(n).ok_or(());
         match self.modules.get(module)? {
-            ModuleRef::Dense { tensor } => get(tensor).map(Weight::Dense),
-            ModuleRef::Quantized {
-                codes,
-                scales,
-                biases,
-                global_scale,
-                mode,
-            } => Some(Weight::Quantized(QuantizedWeight {
-                codes: get(codes)?,
-                scales: get(scales)?,
-                biases: match biases {
-                    Some(b) => Some(get(b)?),
-                    None => None,
-                },
-                global_scale: match global_scale {
-                    Some(g) => Some(get(g)?),
-                    None => None,
-                },
-                mode: *mode,
-            })),
+            ModuleRef::Dense { tensor } => self.tensors.get(tensor).map(Weight::Dense),
+            ModuleRef::Quantized(q) => q.try_map(get).ok().map(Weight::Quantized),
         }
     }
 

@@ -1,5 +1,5 @@
-//! The one [`WeightLayout`]: a validated [`Checkpoint`] of any layout, its tensors handed to the
-//! model as arrays over the mapped files.
+//! A validated [`Checkpoint`] of any layout, its tensors handed to the model
+//! ([`super::assemble`]) as arrays over the mapped files.
 //!
 //! What each weight is held as ([`held_dtype`]) is decided here and only here, so the memory
 //! plan ([`super::memory`]) and the load agree:
@@ -17,9 +17,8 @@ use std::path::{Path, PathBuf};
 use mlx_rs::{Array, Dtype};
 
 use super::arrays::{array, release_pages};
-use super::assemble::WeightLayout;
 pub use super::layout::TensorKind;
-use super::layout::{Checkpoint, ModuleRef, QuantMode};
+use super::layout::{Checkpoint, ModuleRef, QuantMode, Quantized, QuantizedPart};
 use super::LoadError;
 use crate::model::linear::Affine;
 use crate::model::{Experts, Linear};
@@ -41,18 +40,7 @@ pub enum LoadedWeight {
     /// A plain tensor in its stored dtype.
     Dense(Array),
     /// Packed codes with their scales, in their stored dtypes.
-    Quantized {
-        /// uint32 packed codes.
-        codes: Array,
-        /// NVFP4: uint8 E4M3; affine: float.
-        scales: Array,
-        /// Affine only.
-        biases: Option<Array>,
-        /// NVFP4 only: float32 `[E]`.
-        global_scale: Option<Array>,
-        /// Encoding.
-        mode: QuantMode,
-    },
+    Quantized(Quantized<Array>),
 }
 
 /// A checkpoint directory of any layout, validated and mapped.
@@ -65,16 +53,20 @@ pub struct MappedLayout {
 impl MappedLayout {
     /// Finds the layout of `dir`, validates it ([`Checkpoint::open`]) and keeps its mapping.
     pub fn open(dir: &Path) -> Result<Self, LoadError> {
-        let checkpoint = Checkpoint::open(dir)?;
+        Ok(Self::new(Checkpoint::open(dir)?))
+    }
+
+    /// The layout of a checkpoint already opened and validated.
+    pub fn new(checkpoint: Checkpoint) -> Self {
         let modules = checkpoint
             .module_names()
             .filter_map(|m| checkpoint.module_ref(m).map(|r| (m.to_string(), r.clone())))
             .collect();
-        Ok(Self {
-            dir: dir.to_path_buf(),
+        Self {
+            dir: checkpoint.dir.clone(),
             checkpoint,
             modules,
-        })
+        }
     }
 
     /// The validated checkpoint.
@@ -116,35 +108,21 @@ impl MappedLayout {
         };
         match self.module(key)? {
             ModuleRef::Dense { tensor } => Ok(LoadedWeight::Dense(self.array(tensor, logical)?)),
-            ModuleRef::Quantized {
-                codes,
-                scales,
-                biases,
-                global_scale,
-                mode,
-            } => {
-                let (code_cols, scale_cols) = match *mode {
+            ModuleRef::Quantized(q) => {
+                let (code_cols, scale_cols) = match q.mode {
                     QuantMode::Nvfp4 => (inp / 8, inp / 16),
                     QuantMode::Affine { group_size, bits } => {
                         (inp * bits as i32 / 32, inp / group_size.max(1) as i32)
                     }
                 };
-                let biases = match biases {
-                    Some(b) => Some(self.array(b, &with_last(scale_cols))?),
-                    None => None,
-                };
-                let global_scale = match global_scale {
+                let shape = |part| match part {
+                    QuantizedPart::Codes => with_last(code_cols),
+                    QuantizedPart::Scales | QuantizedPart::Biases => with_last(scale_cols),
                     // One tensor scale per expert: the leading (expert) axis.
-                    Some(g) => Some(self.array(g, &lead[..1.min(lead.len())])?),
-                    None => None,
+                    QuantizedPart::GlobalScale => lead[..1.min(lead.len())].to_vec(),
                 };
-                Ok(LoadedWeight::Quantized {
-                    codes: self.array(codes, &with_last(code_cols))?,
-                    scales: self.array(scales, &with_last(scale_cols))?,
-                    biases,
-                    global_scale,
-                    mode: *mode,
-                })
+                let arrays = q.try_map(|part, name| self.array(name, &shape(part)))?;
+                Ok(LoadedWeight::Quantized(arrays))
             }
         }
     }
@@ -207,13 +185,13 @@ impl MappedLayout {
         dtype: Dtype,
     ) -> Result<Option<Affine>, LoadError> {
         match weight {
-            LoadedWeight::Quantized {
+            LoadedWeight::Quantized(Quantized {
                 codes,
                 scales,
                 biases: Some(biases),
                 mode: QuantMode::Affine { group_size, bits },
                 ..
-            } => {
+            }) => {
                 let (scales, biases) = self.affine_scales(prefix, scales, biases, dtype)?;
                 Ok(Some(Affine::new(
                     codes,
@@ -235,18 +213,26 @@ impl MappedLayout {
     }
 }
 
-impl WeightLayout for MappedLayout {
-    fn tensor(&self, name: &str, shape: &[i32], dtype: Dtype) -> Result<Array, LoadError> {
+/// How the model's builder ([`super::assemble`]) asks for each logical weight, by its Hugging
+/// Face name (the layout maps it to its own names).
+impl MappedLayout {
+    /// A plain tensor (norm weights, scalars, router scales) in the activation dtype.
+    pub fn tensor(&self, name: &str, shape: &[i32], dtype: Dtype) -> Result<Array, LoadError> {
         let key = name.strip_suffix(".weight").unwrap_or(name);
         match self.weight(key, shape)? {
             LoadedWeight::Dense(a) => self.hold(name, a, TensorKind::Dense, dtype),
-            LoadedWeight::Quantized { .. } => {
-                Err(self.unexpected(key, "quantised, expected dense"))
-            }
+            LoadedWeight::Quantized(_) => Err(self.unexpected(key, "quantised, expected dense")),
         }
     }
 
-    fn linear(&self, prefix: &str, out: i32, inp: i32, dtype: Dtype) -> Result<Linear, LoadError> {
+    /// A linear map `prefix` (HF: `prefix.weight` `[out, in]`).
+    pub fn linear(
+        &self,
+        prefix: &str,
+        out: i32,
+        inp: i32,
+        dtype: Dtype,
+    ) -> Result<Linear, LoadError> {
         match self.weight(prefix, &[out, inp])? {
             LoadedWeight::Dense(w) => Ok(Linear::dense(self.dense(prefix, w, dtype)?)),
             quantized => match self.affine(prefix, quantized, dtype)? {
@@ -259,7 +245,8 @@ impl WeightLayout for MappedLayout {
         }
     }
 
-    fn experts(
+    /// Stacked experts `prefix` (HF: `prefix` `[E, out, in]`, no `.weight`).
+    pub fn experts(
         &self,
         prefix: &str,
         num: i32,
@@ -269,13 +256,13 @@ impl WeightLayout for MappedLayout {
     ) -> Result<Experts, LoadError> {
         match self.weight(prefix, &[num, out, inp])? {
             LoadedWeight::Dense(w) => Ok(Experts::dense(self.dense(prefix, w, dtype)?)?),
-            LoadedWeight::Quantized {
+            LoadedWeight::Quantized(Quantized {
                 codes,
                 scales,
                 global_scale: Some(gs),
                 mode: QuantMode::Nvfp4,
                 ..
-            } => Ok(Experts::nvfp4(
+            }) => Ok(Experts::nvfp4(
                 codes,
                 scales,
                 self.hold(
@@ -295,17 +282,18 @@ impl WeightLayout for MappedLayout {
         }
     }
 
-    fn embedding_dtype(&self) -> Dtype {
+    /// The stored dtype of the embedding (fixes the rounding of √hidden).
+    pub fn embedding_dtype(&self) -> Dtype {
         // The dtype the model was stored in (fixes the rounding of √hidden): the dense
         // embedding's, or, when quantised, that of its scales (mlx_lm keeps them in the
         // weight's dtype).
         let name = match self.modules.get("model.decoder.embed_tokens") {
             Some(ModuleRef::Dense { tensor }) => Some(tensor),
-            Some(ModuleRef::Quantized {
+            Some(ModuleRef::Quantized(Quantized {
                 scales,
                 mode: QuantMode::Affine { .. },
                 ..
-            }) => Some(scales),
+            })) => Some(scales),
             _ => None,
         };
         name.and_then(|n| self.checkpoint.tensors().file_of(n)?.info(n))

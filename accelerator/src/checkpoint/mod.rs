@@ -9,7 +9,7 @@
 //!   config.json implies);
 //! - [`memory`]: what the load will take, refused before allocating when it cannot fit;
 //! - [`mapped`], [`arrays`]: MLX arrays over the mapped bytes, in the dtype each weight is held in;
-//! - [`assemble`]: the model from a [`WeightLayout`].
+//! - [`assemble`]: the model from a [`MappedLayout`].
 //!
 //! Writing checkpoints (random ones, conversion, quantisers) lives in the `tools` module, which
 //! uses this one and which this module never uses (only its tests write checkpoints with it).
@@ -28,15 +28,17 @@ pub mod tensors;
 
 use std::path::Path;
 
-pub use assemble::{assemble, WeightLayout};
+pub use assemble::assemble;
 pub use error::LoadError;
 pub use file_error::FileError;
 pub use format::Layout;
-pub use layout::{detect_layout, Checkpoint, QuantMode, QuantizedWeight, Weight};
+pub use layout::{
+    detect_layout, Checkpoint, QuantMode, Quantized, QuantizedPart, QuantizedWeight, Weight,
+};
 pub use mapped::MappedLayout;
 pub use memory::MemoryPlan;
 
-use crate::model::{ActivationDtype, Config, DiffusionGemma};
+use crate::model::{ActivationDtype, Config, ConfigError, DiffusionGemma};
 
 /// How to load a model.
 #[derive(Clone, Debug, Default)]
@@ -54,16 +56,20 @@ pub struct LoadOptions {
 /// allocating when it cannot fit ([`memory::check`]), then builds the model over the mapped
 /// files.
 pub fn load(dir: &Path, options: &LoadOptions) -> Result<DiffusionGemma, LoadError> {
+    // Parsed once: the model's Config and the checkpoint's inventory are read from one value.
     let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path).map_err(|source| LoadError::Io {
         path: config_path.clone(),
         source,
     })?;
-    let config = Config::from_json(&text).map_err(|source| LoadError::Config {
+    let config_error = |source| LoadError::Config {
         path: config_path.clone(),
         source,
-    })?;
-    let layout = MappedLayout::open(dir)?;
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| config_error(ConfigError::Json(e)))?;
+    let config = Config::from_value(&json).map_err(config_error)?;
+    let layout = MappedLayout::new(Checkpoint::with_config(dir, json)?);
     let dtype = options.dtype.dtype();
     let plan = MemoryPlan::of(layout.checkpoint(), dtype);
     memory::check(&plan, options.memory_limit, dir, dtype)?;

@@ -239,7 +239,12 @@ struct RawText {
 impl Config {
     /// Parses the text of a checkpoint's `config.json`.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawTop = serde_json::from_str(text)?;
+        Self::from_value(&serde_json::from_str(text)?)
+    }
+
+    /// The config a checkpoint's parsed `config.json` describes.
+    pub fn from_value(value: &serde_json::Value) -> Result<Config, ConfigError> {
+        let raw = RawTop::deserialize(value)?;
         let t = raw.text_config;
         // The unembedding is the embedding matrix; an untied lm_head would be silently ignored.
         if raw.tie_word_embeddings == Some(false) || t.tie_word_embeddings == Some(false) {

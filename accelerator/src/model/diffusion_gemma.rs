@@ -488,24 +488,7 @@ impl DiffusionGemma {
         canvases: &[Vec<u32>],
         self_conditioning: Option<&Array>,
     ) -> Result<Array, ModelError> {
-        let out = self.forward(
-            &[],
-            &[CanvasBatch {
-                cache,
-                canvases,
-                positions: None,
-                self_conditioning,
-                labels: None,
-            }],
-        )?;
-        let width = canvases.first().map(Vec::len).unwrap_or(0) as i32;
-        let logits = out.logits.ok_or(ModelError::EmptyBatch)?.reshape(&[
-            canvases.len() as i32,
-            width,
-            self.config.vocab_size,
-        ])?;
-        logits.eval()?;
-        Ok(logits)
+        self.canvas_logits(cache, canvases, None, self_conditioning)
     }
 
     /// A first-step decoder pass (no self-conditioning) that unembeds only the canvas positions
@@ -519,19 +502,35 @@ impl DiffusionGemma {
         canvases: &[Vec<u32>],
         positions: &[usize],
     ) -> Result<Array, ModelError> {
+        self.canvas_logits(cache, canvases, Some(positions), None)
+    }
+
+    /// One decoder pass over `canvases` that unembeds `positions` (`None`: every position):
+    /// logits `[B, positions, vocab]`, evaluated. What `denoise` and `denoise_at` both are.
+    fn canvas_logits(
+        &self,
+        cache: &PromptCache,
+        canvases: &[Vec<u32>],
+        positions: Option<&[usize]>,
+        self_conditioning: Option<&Array>,
+    ) -> Result<Array, ModelError> {
         let out = self.forward(
             &[],
             &[CanvasBatch {
                 cache,
                 canvases,
-                positions: Some(positions),
-                self_conditioning: None,
+                positions,
+                self_conditioning,
                 labels: None,
             }],
         )?;
+        let width = match positions {
+            Some(p) => p.len(),
+            None => canvases.first().map(Vec::len).unwrap_or(0),
+        };
         let logits = out.logits.ok_or(ModelError::EmptyBatch)?.reshape(&[
             canvases.len() as i32,
-            positions.len() as i32,
+            width as i32,
             self.config.vocab_size,
         ])?;
         logits.eval()?;

@@ -37,39 +37,20 @@ pub struct LayerNorms {
     pub post_feedforward_layernorm: RmsNorm,
 }
 
-/// A transformer layer.
+/// A transformer layer: its blocks and both layer scalars.
 #[derive(Clone, Debug)]
 pub struct Layer {
-    attention: Attention,
-    mlp: Mlp,
-    moe: Moe,
-    norms: LayerNorms,
+    pub attention: Attention,
+    pub mlp: Mlp,
+    pub moe: Moe,
+    pub norms: LayerNorms,
     /// `model.encoder.language_model.layers.N.layer_scalar` (shape `[1]`).
-    encoder_scalar: Array,
+    pub encoder_scalar: Array,
     /// `model.decoder.layers.N.layer_scalar` (shape `[1]`).
-    decoder_scalar: Array,
+    pub decoder_scalar: Array,
 }
 
 impl Layer {
-    /// From its blocks and both layer scalars.
-    pub fn new(
-        attention: Attention,
-        mlp: Mlp,
-        moe: Moe,
-        norms: LayerNorms,
-        encoder_scalar: Array,
-        decoder_scalar: Array,
-    ) -> Self {
-        Self {
-            attention,
-            mlp,
-            moe,
-            norms,
-            encoder_scalar,
-            decoder_scalar,
-        }
-    }
-
     fn feed_forward(
         &self,
         x: &Array,

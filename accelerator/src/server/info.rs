@@ -60,6 +60,7 @@ pub fn model_info(
             // The server fills in its body limit.
             max_request_bytes: None,
         },
+        blas_libraries: crate::blas::mapped_libraries(),
     }
 }
 
@@ -192,6 +193,30 @@ mod tests {
         std::fs::write(dir.join("a.safetensors"), tail).unwrap();
         assert_ne!(first, checkpoint_digest(&dir));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_info_reports_the_blas_libraries_this_process_has_mapped() {
+        use crate::tools::random::{Preset, RandomSpec};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        let spec = RandomSpec::new(Preset::Tiny, crate::checkpoint::Layout::Hf);
+        crate::tools::writer::write_random_checkpoint(dir, &spec).expect("a random checkpoint");
+        let tokenizer = Tokenizer::from_dir(dir).expect("its tokenizer");
+        let settings = AnswerSettings {
+            dtype: "float32".into(),
+            canvas_cap: 64,
+            max_prompt_tokens: 1024,
+            rereads: false,
+        };
+        let info = model_info(dir, &tokenizer, QuestionLimits::default(), &settings);
+        assert_eq!(info.blas_libraries, crate::blas::mapped_libraries());
+        if cfg!(target_os = "linux") {
+            // MLX, linked into this test, brings the BLAS it bundles.
+            assert!(!info.blas_libraries.is_empty());
+        }
+        // Not part of the identity: the fingerprint names the BLAS chosen, not the files.
+        assert!(!info.fingerprint.contains(".so"), "{}", info.fingerprint);
     }
 
     #[test]

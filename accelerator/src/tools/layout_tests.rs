@@ -399,3 +399,21 @@ fn hf_quantisation_methods_are_named_when_nothing_fits() {
     let msg = detect_layout(&d).expect_err("refused").to_string();
     assert!(msg.contains("\"modelopt\""), "{msg}");
 }
+
+#[test]
+fn a_checkpoint_opened_with_its_parsed_config_never_reads_config_json_again() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("ckpt");
+    random(&dir, Layout::Nvfp4, &[]);
+    let config = read_json(&dir.join("config.json")).expect("config.json");
+    let opened = Checkpoint::open(&dir).expect("open");
+    // What the loader does: the config parsed once, the file not read again (here: gone).
+    std::fs::remove_file(dir.join("config.json")).expect("remove config.json");
+    let c = Checkpoint::with_config(&dir, config).expect("with its parsed config");
+    assert_eq!(c.layout, opened.layout);
+    assert_eq!(c.dims, opened.dims);
+    assert_eq!(
+        c.module_names().collect::<Vec<_>>(),
+        opened.module_names().collect::<Vec<_>>()
+    );
+}

@@ -17,8 +17,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use hunch_core::AnswerSettings;
-use hunch_core::{answer_set, Answering, AskedQuestion, ReadStats, Reader, Usage};
+use hunch_core::{answer_set, AskedQuestion, ReadStats, Reader, Usage};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Instant;
@@ -106,15 +105,21 @@ async fn decide(
         .record_body_encoding(&encoding.trim().to_ascii_lowercase());
     let request = state.validator.parse(&bytes)?;
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
-    let reader = decision.reader(Arc::new(state.reader(&request.model)?));
+    let model: Arc<dyn Reader> = Arc::new(state.reader(&request.model)?);
+    // The answer cache sits below the decision's recorder, so a recorded read holds every
+    // answer, cached or read (and replays without a model). It is not used while a calibration
+    // is served: its answers would outlive a reloaded calibration and mix raw with calibrated
+    // ones.
+    let calibration = state.calibration.current();
+    let model = match calibration {
+        Some(_) => model,
+        None => state.answering.reader(model),
+    };
+    let reader = decision.reader(model);
     seen.model = Some(reader.model_name().to_string());
-    // The calibration wraps the recording reader: the record keeps the raw distributions. The
-    // answer cache is not used while a calibration is served: its answers would outlive a
-    // reloaded calibration and mix raw with calibrated ones.
-    let mut answering = state.answering.clone();
-    let reader: Arc<dyn Reader> = match state.calibration.current() {
+    // The calibration wraps the recording reader: the record keeps the raw distributions.
+    let reader: Arc<dyn Reader> = match calibration {
         Some(c) => {
-            answering.cache = None;
             if request.calibration_off {
                 reader
             } else {
@@ -128,7 +133,7 @@ async fn decide(
         None => reader,
     };
     let started = Instant::now();
-    let answered = answer(reader.as_ref(), &request, &answering).await?;
+    let answered = answer(reader.as_ref(), &request, state.answering.questions).await?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),
@@ -239,14 +244,15 @@ pub struct Answered {
 }
 
 /// Answers every question of `request` through hunch-core's orchestration (the request's
-/// `x_questions`, else the server's mode; the answer cache when on) and builds the response body.
+/// `x_questions`, else the server's mode `questions`) and builds the response body. The answer
+/// cache, when on, is part of `reader` ([`hunch_core::AnswerSettings::reader`]).
 pub async fn answer(
     reader: &dyn Reader,
     request: &SystemOneRequest,
-    answering: &AnswerSettings,
+    questions: hunch_core::QuestionMode,
 ) -> Result<Answered, ApiError> {
     let mut options = request.options.clone();
-    options.questions = request.x_questions.unwrap_or(answering.questions);
+    options.questions = request.x_questions.unwrap_or(questions);
     let asked: Vec<AskedQuestion> = request
         .questions
         .iter()
@@ -257,20 +263,10 @@ pub async fn answer(
         .collect();
     let ids: Vec<String> = request.questions.iter().map(|q| q.id.0.clone()).collect();
     // Within `asking`, so the decision's record names each read's questions by the request's ids.
-    let set = asking(
-        &asked,
-        answer_set(
-            reader,
-            &request.state,
-            &asked,
-            &options,
-            Answering {
-                cache: answering.cache.as_deref(),
-            },
-        ),
-    )
-    .await
-    .map_err(|e| from_read_error(e.error, &ids))?;
+    // The answer cache, when on, is part of the reader (below the decision's recorder).
+    let set = asking(&asked, answer_set(reader, &request.state, &asked, &options))
+        .await
+        .map_err(|e| from_read_error(e.error, &ids))?;
 
     let mut answers = Map::new();
     for (asked, answer) in request.questions.iter().zip(&set.answers) {
@@ -307,6 +303,7 @@ pub async fn answer(
 mod tests {
     use super::*;
     use crate::api::validate::RequestValidator;
+    use hunch_core::{AnswerSettings, QuestionMode};
     use hunch_core::{LabelDistribution, ReadError, ReadOutcome, ReadRequest};
     use std::sync::Mutex;
 
@@ -370,7 +367,7 @@ mod tests {
             vec![0.2, 0.3, 0.5],
             vec![0.25, 0.75],
         ]));
-        let answered = answer(&reader, &request(), &AnswerSettings::default())
+        let answered = answer(&reader, &request(), QuestionMode::Isolated)
             .await
             .unwrap();
         let asked = reader.asked.lock().unwrap();
@@ -404,7 +401,7 @@ mod tests {
             question: 1,
             message: "no".into(),
         }));
-        match answer(&reader, &request(), &AnswerSettings::default()).await {
+        match answer(&reader, &request(), QuestionMode::Isolated).await {
             Err(ApiError::Validation(e)) => assert_eq!(e[0].loc_path(), "body.questions.lvl"),
             other => panic!("{other:?}"),
         }
@@ -414,7 +411,7 @@ mod tests {
     async fn broken_reader_output_is_a_500_never_nan() {
         let short = stub(Ok(vec![vec![0.5, 0.5]]));
         assert!(matches!(
-            answer(&short, &request(), &AnswerSettings::default()).await,
+            answer(&short, &request(), QuestionMode::Isolated).await,
             Err(ApiError::Internal { .. })
         ));
         let nan = stub(Ok(vec![
@@ -423,7 +420,7 @@ mod tests {
             vec![0.25, 0.75],
         ]));
         assert!(matches!(
-            answer(&nan, &request(), &AnswerSettings::default()).await,
+            answer(&nan, &request(), QuestionMode::Isolated).await,
             Err(ApiError::Internal { .. })
         ));
     }

@@ -550,13 +550,7 @@ mod tests {
             async move {
                 asking(
                     &set,
-                    hunch_core::answer_set(
-                        recording,
-                        state,
-                        &set,
-                        options,
-                        hunch_core::Answering::default(),
-                    ),
+                    hunch_core::answer_set(recording, state, &set, options),
                 )
                 .await
                 .unwrap()

@@ -12,3 +12,34 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::hunch::policy::types;
+
+use hunch_core::ReadErrorKind;
+
+/// The WIT `read-error-kind` is `hunch_core::ReadErrorKind` on the wire: a guest's read failure
+/// comes back as the core kind, a read error goes to the guest as the WIT one.
+impl From<types::ReadErrorKind> for ReadErrorKind {
+    fn from(kind: types::ReadErrorKind) -> Self {
+        use types::ReadErrorKind as Wit;
+        match kind {
+            Wit::InvalidQuestion => Self::InvalidQuestion,
+            Wit::TooLarge => Self::TooLarge,
+            Wit::Unavailable => Self::Unavailable,
+            Wit::Timeout => Self::Timeout,
+            Wit::Rejected => Self::Rejected,
+            Wit::Internal => Self::Internal,
+        }
+    }
+}
+
+impl From<ReadErrorKind> for types::ReadErrorKind {
+    fn from(kind: ReadErrorKind) -> Self {
+        match kind {
+            ReadErrorKind::InvalidQuestion => Self::InvalidQuestion,
+            ReadErrorKind::TooLarge => Self::TooLarge,
+            ReadErrorKind::Unavailable => Self::Unavailable,
+            ReadErrorKind::Timeout => Self::Timeout,
+            ReadErrorKind::Rejected => Self::Rejected,
+            ReadErrorKind::Internal => Self::Internal,
+        }
+    }
+}

@@ -132,14 +132,7 @@ impl From<wit::PolicyError> for PolicyFailure {
         match e {
             wit::PolicyError::InvalidInput(message) => PolicyFailure::InvalidInput { message },
             wit::PolicyError::ReadFailed(r) => PolicyFailure::ReadFailed {
-                read_error: match r.kind {
-                    wit::ReadErrorKind::InvalidQuestion => ReadErrorKind::InvalidQuestion,
-                    wit::ReadErrorKind::TooLarge => ReadErrorKind::TooLarge,
-                    wit::ReadErrorKind::Unavailable => ReadErrorKind::Unavailable,
-                    wit::ReadErrorKind::Timeout => ReadErrorKind::Timeout,
-                    wit::ReadErrorKind::Rejected => ReadErrorKind::Rejected,
-                    wit::ReadErrorKind::Internal => ReadErrorKind::Internal,
-                },
+                read_error: r.kind.into(),
                 message: r.message,
             },
             wit::PolicyError::Failed(message) => PolicyFailure::Failed { message },

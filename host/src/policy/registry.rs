@@ -599,6 +599,36 @@ impl Registry {
         self.readers.reader(policy.reader.as_deref())
     }
 
+    /// The version and config hash of `wasm` with `toml_text`; `None` when `stage` of `name`
+    /// holds exactly them already (installing them again would change nothing).
+    fn changed(
+        &self,
+        name: &str,
+        stage: Stage,
+        wasm: &[u8],
+        toml_text: Option<&str>,
+    ) -> Option<(String, Option<String>)> {
+        let (version, config_hash) = hashes(wasm, toml_text);
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        let held = entries.get(name).and_then(|e| match stage {
+            Stage::Active => Some((e.current.as_ref()?, &e.config_hash)),
+            Stage::Candidate => Some((e.candidate.as_ref()?, &e.candidate_config_hash)),
+            Stage::Previous => None,
+        });
+        match held {
+            // A version whose calibration file changed on disk is rebuilt though its own files
+            // did not change.
+            Some((policy, hash))
+                if policy.version == version
+                    && *hash == config_hash
+                    && !policy.calibration.is_stale() =>
+            {
+                None
+            }
+            _ => Some((version, config_hash)),
+        }
+    }
+
     /// Builds and swaps in a version unless it is the one serving. `Some(policy)` when swapped.
     async fn install(
         &self,
@@ -606,18 +636,11 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
-        {
-            let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(e) = entries.get(name) {
-                if e.current.as_ref().map(|p| &p.version) == Some(&version)
-                    && e.config_hash == config_hash
-                    && !e.current.as_ref().is_some_and(|p| p.calibration.is_stale())
-                {
-                    return Ok(None);
-                }
-            }
-        }
+        let Some((version, config_hash)) =
+            self.changed(name, Stage::Active, &wasm, toml_text.as_deref())
+        else {
+            return Ok(None);
+        };
         let config = match toml_text.as_deref().map(PolicyConfig::parse).transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {

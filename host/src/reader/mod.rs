@@ -389,7 +389,7 @@ mod tests {
     }
 
     /// Every reader in the host that wraps another (the gate, a decision's recorder, the replay
-    /// and shadow book) reports the inner reader's limits and fingerprint: a wrapper that
+    /// and shadow book, the answer cache) reports the inner reader's limits and fingerprint: a wrapper that
     /// dropped them would switch the answer cache and the host's own size checks off.
     #[test]
     fn every_wrapper_reports_its_inner_readers_limits_and_fingerprint() {
@@ -424,6 +424,13 @@ mod tests {
                     "known",
                     ReadBook::default(),
                     Some(inner.clone()),
+                )),
+            ),
+            (
+                "CachingReader",
+                Arc::new(hunch_core::CachingReader::new(
+                    inner.clone(),
+                    Arc::new(hunch_core::AnswerCache::new(1 << 20)),
                 )),
             ),
         ];

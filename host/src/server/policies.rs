@@ -20,10 +20,12 @@ use std::sync::{Arc, OnceLock};
 pub struct AppReaders(OnceLock<AppState>);
 
 impl ReaderSource for AppReaders {
+    /// The gated reader behind the server's answer cache (when on): the registry wraps it in
+    /// the decision's recorder, so cached answers are recorded too.
     fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
         let state = self.0.get()?;
         let gated = state.reader(name.unwrap_or(DEFAULT_ALIAS)).ok()?;
-        Some(Arc::new(gated))
+        Some(state.answering.reader(Arc::new(gated)))
     }
 
     /// A shadow run's reads are admitted at background priority: after every waiting live read,
@@ -31,7 +33,11 @@ impl ReaderSource for AppReaders {
     fn shadow_reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
         let state = self.0.get()?;
         let gated = state.reader(name.unwrap_or(DEFAULT_ALIAS)).ok()?;
-        Some(Arc::new(gated.with_priority(Priority::Background)))
+        Some(
+            state
+                .answering
+                .reader(Arc::new(gated.with_priority(Priority::Background))),
+        )
     }
 
     fn answering(&self) -> hunch_core::AnswerSettings {

@@ -109,6 +109,8 @@ async fn health(State(f): State<Arc<Fixture>>) -> Json<serde_json::Value> {
             max_token_bytes: f.max_prompt_tokens.map(|_| TOKEN_BYTES),
             ..ReaderLimits::default()
         },
+        // A test double: it maps no BLAS.
+        blas_libraries: Vec::new(),
     });
     Json(
         json!({"state": state, "model": f.name, "progress": progress, "message": "fixture",

@@ -12,8 +12,8 @@
 //! in docs/benchmarks.md ("Isolated vs joint").
 
 use hunch_core::{Question, QuestionKind, QuestionMode, ReadOptions, ReadOutcome, ReadRequest};
-use hunch_e2e::bench::{everyday_questions, mapped_blas, median, option, Flags};
-use hunch_e2e::{ensure_random_checkpoint, target_dir, Process};
+use hunch_e2e::bench::{everyday_questions, median, option, Flags, ReadySidecar as Sidecar};
+use hunch_e2e::{ensure_random_checkpoint, target_dir};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -85,11 +85,6 @@ fn state(rep: usize) -> String {
     )
 }
 
-struct Sidecar {
-    url: String,
-    process: Process,
-}
-
 async fn start_sidecar(accelerator: &Path, dir: &Path, cache_mb: u64) -> Result<Sidecar, String> {
     let args: Vec<String> = [
         "serve",
@@ -102,9 +97,7 @@ async fn start_sidecar(accelerator: &Path, dir: &Path, cache_mb: u64) -> Result<
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (url, process) =
-        hunch_e2e::bench::start_ready_sidecar(accelerator, &args, Duration::from_secs(600)).await?;
-    Ok(Sidecar { url, process })
+    hunch_e2e::bench::start_ready_sidecar(accelerator, &args, Duration::from_secs(600)).await
 }
 
 async fn read(
@@ -209,7 +202,7 @@ async fn run() -> Result<(), String> {
         let sidecar = start_sidecar(&accelerator, &dir, cache_mb).await?;
         println!(
             "sidecar [{label}: prefix cache {cache_mb} MiB] BLAS mapped: {:?}",
-            mapped_blas(sidecar.process.pid())
+            sidecar.blas_libraries
         );
         for n in [1usize, 3, 10] {
             let mut pair = [Figures::default(); 2];

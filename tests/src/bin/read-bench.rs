@@ -16,8 +16,8 @@
 //! It prints the machine's core count and the BLAS libraries the sidecar process has mapped.
 
 use hunch_core::ReadOutcome;
-use hunch_e2e::bench::{mapped_blas, median, percentile, read_request, Flags};
-use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, wait_ready, Process};
+use hunch_e2e::bench::{median, percentile, read_request, Flags};
+use hunch_e2e::{ensure_random_checkpoint, start_process, target_dir, wait_ready};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -77,7 +77,7 @@ async fn sidecar_part(
     accelerator: &PathBuf,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let (url, sidecar): (String, Process) = hunch_e2e::bench::start_ready_sidecar(
+    let ready = hunch_e2e::bench::start_ready_sidecar(
         accelerator,
         &[
             "serve".into(),
@@ -91,12 +91,13 @@ async fn sidecar_part(
         Duration::from_secs(1200),
     )
     .await?;
+    let (url, sidecar) = (ready.url, ready.process);
     let client = reqwest::Client::new();
     println!(
         "sidecar load: {:.2} s; BLAS mapped by the sidecar (pid {}): {:?}",
         started.elapsed().as_secs_f64(),
         sidecar.pid(),
-        mapped_blas(sidecar.pid())
+        ready.blas_libraries
     );
     println!(
         "\n{:<7} {:>5} {:>7} {:>8} {:>11} {:>10} {:>11} {:>9} {:>7} {:>6} {:>6} {:>8}",

@@ -15,7 +15,7 @@ use crate::policy::limits::{Limit, LimitExceeded, Limits};
 use futures_util::future::join_all;
 use hunch_core::AnswerSettings;
 use hunch_core::{
-    answer_set, Answer, Answering, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
+    answer_set, Answer, AskedQuestion, ChoiceOption, Question, QuestionKind, ReadError,
     ReadOptions, Reader, Usage,
 };
 use serde::Serialize;
@@ -286,31 +286,15 @@ async fn answer_policy_set(
         // Within `asking`, so the decision's record names each read's questions by the ids the
         // policy gave them (what labels of a policy decision join on).
         Some(reader) => {
+            // The answer cache, when on, is part of the reader (below the decision's recorder).
             asking(
                 &asked,
-                answer_set(
-                    reader.as_ref(),
-                    &set.state,
-                    &asked,
-                    &options,
-                    Answering {
-                        cache: answering.cache.as_deref(),
-                    },
-                ),
+                answer_set(reader.as_ref(), &set.state, &asked, &options),
             )
             .await
         }
         // Without a reader only questions that need no read can be answered.
-        None => {
-            answer_set(
-                &NoReader,
-                &set.state,
-                &asked,
-                &options,
-                Answering::default(),
-            )
-            .await
-        }
+        None => answer_set(&NoReader, &set.state, &asked, &options).await,
     }
     .map_err(|e| e.error)?;
     record.usage = answered.usage;
@@ -370,20 +354,13 @@ fn to_wit_answer(id: &str, answer: &Answer) -> wit::Answer {
 }
 
 fn to_wit_error(e: &ReadError) -> wit::ReadError {
-    let (kind, question) = match e {
-        ReadError::InvalidQuestion { question, .. } => {
-            (wit::ReadErrorKind::InvalidQuestion, Some(*question as u32))
-        }
-        ReadError::TooLarge { .. } => (wit::ReadErrorKind::TooLarge, None),
-        ReadError::Unavailable { .. } => (wit::ReadErrorKind::Unavailable, None),
-        ReadError::Timeout => (wit::ReadErrorKind::Timeout, None),
-        ReadError::Rejected { .. } => (wit::ReadErrorKind::Rejected, None),
-        ReadError::Internal { .. } => (wit::ReadErrorKind::Internal, None),
-    };
     wit::ReadError {
-        kind,
+        kind: e.kind().into(),
         message: e.to_string(),
-        question,
+        question: match e {
+            ReadError::InvalidQuestion { question, .. } => Some(*question as u32),
+            _ => None,
+        },
     }
 }
 

@@ -40,28 +40,16 @@ impl Registry {
         wasm: Vec<u8>,
         toml_text: Option<String>,
     ) -> Result<Option<Arc<LoadedPolicy>>, RegistryError> {
-        let (version, config_hash) = hashes(&wasm, toml_text.as_deref());
-        {
-            let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
-            match entries.get(name) {
-                Some(e) if e.current.is_some() => {
-                    if e.candidate.as_ref().map(|p| &p.version) == Some(&version)
-                        && e.candidate_config_hash == config_hash
-                        && !e
-                            .candidate
-                            .as_ref()
-                            .is_some_and(|p| p.calibration.is_stale())
-                    {
-                        return Ok(None);
-                    }
-                }
-                _ => {
-                    return Err(RegistryError::Conflict(format!(
-                        "policy `{name}` has no active version to run a candidate beside"
-                    )))
-                }
-            }
+        if self.get(name).is_none() {
+            return Err(RegistryError::Conflict(format!(
+                "policy `{name}` has no active version to run a candidate beside"
+            )));
         }
+        let Some((_, config_hash)) =
+            self.changed(name, Stage::Candidate, &wasm, toml_text.as_deref())
+        else {
+            return Ok(None);
+        };
         let config = toml_text
             .as_deref()
             .map(PolicyConfig::parse)

@@ -4,7 +4,7 @@ use crate::args::Args;
 use crate::requests::long_request;
 use crate::sidecar::{http_client, post_read, start_sidecar, MemoryUse};
 use hunch_core::ReadStats;
-use hunch_e2e::bench::{mapped_blas, median};
+use hunch_e2e::bench::median;
 use std::path::Path;
 
 pub(crate) const PROMPT_MIN: u64 = 1400;
@@ -106,7 +106,7 @@ pub(crate) async fn cache_part(
         warm.push((outcome.stats, wall));
     }
     let gauges = warm.last().and_then(|(s, _)| s.engine);
-    let blas = mapped_blas(sidecar.process.pid());
+    let blas = sidecar.blas.clone();
     let memory = sidecar.stop();
 
     let med = |v: &[(ReadStats, f64)], f: &dyn Fn(&ReadStats, f64) -> f64| {

@@ -2,7 +2,6 @@
 //! memory use and stop it.
 
 use hunch_core::{ReadOutcome, ReadRequest};
-use hunch_e2e::bench::mapped_blas;
 use hunch_e2e::Process;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -52,6 +51,8 @@ pub(crate) struct Sidecar {
     pub(crate) url: String,
     pub(crate) process: Process,
     pub(crate) load_seconds: f64,
+    /// The BLAS libraries it has mapped, as its `/health` said.
+    pub(crate) blas: Vec<String>,
 }
 
 pub(crate) fn http_client() -> Result<reqwest::Client, String> {
@@ -76,13 +77,14 @@ pub(crate) async fn start_sidecar(
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
     let started = Instant::now();
-    let (url, process) =
+    let ready =
         hunch_e2e::bench::start_ready_sidecar(accelerator, &args, Duration::from_secs(1200))
             .await?;
     Ok(Sidecar {
-        url,
-        process,
+        url: ready.url,
+        process: ready.process,
         load_seconds: started.elapsed().as_secs_f64(),
+        blas: ready.blas_libraries,
     })
 }
 
@@ -93,7 +95,7 @@ impl Sidecar {
              deviation={}",
             self.process.pid(),
             self.load_seconds,
-            mapped_blas(self.process.pid()),
+            self.blas,
             probe_deviation_logged(&self.process.logs()).unwrap_or_else(|| "(not logged)".into())
         );
     }

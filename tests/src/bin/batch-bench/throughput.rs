@@ -3,7 +3,7 @@
 use crate::args::Args;
 use crate::sidecar::{fmt_opt, http_client, post_read, start_sidecar, MemoryUse};
 use hunch_core::ReadStats;
-use hunch_e2e::bench::{mapped_blas, median, percentile, read_request};
+use hunch_e2e::bench::{median, percentile, read_request};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -104,7 +104,7 @@ pub(crate) async fn throughput_run(
         })
         .collect();
     let mut run = ThroughputRun {
-        blas: mapped_blas(sidecar.process.pid()),
+        blas: sidecar.blas.clone(),
         reads: 0,
         elapsed: 0.0,
         latencies: Vec::new(),
