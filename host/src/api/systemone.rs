@@ -107,14 +107,11 @@ async fn decide(
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
     let model: Arc<dyn Reader> = Arc::new(state.reader(&request.model)?);
     // The answer cache sits below the decision's recorder, so a recorded read holds every
-    // answer, cached or read (and replays without a model). It is not used while a calibration
-    // is served: its answers would outlive a reloaded calibration and mix raw with calibrated
-    // ones.
+    // answer, cached or read (and replays without a model). It holds raw distributions: the
+    // calibration is applied above the recorder, at every read, so a reloaded calibration
+    // applies to cached answers at once.
     let calibration = state.calibration.current();
-    let model = match calibration {
-        Some(_) => model,
-        None => state.answering.reader(model),
-    };
+    let model = state.answering.reader(model);
     let reader = decision.reader(model);
     seen.model = Some(reader.model_name().to_string());
     // The calibration wraps the recording reader: the record keeps the raw distributions.

@@ -12,8 +12,8 @@
 //! - [`replay`]: recorded decisions run again through a version (`hunch replay`).
 
 pub mod bindings;
-pub mod calibration;
 pub mod bundle;
+pub mod calibration;
 pub mod capabilities;
 pub mod engine;
 pub mod invoke;

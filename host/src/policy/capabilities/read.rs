@@ -91,12 +91,9 @@ impl ReadCapability {
     }
 
     /// Calibrates every answer with `calibration` (where it covers the question). The answer
-    /// cache is not used then, as for `/v1/systemone`: a cached answer would outlive a reloaded
-    /// calibration and mix raw answers with calibrated ones.
+    /// cache, when on, is part of the reader below the decision's recorder and holds raw
+    /// answers, so cached answers are calibrated like read ones.
     pub fn with_calibration(mut self, calibration: Option<Arc<Calibrations>>) -> Self {
-        if calibration.is_some() {
-            self.answering.cache = None;
-        }
         self.calibration = calibration;
         self
     }
@@ -666,7 +663,11 @@ mod tests {
             })
         }
         fn info(&self) -> hunch_core::ReaderInfo {
-            hunch_core::ReaderInfo::unknown()
+            // A fingerprint, so the answer cache may keep its answers.
+            hunch_core::ReaderInfo {
+                fingerprint: Some("fixed".into()),
+                ..hunch_core::ReaderInfo::unknown()
+            }
         }
     }
 
@@ -686,24 +687,47 @@ mod tests {
             .for_question(&to_core(&noul("a")))
             .unwrap()
             .apply(&[0.9, 0.1]);
+        // The answer cache below the calibration, as the server builds it: the second read is
+        // a cache hit and must be calibrated exactly like the first.
         let cache = Arc::new(hunch_core::AnswerCache::new(1 << 20));
-        let mut cap = ReadCapability::new(Some(Arc::new(Fixed(vec![0.9, 0.1]))), Limits::default())
-            .with_answering(AnswerSettings {
-                questions: hunch_core::QuestionMode::Isolated,
-                cache: Some(cache),
-            })
-            .with_calibration(Some(Arc::new(c)));
-        assert!(
-            cap.answering.cache.is_none(),
-            "no answer cache while calibrated"
-        );
+        let settings = AnswerSettings {
+            questions: hunch_core::QuestionMode::Isolated,
+            cache: Some(cache.clone()),
+        };
+        let reader = settings.reader(Arc::new(Fixed(vec![0.9, 0.1])));
+        let calibration = Arc::new(c);
         let mut other = noul("b");
         other.instructions = "another question".into();
-        let out = cap
-            .read_sets(vec![set(vec![noul("a"), other])])
-            .await
-            .unwrap();
-        let answers = &out[0].as_ref().unwrap().answers;
+        let mut runs = Vec::new();
+        for _ in 0..2 {
+            let mut cap = ReadCapability::new(Some(reader.clone()), Limits::default())
+                .with_answering(settings.clone())
+                .with_calibration(Some(calibration.clone()));
+            runs.push(
+                cap.read_sets(vec![set(vec![noul("a"), other.clone()])])
+                    .await
+                    .unwrap(),
+            );
+        }
+        assert!(cache.stats().hits > 0, "the second run came from the cache");
+        let nouls = |run: &Vec<Result<wit::Answers, wit::ReadError>>| -> Vec<u64> {
+            run[0]
+                .as_ref()
+                .unwrap()
+                .answers
+                .iter()
+                .map(|a| match a.value {
+                    wit::AnswerValue::Noul(p) => p.to_bits(),
+                    _ => panic!("a noul"),
+                })
+                .collect()
+        };
+        assert_eq!(
+            nouls(&runs[0]),
+            nouls(&runs[1]),
+            "a cached answer is calibrated like a read one"
+        );
+        let answers = &runs[1][0].as_ref().unwrap().answers;
         let p = |i: usize| match answers[i].value {
             wit::AnswerValue::Noul(p) => p,
             _ => panic!("a noul"),
