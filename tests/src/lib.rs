@@ -271,6 +271,25 @@ pub async fn wait_ready(url: &str, timeout: Duration) {
     panic!("{url} did not become ready within {timeout:?}");
 }
 
+/// Asks `probe` every 100 ms until it gives `Some`, and fails the test with what `never` says
+/// (given the last `Err`) once `limit` has passed: how a test waits for something a server does
+/// in the background (a reload, a log write, a shadow run) without a fixed sleep.
+pub async fn eventually<T, E, F, Fut>(limit: Duration, mut probe: F) -> T
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let start = Instant::now();
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(why) if start.elapsed() >= limit => panic!("after {limit:?}: {why}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 /// A small request with every answer type.
 pub fn sample_request() -> serde_json::Value {
     serde_json::json!({

@@ -7,11 +7,11 @@
 //! calibrated policy decisions changes nothing.
 
 use hunch_e2e::http::post_json;
-use hunch_e2e::{hunch_bin, start_hunch_with_fixture};
+use hunch_e2e::{eventually, hunch_bin, start_hunch_with_fixture};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `command` (a `hunch` command line) and fails the test, with its stderr, unless it succeeds.
 fn run_ok(command: &mut Command) -> Output {
@@ -37,18 +37,16 @@ fn calibrate(log: &str, labels: &Path, out: &Path) -> Command {
 
 /// The log's events once it holds `n` (the file sink writes in the background).
 async fn wait_for_events(path: &Path, n: usize) {
-    let start = Instant::now();
-    loop {
+    eventually(Duration::from_secs(30), || async {
         let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().filter(|l| !l.trim().is_empty()).count() >= n {
-            return;
+        let held = text.lines().filter(|l| !l.trim().is_empty()).count();
+        if held >= n {
+            Ok(())
+        } else {
+            Err(format!("the log holds {held} events, fewer than {n}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the log holds fewer than {n} events"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -304,16 +302,16 @@ async fn a_rewritten_calibration_file_is_swapped_in_while_serving_and_a_broken_o
     let mut edited: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     edited["questions"] = json!([]);
     std::fs::write(&served, serde_json::to_vec(&edited).unwrap()).unwrap();
-    let start = Instant::now();
-    loop {
+    let now = eventually(Duration::from_secs(20), || async {
         let now = hunch_e2e::http::get_json(&models).await["x_calibration"].clone();
         if now["id"] != first {
-            assert_eq!(now["questions"], json!(0));
-            break;
+            Ok(now)
+        } else {
+            Err("never reloaded")
         }
-        assert!(start.elapsed() < Duration::from_secs(20), "never reloaded");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(now["questions"], json!(0));
     // A broken file leaves the served calibration in place.
     std::fs::write(&served, b"{ not a calibration").unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
@@ -382,18 +380,15 @@ async fn decision_events(path: &Path, n: usize) -> Vec<hunch::decision::event::D
 
 /// Polls `GET /v1/policies/p` until its calibration's id is `id` (the policy reloaded).
 async fn until_policy_calibration(url: &str, id: Option<&str>) -> Value {
-    let start = Instant::now();
-    loop {
+    eventually(Duration::from_secs(20), || async {
         let summary = hunch_e2e::http::get_json(url).await;
         if summary["calibration"]["id"].as_str() == id {
-            return summary;
+            Ok(summary)
+        } else {
+            Err(format!("never reloaded to {id:?}: {summary}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "never reloaded to {id:?}: {summary}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -586,18 +581,15 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
     )
     .unwrap();
     std::fs::write(policies.join("p.candidate.wasm"), &wasm).unwrap();
-    let start = Instant::now();
-    let summary = loop {
+    let summary = eventually(Duration::from_secs(20), || async {
         let summary = hunch_e2e::http::get_json(&policy_url).await;
         if summary["candidate"]["calibration"]["id"] == json!(next_id) {
-            break summary;
+            Ok(summary)
+        } else {
+            Err(format!("no candidate: {summary}"))
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no candidate: {summary}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert_eq!(
         summary["calibration"]["id"],
         json!(new_id),
@@ -607,15 +599,14 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
     let (status, _, body) = post_json(&policy_url, &probe_input(3), &[]).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["calibration"], json!(new_id));
-    let start = Instant::now();
-    let shadow = loop {
+    let shadow = eventually(Duration::from_secs(20), || async {
         let events = decision_events(&log, seen + 1).await;
-        if let Some(e) = events.iter().find(|e| e.shadow_of.is_some()) {
-            break e.clone();
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "no shadow run");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        events
+            .into_iter()
+            .find(|e| e.shadow_of.is_some())
+            .ok_or("no shadow run")
+    })
+    .await;
     assert_eq!(shadow.calibration.as_deref(), Some(next_id.as_str()));
     let read = &shadow.reads[0];
     let j = read
