@@ -110,6 +110,9 @@ def wait_for(what, predicate, bound, interval=0.25):
             value = predicate()
         except (OSError, http.client.HTTPException, ValueError, RuntimeError):
             value = None
+        except TimeoutError as e:
+            log(f"stopped waiting for {what}: {e}")
+            return None, time.monotonic() - start
         elapsed = time.monotonic() - start
         if value:
             return value, elapsed
@@ -190,9 +193,12 @@ class Fleet:
                 rows[row["svname"]] = row
         return rows
 
-    def logs(self, tail=60):
+    def logs(self, tail=400):
+        """The services' recent logs, without the probes' and the test's polling lines."""
         out = self.compose("logs", "--no-color", f"--tail={tail}", check=False)
-        return out.stdout + out.stderr
+        polls = ("route=/readyz", "route=/metrics", "route=/v1/status")
+        return "".join(line for line in (out.stdout + out.stderr).splitlines(keepends=True)
+                       if not any(p in line for p in polls))
 
 
 # --- Bundles ----------------------------------------------------------------------------------
@@ -545,11 +551,21 @@ class FleetTest:
 
     def settle(self, answered):
         """Waits until every decision the clients saw is collected or counted as dropped."""
+        last = {"state": None, "since": time.monotonic()}
+
         def done():
             self.scrape_drops()
             ids = {e["decision_id"] for e in self.collected()}
             missing = len(answered - ids)
-            return missing == 0 or missing == sum(self.drops.values())
+            drops = sum(self.drops.values())
+            if missing == 0 or missing == drops:
+                return True
+            # Nothing moved for 20 s (the sink's retries are over): what is missing stays so.
+            if (missing, drops, len(ids)) != last["state"]:
+                last["state"], last["since"] = (missing, drops, len(ids)), time.monotonic()
+            if time.monotonic() - last["since"] > 20:
+                raise TimeoutError(f"{missing} decisions missing, {drops} drops, for 20 s")
+            return False
 
         ok, took = wait_for("the decision log to settle", done, SETTLE_BOUND, interval=1.0)
         self.figures["decision log settled after (s)"] = round(took, 1)
@@ -630,6 +646,11 @@ class FleetTest:
         self.figures["answered and collected"] = len(answered & ids)
         self.figures["counted drops (sum over replicas and restarts)"] = drops
         self.figures["collected but never answered (lost to a kill, retried)"] = len(extra)
+        by_replica = {}
+        for r in results:
+            if r["decision_id"] in missing:
+                by_replica[r["replica"]] = by_replica.get(r["replica"], 0) + 1
+        self.figures["answered but not collected, by replica"] = dict(sorted(by_replica.items()))
         self.checks.check(
             f"answered = collected + counted drops: {len(answered)} = {len(answered & ids)} + "
             f"{drops}", len(answered) == len(answered & ids) + drops,
