@@ -475,3 +475,103 @@ async fn deploy_validates_before_writing_and_remove_deletes() {
     assert!(reg.get("x").is_none());
     assert!(!dir.path().join("x.wasm").exists());
 }
+
+/// A bundle owns the set (docs/deploy.md, "Policy bundles"): a revision is swapped in whole or
+/// not at all, and no single policy can be changed beside it.
+#[tokio::test]
+async fn a_bundle_owned_registry_swaps_a_whole_revision_or_nothing() {
+    use hunch::policy::registry::{StagedPolicy, Version};
+    use hunch::policy::RegistryError;
+    let _serial = SERIAL.lock().await;
+    let s = settings();
+    let reg = Registry::bundle_owned(
+        build_engine(&s).expect("engine"),
+        ceiling(),
+        Arc::new(StaticReaders::single(Arc::new(InstantReader::uniform()))),
+        hunch::policy::Capacity::split(s.max_concurrent, 0),
+    );
+    let version = |crate_file: &str, marker: &str| Version {
+        wasm: with_marker(built_policy(crate_file).unwrap(), marker),
+        toml: None,
+    };
+    let policy = |name: &str, active: Version, candidate: Option<Version>| StagedPolicy {
+        name: name.into(),
+        active,
+        candidate,
+    };
+    reg.replace_all(
+        "r1",
+        vec![
+            policy("router", version("ticket_router", "1"), None),
+            policy("vat", version("invoice_vat", "1"), None),
+        ],
+    )
+    .await
+    .unwrap();
+    let r1_router = reg.get("router").unwrap();
+    assert_eq!(r1_router.bundle_revision.as_deref(), Some("r1"));
+    assert_eq!(reg.summaries().len(), 2);
+
+    // One version that does not load refuses the whole revision: nothing of r2 serves.
+    let broken = Version {
+        wasm: b"not a component".to_vec(),
+        toml: None,
+    };
+    let err = reg
+        .replace_all(
+            "r2",
+            vec![
+                policy("router", version("ticket_router", "2"), None),
+                policy("vat", broken, None),
+            ],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((err.policy.as_str(), err.stage.as_str()), ("vat", "active"));
+    assert_eq!(reg.get("router").unwrap().version, r1_router.version);
+    assert_eq!(
+        reg.get("vat").unwrap().bundle_revision.as_deref(),
+        Some("r1")
+    );
+
+    // The next revision drops a policy and brings a candidate in shadow.
+    let shadow = Version {
+        toml: Some("[rollout]\nmode = \"shadow\"\n".into()),
+        ..version("ticket_router", "3-candidate")
+    };
+    reg.replace_all(
+        "r3",
+        vec![policy(
+            "router",
+            version("ticket_router", "3"),
+            Some(shadow),
+        )],
+    )
+    .await
+    .unwrap();
+    assert!(
+        reg.get("vat").is_none(),
+        "a policy not in the revision is gone"
+    );
+    let candidate = reg.candidate("router").unwrap();
+    assert_eq!(candidate.bundle_revision.as_deref(), Some("r3"));
+    assert_eq!(reg.summary("router").unwrap().mode, "shadow");
+    let route = reg.route("router", &json!({}), None).unwrap();
+    assert_eq!(route.decider.bundle_revision.as_deref(), Some("r3"));
+
+    let owned = |e: RegistryError| matches!(e, RegistryError::BundleOwned(_));
+    let wasm = built_policy("ticket_router").unwrap();
+    assert!(owned(
+        reg.deploy("router", wasm.clone(), None).await.unwrap_err()
+    ));
+    assert!(owned(
+        reg.deploy_candidate("router", wasm, None)
+            .await
+            .unwrap_err()
+    ));
+    assert!(owned(reg.remove("router").await.unwrap_err()));
+    assert!(owned(reg.remove_candidate("router").await.unwrap_err()));
+    assert!(owned(reg.promote("router").await.unwrap_err()));
+    assert!(owned(reg.rollback("router").await.unwrap_err()));
+    assert!(reg.candidate("router").is_some());
+}

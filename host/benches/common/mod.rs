@@ -44,7 +44,7 @@ impl PolicyServer {
         let mut state = AppState::new(models, Limits::default(), ApiKeys::default())?;
         state.decisions = DecisionLog::start(log)?;
         let service =
-            PolicyService::start(Some(dir.to_path_buf()), None, &Default::default()).await?;
+            PolicyService::start(Some(dir.to_path_buf()), None, &Default::default(), None).await?;
         let app = router_with(state.clone(), service.routes(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}/v1/policies/probe", listener.local_addr()?);

@@ -169,6 +169,8 @@ pub enum RegistryRefusal {
     NotFound,
     Refused,
     Conflict,
+    /// A change of one policy on a server whose policies a bundle owns.
+    BundleOwned,
 }
 
 impl From<InvokeError> for ApiError {
@@ -187,6 +189,7 @@ impl From<RegistryError> for ApiError {
             RegistryError::NotFound(_) => RegistryRefusal::NotFound,
             RegistryError::Load(_) => RegistryRefusal::Refused,
             RegistryError::Conflict(_) => RegistryRefusal::Conflict,
+            RegistryError::BundleOwned(_) => RegistryRefusal::BundleOwned,
         };
         ApiError::Registry {
             kind,
@@ -292,7 +295,7 @@ impl ApiError {
                 RegistryRefusal::InvalidName => StatusCode::BAD_REQUEST,
                 RegistryRefusal::NotFound => StatusCode::NOT_FOUND,
                 RegistryRefusal::Refused => StatusCode::UNPROCESSABLE_ENTITY,
-                RegistryRefusal::Conflict => StatusCode::CONFLICT,
+                RegistryRefusal::Conflict | RegistryRefusal::BundleOwned => StatusCode::CONFLICT,
             },
         }
     }
@@ -330,6 +333,7 @@ impl ApiError {
                 RegistryRefusal::NotFound => FailureKind::NotFound,
                 RegistryRefusal::Refused => FailureKind::PolicyRefused,
                 RegistryRefusal::Conflict => FailureKind::Conflict,
+                RegistryRefusal::BundleOwned => FailureKind::BundleOwned,
             },
         }
     }

@@ -13,6 +13,7 @@ pub mod middleware;
 pub mod models;
 pub mod openapi;
 pub mod policies;
+pub mod status;
 pub mod systemone;
 pub mod validate;
 

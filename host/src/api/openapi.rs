@@ -197,7 +197,21 @@ fn components() -> Value {
                     "stage": {"type": "string"}, "agreement": {"description": "Shadow or canary agreement with the candidate, when one runs."}}}]},
             "PolicyList": {"type": "object", "required": ["policies"], "properties": {
                 "policies": {"type": "array", "items": {"$ref": "#/components/schemas/PolicySummary"}}}},
-            "PolicyDecision": decision_schema(json!({}))
+            "PolicyDecision": decision_schema(json!({})),
+            "Status": {"type": "object", "required": ["bundle"], "properties": {"bundle": {"oneOf": [
+                {"type": "null"},
+                {"type": "object",
+                 "required": ["url", "revision", "activated_at", "last_success_at", "last_error", "stale", "stale_seconds", "policies"],
+                 "properties": {
+                    "url": {"type": "string"},
+                    "revision": {"type": ["string", "null"], "description": "The active revision; null before the first activation."},
+                    "activated_at": {"type": ["string", "null"], "description": "RFC 3339."},
+                    "last_success_at": {"type": ["string", "null"], "description": "The last check answered 200 or 304 and leaving the replica current (RFC 3339)."},
+                    "last_error": {"oneOf": [{"type": "null"}, {"type": "object", "required": ["at", "message"],
+                        "properties": {"at": {"type": "string"}, "message": {"type": "string"}}}]},
+                    "stale": {"type": "boolean", "description": "stale_seconds is over --bundle-stale-after."},
+                    "stale_seconds": {"type": "number", "minimum": 0, "description": "Seconds since the last successful check (since start before the first)."},
+                    "policies": {"type": "array", "items": {"type": "string"}}}}]}}}
         }
     })
 }
@@ -283,7 +297,7 @@ fn generic_policy_paths() -> Map<String, Value> {
                     "200": summary_200("The policy after the change"),
                     "400": error("Not a valid policy name"),
                     "404": error("No such policy, or nothing to promote or restore"),
-                    "409": error("Conflicts with the policy's current stages"),
+                    "409": error("Conflicts with the policy's current stages, or a policy bundle owns the policies (error_type bundle_owned)"),
                     "422": error("The stored version no longer loads")}))}})
     };
     let mut paths = Map::new();
@@ -331,7 +345,7 @@ fn generic_policy_paths() -> Map<String, Value> {
                     "201": summary_200("New policy serving"),
                     "400": framework_error("Not a valid policy name, stage or query parameter"),
                     "404": error("A candidate for a policy that does not exist"),
-                    "409": error("Conflicts with the policy's current stages"),
+                    "409": error("Conflicts with the policy's current stages, or a policy bundle owns the policies (error_type bundle_owned)"),
                     "413": framework_error("Component over 32 MiB"),
                     "422": error("Refused: does not compile, link, describe or validate")}))},
         "delete": {"summary": "Remove a policy, or only its candidate with ?stage=candidate (admin key)",
@@ -340,7 +354,8 @@ fn generic_policy_paths() -> Map<String, Value> {
                    "responses": admin_responses(json!({
                        "204": {"description": "Removed"},
                        "400": framework_error("Not a valid policy name, stage or query parameter"),
-                       "404": error("No such policy or candidate")}))}
+                       "404": error("No such policy or candidate"),
+                       "409": error("A policy bundle owns the policies (error_type bundle_owned)")}))}
     }));
     let mut promote = stage_change("Promote the candidate to active; the old active version is kept for a rollback (admin key)");
     promote["parameters"] = json!([name]);
@@ -429,6 +444,12 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                 "500": error("A bug or a broken reader output (logged)"),
                 "503": with_retry_after(error("Loading, restarting or overloaded; see Retry-After")),
             }))
+        }},
+        "/v1/status": {"get": {
+            "summary": "This replica's policy bundle: active revision, activation and last successful check times, last error, staleness (docs/deploy.md, \"Policy bundles\"); bundle is null without --bundle-url",
+            "security": [{"bearer": []}],
+            "responses": v1_responses(json!({"200": {"description": "Status",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}}))
         }},
         "/v1/models": {"get": {
             "summary": "Served models and aliases (jev-latest is the default model)",
@@ -524,6 +545,7 @@ mod tests {
         for path in [
             "/v1/systemone",
             "/v1/models",
+            "/v1/status",
             "/v1/policies",
             "/v1/policies/{name}",
             "/v1/policies/{name}/promote",

@@ -23,6 +23,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+/// The response header naming the bundle revision of the version that decided.
+pub const BUNDLE_REVISION_HEADER: &str = "x-hunch-bundle-revision";
+
 /// Largest component accepted over HTTP.
 const MAX_UPLOAD_BYTES: usize = 32 << 20;
 
@@ -162,7 +165,7 @@ async fn decide(
         }
         Err(e) => Err(ApiError::from(e.clone())),
     };
-    let response = decision_api::finish(
+    let mut response = decision_api::finish(
         log,
         &decision,
         Some(&route.decider.log),
@@ -180,6 +183,11 @@ async fn decide(
         answer,
     )
     .await;
+    if let Some(revision) = &route.decider.bundle_revision {
+        if let Ok(value) = header::HeaderValue::from_str(revision) {
+            response.headers_mut().insert(BUNDLE_REVISION_HEADER, value);
+        }
+    }
     if let Some(candidate) = route.shadow {
         api.shadows.spawn(ShadowJob {
             registry: api.registry.clone(),
@@ -261,6 +269,15 @@ impl DeployParams {
     }
 }
 
+/// A change of one policy: refused with 409 `bundle_owned` when a bundle owns the set (whoever
+/// asks: no key makes it possible), else it needs the admin key.
+fn authorize_change(api: &PolicyApi, name: &str, headers: &HeaderMap) -> Result<(), ApiError> {
+    if api.registry.is_bundle_owned() {
+        return Err(crate::policy::RegistryError::BundleOwned(name.to_string()).into());
+    }
+    authorize(api, headers)
+}
+
 fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &api.admin_key else {
         return Err(ApiError::Forbidden {
@@ -297,7 +314,7 @@ async fn deploy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    authorize(&api, &headers)?;
+    authorize_change(&api, &name, &headers)?;
     let params = query(params)?;
     let toml_text = match params.to_config() {
         Some(c) => Some(toml::to_string(&c).map_err(|e| ApiError::BadDeployment {
@@ -345,7 +362,7 @@ async fn remove(
     params: Result<Query<RemoveParams>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
-    authorize(&api, &headers)?;
+    authorize_change(&api, &name, &headers)?;
     let params = query(params)?;
     match params.stage.as_deref() {
         Some("candidate") => api.registry.remove_candidate(&name).await?,
@@ -366,7 +383,7 @@ async fn promote(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&api, &headers)?;
+    authorize_change(&api, &name, &headers)?;
     api.registry.promote(&name).await?;
     Ok(Json(json!(api.registry.summary(&name))))
 }
@@ -377,7 +394,7 @@ async fn rollback(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    authorize(&api, &headers)?;
+    authorize_change(&api, &name, &headers)?;
     api.registry.rollback(&name).await?;
     Ok(Json(json!(api.registry.summary(&name))))
 }

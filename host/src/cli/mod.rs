@@ -2,6 +2,7 @@
 
 pub mod ask;
 pub mod batch;
+pub mod bundle;
 pub mod calibrate;
 pub mod policy_run;
 pub mod render;
@@ -48,6 +49,12 @@ pub enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+    /// Policy bundles for a fleet: `build` packs and signs a policy directory, `keygen` makes a
+    /// signing key pair, `inspect` checks a bundle (docs/deploy.md).
+    Bundle {
+        #[command(subcommand)]
+        command: bundle::BundleCommand,
     },
 }
 
@@ -106,6 +113,7 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Replay(args) => replay::main(args),
+        Command::Bundle { command } => bundle::main(command),
         Command::Calibrate(args) => calibrate::main(args),
         Command::Batch(args) => client_runtime(|| batch::run(args)),
         Command::Ask(args) => {

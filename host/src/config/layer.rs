@@ -7,6 +7,7 @@
 //! [`Layer::from_flags`] and [`Layer::from_env`], and its use in `Settings::from_layer`. The unit
 //! tests check that every flag has its variable and key and that `--help` names both.
 
+use super::bundle::BundleLayer;
 use super::parse::{
     parse_alias_arg, parse_bool, parse_model_arg, parse_upstream_arg, split_named_url,
 };
@@ -86,6 +87,24 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "HUNCH_POLICY_MAX_FUEL",
         "policy_max_fuel",
     ),
+    ("--bundle-url", "HUNCH_BUNDLE_URL", "bundle.url"),
+    (
+        "--bundle-public-key",
+        "HUNCH_BUNDLE_PUBLIC_KEY",
+        "bundle.public_key",
+    ),
+    ("--bundle-poll", "HUNCH_BUNDLE_POLL", "bundle.poll"),
+    ("--bundle-dir", "HUNCH_BUNDLE_DIR", "bundle.dir"),
+    (
+        "--bundle-stale-after",
+        "HUNCH_BUNDLE_STALE_AFTER",
+        "bundle.stale_after",
+    ),
+    (
+        "--bundle-allow-unsigned",
+        "HUNCH_BUNDLE_ALLOW_UNSIGNED",
+        "bundle.allow_unsigned",
+    ),
 ];
 
 /// The environment variable naming the TOML file.
@@ -131,6 +150,8 @@ pub struct Layer {
     /// `[decision_log]`, in the file only: its flags are clap's, each with its variable
     /// (`config/decision_log.rs`), and go over this table.
     pub decision_log: Option<super::decision_log::DecisionLogFile>,
+    /// `[bundle]`: merged setting by setting ([`BundleLayer::over`]), not as a whole.
+    pub bundle: Option<BundleLayer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -259,6 +280,15 @@ impl Layer {
             policy_max_stack: args.policy_max_stack,
             policy_max_fuel: args.policy_max_fuel,
             decision_log: None,
+            bundle: BundleLayer {
+                url: args.bundle_url.clone(),
+                public_key: args.bundle_public_key.clone(),
+                poll: args.bundle_poll,
+                dir: args.bundle_dir.clone(),
+                stale_after: args.bundle_stale_after,
+                allow_unsigned: args.bundle_allow_unsigned,
+            }
+            .some(),
         })
     }
 
@@ -295,6 +325,17 @@ impl Layer {
             name: &str,
             value: Option<String>,
         ) -> Result<Option<hunch_core::size::ByteSize>, ConfigError> {
+            value
+                .map(|v| {
+                    v.parse()
+                        .map_err(|e| ConfigError::Invalid(format!("{name}: {e}")))
+                })
+                .transpose()
+        }
+        fn span(
+            name: &str,
+            value: Option<String>,
+        ) -> Result<Option<super::bundle::Span>, ConfigError> {
             value
                 .map(|v| {
                     v.parse()
@@ -354,6 +395,21 @@ impl Layer {
             policy_max_stack: size("HUNCH_POLICY_MAX_STACK", var("HUNCH_POLICY_MAX_STACK"))?,
             policy_max_fuel: number("HUNCH_POLICY_MAX_FUEL", var("HUNCH_POLICY_MAX_FUEL"))?,
             decision_log: None,
+            bundle: BundleLayer {
+                url: var("HUNCH_BUNDLE_URL"),
+                public_key: var("HUNCH_BUNDLE_PUBLIC_KEY").map(PathBuf::from),
+                poll: span("HUNCH_BUNDLE_POLL", var("HUNCH_BUNDLE_POLL"))?,
+                dir: var("HUNCH_BUNDLE_DIR").map(PathBuf::from),
+                stale_after: span("HUNCH_BUNDLE_STALE_AFTER", var("HUNCH_BUNDLE_STALE_AFTER"))?,
+                allow_unsigned: var("HUNCH_BUNDLE_ALLOW_UNSIGNED")
+                    .map(|v| {
+                        parse_bool(&v).map_err(|e| {
+                            ConfigError::Invalid(format!("HUNCH_BUNDLE_ALLOW_UNSIGNED: {e}"))
+                        })
+                    })
+                    .transpose()?,
+            }
+            .some(),
         })
     }
 
@@ -371,9 +427,10 @@ impl Layer {
 
     /// Each setting from `self` where it is set, else from `lower`.
     pub fn over(self, lower: Layer) -> Layer {
+        let bundle = BundleLayer::over(self.bundle, lower.bundle);
         macro_rules! pick {
             ($($field:ident),* $(,)?) => {
-                Layer { $($field: self.$field.or(lower.$field)),* }
+                Layer { bundle, $($field: self.$field.or(lower.$field)),* }
             };
         }
         pick!(
@@ -431,6 +488,8 @@ mod tests {
             "HUNCH_MEMORY_LIMIT" | "HUNCH_POLICY_MAX_MEMORY" => "48M",
             "HUNCH_POLICY_MAX_STACK" => "1M",
             "HUNCH_POLICY_POOL" | "HUNCH_POLICY_SHADOW_RUNS" | "HUNCH_POLICY_MAX_FUEL" => "9",
+            "HUNCH_BUNDLE_POLL" | "HUNCH_BUNDLE_STALE_AFTER" => "10s",
+            "HUNCH_BUNDLE_ALLOW_UNSIGNED" => "true",
             _ => "some-value",
         }
     }
@@ -455,6 +514,8 @@ mod tests {
                 "policy_pool" | "policy_shadow_runs" | "policy_max_fuel" => "9".into(),
                 "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
                 "request_timeout" | "shutdown_grace" | "drain_delay" => "2.5".into(),
+                "bundle.poll" | "bundle.stale_after" => "\"10s\"".into(),
+                "bundle.allow_unsigned" => "true".into(),
                 _ => "\"v\"".to_string(),
             };
             let from_file: Layer = toml::from_str(&format!("{key} = {toml_value}"))

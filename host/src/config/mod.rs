@@ -6,6 +6,7 @@
 //! are not merged across sources). Models are registered sidecars (`models`) first, then
 //! `accelerators`, then `upstreams`; the first is the default (`jev-latest`).
 
+pub mod bundle;
 pub mod decision_log;
 mod layer;
 mod parse;
@@ -151,10 +152,41 @@ pub struct ServeArgs {
     /// it). Default 1000000000. [env HUNCH_POLICY_MAX_FUEL, TOML `policy_max_fuel`]
     #[arg(long, value_name = "N")]
     pub policy_max_fuel: Option<u64>,
+    /// Serve the policies of the bundle at this URL (docs/deploy.md, "Policy bundles"), polled
+    /// with If-None-Match; a verified revision replaces the whole policy set at once. The bundle
+    /// then owns the policies: `--policies` is ignored and HTTP deploys answer 409.
+    /// [env HUNCH_BUNDLE_URL, TOML `bundle.url`]
+    #[arg(long, value_name = "URL")]
+    pub bundle_url: Option<String>,
+    /// The ed25519 public key (SPKI PEM, `hunch bundle keygen` or `openssl pkey -pubout`)
+    /// bundles must be signed with. [env HUNCH_BUNDLE_PUBLIC_KEY, TOML `bundle.public_key`]
+    #[arg(long, value_name = "PEM")]
+    pub bundle_public_key: Option<PathBuf>,
+    /// How often the bundle URL is polled (±10% jitter), e.g. `10s`, `500ms`, `2m`. Default
+    /// 10s. [env HUNCH_BUNDLE_POLL, TOML `bundle.poll`]
+    #[arg(long, value_name = "DURATION")]
+    pub bundle_poll: Option<bundle::Span>,
+    /// Where the last good bundle is persisted and restored from at start, so a restarted
+    /// replica serves while the bundle server is down. [env HUNCH_BUNDLE_DIR, TOML
+    /// `bundle.dir`]
+    #[arg(long, value_name = "DIR")]
+    pub bundle_dir: Option<PathBuf>,
+    /// A replica whose last successful check of the bundle URL is older than this reports
+    /// itself stale (`/v1/status`, `hunch_bundle_stale`). Default 3 × `--bundle-poll`.
+    /// [env HUNCH_BUNDLE_STALE_AFTER, TOML `bundle.stale_after`]
+    #[arg(long, value_name = "DURATION")]
+    pub bundle_stale_after: Option<bundle::Span>,
+    /// Accept unsigned bundles when no `--bundle-public-key` is given (whoever can serve the
+    /// URL then decides the policies). [env HUNCH_BUNDLE_ALLOW_UNSIGNED, TOML
+    /// `bundle.allow_unsigned`]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = parse_no_demo)]
+    pub bundle_allow_unsigned: Option<bool>,
     #[command(flatten)]
     pub decision_log: decision_log::DecisionLogArgs,
 }
 
+/// An on/off flag's value (`--flag` alone is `true`).
 fn parse_no_demo(value: &str) -> Result<bool, ConfigError> {
     parse::parse_bool(value)
 }
@@ -216,6 +248,8 @@ pub struct Settings {
     /// The policy engine: pool, shadow share and ceilings.
     pub policy_engine: PolicyEngineSettings,
     pub decision_log: crate::decision::settings::DecisionLogSettings,
+    /// `--bundle-url` and its settings; `None`: policies come from `--policies` or HTTP.
+    pub bundle: Option<crate::policy::bundle::BundleSettings>,
 }
 
 /// The policy engine's settings: how many instances run at once, how many of them shadow runs
@@ -362,6 +396,7 @@ impl Settings {
     ) -> Result<Settings, ConfigError> {
         let decision_log = decision_log::resolve(decision_log_flags, layer.decision_log.clone())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let bundle = bundle::resolve(layer.bundle.clone())?;
         let defaults = Limits::default();
         let limits = Limits {
             max_body_bytes: layer.max_body_bytes.unwrap_or(defaults.max_body_bytes),
@@ -467,6 +502,7 @@ impl Settings {
                 layer.policy_max_fuel,
             )?,
             decision_log,
+            bundle,
         })
     }
 }

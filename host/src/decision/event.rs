@@ -24,6 +24,10 @@ pub struct DecisionEvent {
     /// For a candidate run beside the active version: the active decision's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow_of: Option<String>,
+    /// The policy bundle revision the deciding version came with (docs/deploy.md, "Policy
+    /// bundles"); absent for a policy not served from a bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelRef>,
     /// [`hunch_core::READ_ALGORITHM_VERSION`] of the server that wrote the event.
@@ -158,6 +162,8 @@ pub enum FailureKind {
     NotFound,
     /// A stage change the policy's stages do not allow (409).
     Conflict,
+    /// A change of one policy where a policy bundle owns the set (409).
+    BundleOwned,
     UnsupportedContentEncoding,
     /// An upstream System One server refused the request (its 4xx).
     UpstreamRejected,
@@ -199,6 +205,7 @@ impl FailureKind {
             FailureKind::ModelNotFound => "model_not_found",
             FailureKind::NotFound => "not_found",
             FailureKind::Conflict => "conflict",
+            FailureKind::BundleOwned => "bundle_owned",
             FailureKind::UnsupportedContentEncoding => "unsupported_content_encoding",
             FailureKind::UpstreamRejected => "upstream_rejected",
             FailureKind::Unavailable => "unavailable",
@@ -305,6 +312,7 @@ mod tests {
             route: "/v1/systemone".into(),
             policy: None,
             shadow_of: None,
+            bundle_revision: None,
             model: Some(ModelRef {
                 name: "m".into(),
                 fingerprint: Some("0123/mlx-cpu/float32/read-2".into()),

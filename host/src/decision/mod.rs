@@ -338,6 +338,7 @@ impl Decision {
             route: self.route.clone(),
             policy: None,
             shadow_of: None,
+            bundle_revision: None,
             model: None,
             read_algorithm: READ_ALGORITHM_VERSION.to_string(),
             input: Value::Null,

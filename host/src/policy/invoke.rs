@@ -184,6 +184,9 @@ pub struct LoadedPolicy {
     pub log: crate::decision::mask::PolicyLogConfig,
     /// How this version runs when it is a candidate.
     pub rollout: crate::policy::rollout::RolloutConfig,
+    /// The bundle revision this version came with (`None`: a directory or an HTTP deploy).
+    /// Decision events and responses name it.
+    pub bundle_revision: Option<String>,
     input_validator: jsonschema::Validator,
     output_validator: jsonschema::Validator,
     pre: PolicyPre<InvocationState>,
@@ -379,6 +382,7 @@ impl LoadedPolicy {
             sha256: crate::decision::event::sha256_hex(wasm),
             log: config.decision_log.unwrap_or_default(),
             rollout: config.rollout.unwrap_or_default(),
+            bundle_revision: None,
             input_validator,
             output_validator,
             pre,

@@ -6,10 +6,12 @@
 //! - [`capabilities`]: what a guest may call (`read`, `log`), one module each.
 //! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
 //! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
+//! - [`bundle`]: signed policy bundles a fleet pulls (the whole set, atomically).
 //! - [`rollout`]: candidate versions in shadow or canary, shadow runs, agreement.
 //! - [`replay`]: recorded decisions run again through a version (`hunch replay`).
 
 pub mod bindings;
+pub mod bundle;
 pub mod capabilities;
 pub mod engine;
 pub mod invoke;

@@ -23,7 +23,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::Semaphore;
 use wasmtime::Engine;
 
+mod bundle;
 mod stages;
+
+pub use bundle::{SetError, StagedPolicy, Version};
 
 /// Where policies' reads go: the server's readers by name.
 pub trait ReaderSource: Send + Sync {
@@ -200,6 +203,9 @@ pub enum RegistryError {
     /// A stage change that the policy's current stages do not allow.
     #[error("{0}")]
     Conflict(String),
+    /// A change of one policy while a bundle owns the set (`--bundle-url`).
+    #[error("policy `{0}` cannot be changed here: a policy bundle owns this server's policies (publish a new bundle revision instead)")]
+    BundleOwned(String),
 }
 
 pub struct Registry {
@@ -217,6 +223,8 @@ pub struct Registry {
     reload_lock: tokio::sync::Mutex<()>,
     /// Shadow agreement and canary routing counts, per policy.
     rollouts: Arc<RolloutStats>,
+    /// A bundle owns the set: only [`Registry::replace_all`] changes it.
+    bundle_owned: bool,
 }
 
 /// Who a policy run is for: a live decision waits for one of the live slots; a shadow run holds
@@ -281,6 +289,29 @@ impl Registry {
         readers: Arc<dyn ReaderSource>,
         capacity: Capacity,
     ) -> Arc<Registry> {
+        Self::with_owner(engine, dir, ceiling, readers, capacity, false)
+    }
+
+    /// A registry whose policy set a bundle owns: no directory, and every change of a single
+    /// policy refused ([`RegistryError::BundleOwned`]); the set changes with
+    /// [`Registry::replace_all`].
+    pub fn bundle_owned(
+        engine: Engine,
+        ceiling: Limits,
+        readers: Arc<dyn ReaderSource>,
+        capacity: Capacity,
+    ) -> Arc<Registry> {
+        Self::with_owner(engine, None, ceiling, readers, capacity, true)
+    }
+
+    fn with_owner(
+        engine: Engine,
+        dir: Option<PathBuf>,
+        ceiling: Limits,
+        readers: Arc<dyn ReaderSource>,
+        capacity: Capacity,
+        bundle_owned: bool,
+    ) -> Arc<Registry> {
         Arc::new(Registry {
             engine,
             dir,
@@ -291,6 +322,7 @@ impl Registry {
             shadow_slots: Arc::new(Semaphore::new(capacity.shadow)),
             reload_lock: tokio::sync::Mutex::new(()),
             rollouts: Arc::default(),
+            bundle_owned,
         })
     }
 
@@ -580,6 +612,7 @@ impl Registry {
 
     /// The lock every change of a policy's versions holds, once `name` is known to be valid.
     async fn change(&self, name: &str) -> Result<tokio::sync::MutexGuard<'_, ()>, RegistryError> {
+        self.local_change(name)?;
         if !valid_name(name) {
             return Err(RegistryError::InvalidName(name.to_string()));
         }

@@ -359,6 +359,7 @@ pub async fn serve_policies_until(
         settings.policies.clone(),
         settings.admin_key.clone(),
         &settings.policy_engine,
+        settings.bundle.as_ref(),
     )
     .await?;
     serve_until(

@@ -5,6 +5,7 @@
 use crate::api::policies::{router, PolicyApi};
 use crate::api::AppState;
 use crate::config::PolicyEngineSettings;
+use crate::policy::bundle::{BundleSettings, BundleSync};
 use crate::policy::rollout::shadow::ShadowRunner;
 use crate::policy::{build_engine, watch, Capacity, PolicyWatcher, ReaderSource, Registry};
 use crate::reader::{Priority, DEFAULT_ALIAS};
@@ -47,16 +48,60 @@ pub struct PolicyService {
     admin_key: Option<String>,
     shadows: Arc<ShadowRunner>,
     _watcher: Option<PolicyWatcher>,
+    /// With `--bundle-url`: the bundle that owns the policy set, and its poller.
+    bundle: Option<(Arc<BundleSync>, tokio::task::JoinHandle<()>)>,
+}
+
+impl Drop for PolicyService {
+    fn drop(&mut self) {
+        if let Some((_, poller)) = &self.bundle {
+            poller.abort();
+        }
+    }
 }
 
 impl PolicyService {
-    /// Builds the engine, loads every policy of `dir` and starts watching it.
+    /// Builds the engine, loads every policy of `dir` and starts watching it; or, with a
+    /// bundle, restores the persisted bundle and starts polling its URL (the directory is then
+    /// neither loaded nor watched: the bundle owns the set).
     pub async fn start(
         dir: Option<PathBuf>,
         admin_key: Option<String>,
         settings: &PolicyEngineSettings,
+        bundle: Option<&BundleSettings>,
     ) -> anyhow::Result<Self> {
         let engine = build_engine(&settings.engine())?;
+        if let Some(bundle) = bundle {
+            if let Some(d) = &dir {
+                tracing::warn!(dir = %d.display(), url = bundle.url, "a policy bundle owns the policies: the policy directory is neither loaded nor watched");
+            }
+            let readers = Arc::new(AppReaders::default());
+            let registry = Registry::bundle_owned(
+                engine,
+                settings.ceiling(),
+                readers.clone(),
+                Capacity::split(settings.pool, settings.shadow_runs),
+            );
+            let sync = Arc::new(
+                BundleSync::new(bundle, registry.clone())
+                    .context("cannot follow the policy bundle")?,
+            );
+            // Before the server listens and before the first poll: a replica restarted while
+            // the bundle server is down serves its last good revision.
+            sync.restore().await;
+            let poller = sync.clone().spawn();
+            tracing::info!(url = bundle.url, poll = ?bundle.poll, "following the policy bundle");
+            let shadows =
+                Arc::new(ShadowRunner::start().context("cannot start the shadow-run thread")?);
+            return Ok(PolicyService {
+                registry,
+                readers,
+                admin_key,
+                shadows,
+                _watcher: None,
+                bundle: Some((sync, poller)),
+            });
+        }
         if let Some(d) = &dir {
             std::fs::create_dir_all(d)
                 .with_context(|| format!("cannot create the policy directory {}", d.display()))?;
@@ -88,6 +133,7 @@ impl PolicyService {
             admin_key,
             shadows,
             _watcher: watcher,
+            bundle: None,
         })
     }
 
@@ -99,6 +145,10 @@ impl PolicyService {
     pub fn routes(self, state: &AppState) -> Router<AppState> {
         let _ = self.readers.0.set(state.clone());
         state.metrics.add_source(self.registry.rollouts().clone());
+        let bundle_status = self.bundle.as_ref().map(|(sync, _)| sync.status().clone());
+        if let Some(status) = &bundle_status {
+            state.metrics.add_source(status.clone());
+        }
         state.served_policies.serve(self.registry.clone());
         let api = Arc::new(PolicyApi {
             registry: self.registry.clone(),
@@ -108,6 +158,8 @@ impl PolicyService {
         });
         // The watcher lives as long as the routes (the server's lifetime).
         let service = Arc::new(self);
-        router(api).layer(axum::Extension(service))
+        router(api)
+            .merge(crate::api::status::router(bundle_status))
+            .layer(axum::Extension(service))
     }
 }

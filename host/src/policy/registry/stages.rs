@@ -112,6 +112,7 @@ impl Registry {
 
     /// Stops running the candidate and deletes its files.
     pub async fn remove_candidate(&self, name: &str) -> Result<(), RegistryError> {
+        self.local_change(name)?;
         let _guard = self.reload_lock.lock().await;
         let existed = {
             let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
@@ -139,6 +140,7 @@ impl Registry {
     /// rollback restores). Files first, in an order where a crash between two steps leaves a
     /// directory that loads as either the old or the new state; then one swap in memory.
     pub async fn promote(&self, name: &str) -> Result<Arc<LoadedPolicy>, RegistryError> {
+        self.local_change(name)?;
         let _guard = self.reload_lock.lock().await;
         let (candidate, current) = {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
@@ -204,6 +206,7 @@ impl Registry {
 
     /// The previous version becomes the active one again; the demoted version is dropped.
     pub async fn rollback(&self, name: &str) -> Result<Arc<LoadedPolicy>, RegistryError> {
+        self.local_change(name)?;
         let _guard = self.reload_lock.lock().await;
         let mut previous = {
             let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());

@@ -44,6 +44,7 @@ pub fn fill_event(
     outcome: &Outcome,
 ) {
     event.policy = Some(policy_ref(policy, stage));
+    event.bundle_revision = policy.bundle_revision.clone();
     event.model = model.map(|m| log.model_ref(m));
     event.input = input.clone();
     match outcome {
