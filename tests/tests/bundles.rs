@@ -6,8 +6,8 @@
 //! Covered: activation of a signed revision; bad bundles (truncated, signed with another key,
 //! older) refused while the last good revision keeps serving and `/v1/status` names the error;
 //! a new revision activated whole; every decision's event and response naming its revision;
-//! HTTP deploys refused with 409 `bundle_owned`; and a restart with the bundle server gone
-//! serving the persisted revision.
+//! HTTP deploys refused with 409 `bundle_owned`; a candidate rolled out by publishing a
+//! revision; and a restart with the bundle server gone serving the persisted revision.
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -109,14 +109,27 @@ fn keygen(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 /// A bundle of the ticket router (marked `marker`, so each revision is a new version) built and
 /// signed by `hunch bundle build`.
 fn build(work: &Path, revision: &str, marker: &str, key: &Path) -> Vec<u8> {
+    build_with(
+        work,
+        revision,
+        &[(format!("{POLICY}.wasm"), router(marker))],
+        key,
+    )
+}
+
+/// The ticket router marked `marker` (each marker a new version with the same behaviour).
+fn router(marker: &str) -> Vec<u8> {
+    let wasm = built_policy("ticket_router").expect("the policies build (wasm32-wasip2)");
+    with_marker(wasm, marker)
+}
+
+/// A bundle of `files` built and signed by `hunch bundle build`.
+fn build_with(work: &Path, revision: &str, files: &[(String, Vec<u8>)], key: &Path) -> Vec<u8> {
     let dir = work.join(format!("src-{revision}"));
     std::fs::create_dir_all(&dir).unwrap();
-    let wasm = built_policy("ticket_router").expect("the policies build (wasm32-wasip2)");
-    std::fs::write(
-        dir.join(format!("{POLICY}.wasm")),
-        with_marker(wasm, marker),
-    )
-    .unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
     let out = work.join(format!("{revision}.tar.gz"));
     let printed = hunch(&[
         "bundle",
@@ -229,17 +242,31 @@ async fn a_signed_bundle_is_followed_bad_ones_refused_and_the_last_good_persiste
     let r1 = build(w, "r1", "one", &key);
     let r2 = build(w, "r2", "two", &key);
     let intruder = build(w, "r3-intruder", "three", &other_key);
-    // `hunch bundle inspect` checks the signature with the public key.
-    let inspected = hunch(&[
-        "bundle",
-        "inspect",
-        &s(&w.join("r1.tar.gz")),
-        "--public-key",
-        &s(&public),
-    ]);
+    // `hunch bundle inspect` checks the signature with the public key, and refuses another's.
+    let inspect = |file: &str| {
+        std::process::Command::new(hunch_bin())
+            .args([
+                "bundle",
+                "inspect",
+                &s(&w.join(file)),
+                "--public-key",
+                &s(&public),
+            ])
+            .output()
+            .expect("hunch runs")
+    };
+    let good = inspect("r1.tar.gz");
+    let printed = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "{good:?}");
     assert!(
-        inspected.contains("revision    r1") && inspected.contains("verified"),
-        "{inspected}"
+        printed.contains("revision    r1") && printed.contains("verified"),
+        "{printed}"
+    );
+    let foreign = inspect("r3-intruder.tar.gz");
+    assert_eq!(foreign.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&foreign.stderr).contains("bundle r3-intruder: signed with key"),
+        "{foreign:?}"
     );
 
     let (url, published, server) = bundle_server(true).await;
@@ -411,4 +438,48 @@ async fn without_etags_the_downloaded_bytes_decide_and_an_older_revision_is_refu
     assert_eq!(refused["revision"], "r2");
     assert!(metric::<f64>(&base, "hunch_bundle_failures_total{reason=\"older\"}").await >= 1.0);
     assert_eq!(decide(&base).await.1.as_deref(), Some("r2"));
+
+    // A fleet rolls a candidate out by publishing a revision: r3 shadows it on every decision,
+    // and the candidate's shadow event names r3 too.
+    let r3 = build_with(
+        w,
+        "r3",
+        &[
+            (format!("{POLICY}.wasm"), router("three")),
+            (
+                format!("{POLICY}.candidate.wasm"),
+                router("three-candidate"),
+            ),
+            (
+                format!("{POLICY}.candidate.toml"),
+                b"[rollout]\nmode = \"shadow\"\n".to_vec(),
+            ),
+        ],
+        &key,
+    );
+    published.publish(r3);
+    until(&base, "activated r3", |b| b["revision"] == "r3").await;
+    let described = get_json(&format!("{base}/v1/policies/{POLICY}")).await;
+    assert_eq!(described["mode"], "shadow", "{described}");
+    let (code, revision, body) = decide(&base).await;
+    assert_eq!((code, revision.as_deref()), (200, Some("r3")), "{body}");
+    let id = body["decision_id"].as_str().unwrap().to_string();
+    let log = w.join("d.ndjson");
+    let start = Instant::now();
+    let shadow = loop {
+        if let Some(e) = events(&log)
+            .into_iter()
+            .find(|e| e["shadow_of"] == id.as_str())
+        {
+            break e;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no shadow event for {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(shadow["policy"]["stage"], "candidate");
+    assert_eq!(shadow["bundle_revision"], "r3");
+    assert_eq!(event_of(&log, &id).await["bundle_revision"], "r3");
 }

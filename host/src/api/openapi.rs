@@ -237,6 +237,14 @@ fn decision_id_header() -> Value {
     json!({"x-hunch-decision-id": {"schema": {"type": "string"}, "description": "The decision's id (also in the body)."}})
 }
 
+/// A decision's headers: its id and, for a policy served from a bundle, the bundle revision.
+fn decision_headers() -> Value {
+    let mut headers = decision_id_header();
+    headers["x-hunch-bundle-revision"] = json!({"schema": {"type": "string"}, "required": false,
+        "description": "The policy bundle revision the deciding version came with (only when a bundle owns the policies)."});
+    headers
+}
+
 /// `POST` on a policy: what running it can answer, with `input` as the body's schema and
 /// `output` as the decision's `output`.
 fn run_operation(summary: &str, input: Value, output: Value) -> Value {
@@ -247,7 +255,7 @@ fn run_operation(summary: &str, input: Value, output: Value) -> Value {
                         "description": "Pins a canary's routing to this key (docs/decision-records.md)."}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": input}}},
         "responses": v1_responses(json!({
-            "200": {"description": "The decision", "headers": decision_id_header(),
+            "200": {"description": "The decision", "headers": decision_headers(),
                     "content": {"application/json": {"schema": decision_schema(output)}}},
             "400": error("The body is not JSON"),
             "404": error("No such policy"),

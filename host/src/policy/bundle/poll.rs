@@ -145,9 +145,10 @@ impl BundleSync {
     pub async fn poll_once(&self) {
         match self.fetch_and_offer().await {
             Ok(Offered::Unchanged) => self.status.checked(),
+            // The activation recorded the successful check itself (and a failure to persist
+            // after it, which must stay visible).
             Ok(Offered::Activated(revision)) => {
                 tracing::info!(revision, url = self.url, "bundle revision activated");
-                self.status.checked();
             }
             Err(error) => {
                 tracing::warn!(error = %error, url = self.url, "bundle refused; the active revision keeps serving");
@@ -239,7 +240,8 @@ impl BundleSync {
                     },
                 )
             })?;
-        self.status.activated(&revision, names);
+        self.status
+            .activated(&revision, names, origin == Origin::Network);
         *active = Active {
             etag,
             sha256: Some(sha256),

@@ -73,13 +73,20 @@ impl BundleStatus {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A revision now serves with these policies.
-    pub fn activated(&self, revision: &str, policies: Vec<String>) {
+    /// A revision now serves with these policies. `downloaded`: it came from the bundle server,
+    /// so this is also a successful check, recorded in the same step (no reader sees the new
+    /// revision beside the previous error).
+    pub fn activated(&self, revision: &str, policies: Vec<String>, downloaded: bool) {
         let mut inner = self.inner();
+        let now = SystemTime::now();
         inner.revision = Some(revision.to_string());
-        inner.activated_at = Some(SystemTime::now());
+        inner.activated_at = Some(now);
         inner.policies = policies;
         inner.activations += 1;
+        if downloaded {
+            inner.last_success_at = Some(now);
+            inner.last_error = None;
+        }
     }
 
     /// The bundle server answered and what it serves is active (a 304, the same bytes, the
@@ -230,8 +237,8 @@ mod tests {
         let report = status.report();
         assert_eq!(report.revision, None);
         assert!(!report.stale);
-        status.activated("r2", vec!["ticket_router".into()]);
-        status.checked();
+        status.activated("r2", vec!["ticket_router".into()], true);
+        assert!(status.report().last_success_at.is_some());
         status.failed(&BundleError::new(
             Some("r3"),
             Fault::Missing("a.wasm".into()),
