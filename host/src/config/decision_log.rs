@@ -71,6 +71,16 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "HUNCH_DECISION_LOG_FSYNC",
         "decision_log.fsync",
     ),
+    (
+        "--decision-log-spool",
+        "HUNCH_DECISION_LOG_SPOOL",
+        "decision_log.spool",
+    ),
+    (
+        "--decision-log-spool-bytes",
+        "HUNCH_DECISION_LOG_SPOOL_BYTES",
+        "decision_log.spool_bytes",
+    ),
 ];
 
 #[derive(Debug, Clone, Default, Args)]
@@ -134,10 +144,23 @@ pub struct DecisionLogArgs {
     #[arg(long, env = "HUNCH_DECISION_LOG_WRITE_TIMEOUT", value_name = "SECONDS")]
     pub decision_log_write_timeout: Option<f64>,
     /// `always`: fsync the file after each write, before a required decision is answered
-    /// (survives a power loss); `off`: flushed to the operating system only. Default off.
+    /// (survives a power loss), and the spool after each append and cursor update; `off`:
+    /// flushed to the operating system only. Default off.
     /// [env HUNCH_DECISION_LOG_FSYNC, TOML `decision_log.fsync`]
     #[arg(long, env = "HUNCH_DECISION_LOG_FSYNC", value_name = "WHEN")]
     pub decision_log_fsync: Option<Fsync>,
+    /// Spool the collector's events on disk in this directory (one process per directory): a
+    /// decision waits for its event's append, unsent events survive a crash or restart and are
+    /// sent again (at-least-once; collectors deduplicate by `decision_id`), and a failing
+    /// collector is retried without dropping. Needs `--decision-log-url`.
+    /// [env HUNCH_DECISION_LOG_SPOOL, TOML `decision_log.spool`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_SPOOL", value_name = "DIR")]
+    pub decision_log_spool: Option<PathBuf>,
+    /// Bytes of unsent events the spool holds at most; more are dropped and counted
+    /// (`spool_full`). Default 256 MiB.
+    /// [env HUNCH_DECISION_LOG_SPOOL_BYTES, TOML `decision_log.spool_bytes`]
+    #[arg(long, env = "HUNCH_DECISION_LOG_SPOOL_BYTES", value_name = "BYTES")]
+    pub decision_log_spool_bytes: Option<u64>,
 }
 
 /// `[decision_log]` in the TOML file.
@@ -157,6 +180,8 @@ pub struct DecisionLogFile {
     pub buffer_bytes: Option<usize>,
     pub write_timeout: Option<f64>,
     pub fsync: Option<Fsync>,
+    pub spool: Option<PathBuf>,
+    pub spool_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -212,15 +237,32 @@ pub fn resolve(
             None => d.write_timeout,
         },
         fsync: args.decision_log_fsync.or(file.fsync).unwrap_or(d.fsync),
+        spool: args.decision_log_spool.clone().or(file.spool),
+        spool_bytes: args
+            .decision_log_spool_bytes
+            .or(file.spool_bytes)
+            .unwrap_or(d.spool_bytes),
     };
-    if s.max_bytes == 0 || s.batch_bytes == 0 || s.buffer == 0 || s.buffer_bytes == 0 {
+    if s.max_bytes == 0
+        || s.batch_bytes == 0
+        || s.buffer == 0
+        || s.buffer_bytes == 0
+        || s.spool_bytes == 0
+    {
         return Err(DecisionLogSettingsError(
-            "max_bytes, batch_bytes, buffer and buffer_bytes must be positive".into(),
+            "max_bytes, batch_bytes, buffer, buffer_bytes and spool_bytes must be positive".into(),
         ));
     }
-    if s.fsync == Fsync::Always && s.path.as_ref().is_none_or(|p| p.as_os_str() == "-") {
+    let file_on_disk = s.path.as_ref().is_some_and(|p| p.as_os_str() != "-");
+    if s.fsync == Fsync::Always && !file_on_disk && s.spool.is_none() {
         return Err(DecisionLogSettingsError(
-            "--decision-log-fsync always needs --decision-log PATH (a file, not stdout)".into(),
+            "--decision-log-fsync always needs --decision-log PATH (a file, not stdout) or --decision-log-spool DIR".into(),
+        ));
+    }
+    if s.spool.is_some() && s.url.is_none() {
+        return Err(DecisionLogSettingsError(
+            "--decision-log-spool needs --decision-log-url (it spools the collector's events)"
+                .into(),
         ));
     }
     if s.required && s.path.is_none() {
@@ -284,6 +326,26 @@ mod tests {
     }
 
     #[test]
+    fn the_spool_settings_merge_and_fsync_always_may_apply_to_the_spool_alone() {
+        let file: DecisionLogFile = toml::from_str(
+            "url = \"http://c\"\nspool = \"/var/lib/hunch/spool\"\nspool_bytes = 1000\nfsync = \"always\"",
+        )
+        .unwrap();
+        let s = resolve(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
+        assert_eq!(s.spool, Some(PathBuf::from("/var/lib/hunch/spool")));
+        assert_eq!((s.spool_bytes, s.fsync), (1000, Fsync::Always));
+        let args = DecisionLogArgs {
+            decision_log_spool: Some("/flag".into()),
+            decision_log_spool_bytes: Some(7),
+            ..Default::default()
+        };
+        let s = resolve(&args, Some(file)).unwrap();
+        assert_eq!((s.spool, s.spool_bytes), (Some(PathBuf::from("/flag")), 7));
+        let d = resolve(&DecisionLogArgs::default(), None).unwrap();
+        assert_eq!((d.spool, d.spool_bytes), (None, 256 << 20));
+    }
+
+    #[test]
     fn nonsense_is_refused() {
         let required_without_file = DecisionLogArgs {
             decision_log_required: true,
@@ -316,6 +378,19 @@ mod tests {
             ..Default::default()
         };
         assert!(resolve(&no_bytes, None).is_err());
+        let spool_without_url = DecisionLogArgs {
+            decision_log: Some("/f".into()),
+            decision_log_spool: Some("/s".into()),
+            ..Default::default()
+        };
+        assert!(resolve(&spool_without_url, None).is_err());
+        let no_spool_bytes = DecisionLogArgs {
+            decision_log_url: Some("http://c".into()),
+            decision_log_spool: Some("/s".into()),
+            decision_log_spool_bytes: Some(0),
+            ..Default::default()
+        };
+        assert!(resolve(&no_spool_bytes, None).is_err());
         assert!(toml::from_str::<DecisionLogFile>("nonsense = 1").is_err());
     }
 }

@@ -410,8 +410,10 @@ impl Settings {
             max_queued_reads: layer.max_queued_reads.unwrap_or(defaults.max_queued_reads),
         };
         // A required write that could outlast the request would be answered 504 by the request
-        // timeout instead of 503 (retryable, "not recorded") by the decision log.
-        if decision_log.required && decision_log.write_timeout >= limits.request_timeout {
+        // timeout instead of 503 (retryable, "not recorded") by the decision log; a spool's
+        // append, 504 instead of the decision.
+        let waits = decision_log.required || decision_log.spool.is_some();
+        if waits && decision_log.write_timeout >= limits.request_timeout {
             return Err(ConfigError::Invalid(format!(
                 "decision_log.write_timeout ({:?}) must be shorter than request_timeout ({:?})",
                 decision_log.write_timeout, limits.request_timeout

@@ -27,8 +27,9 @@ use recorder::{ReadLog, RecordingReader};
 use serde_json::Value;
 use settings::DecisionLogSettings;
 use sink::file::{FileSink, FileSinkConfig, FileSinkError};
-use sink::http::{HttpSink, HttpSinkConfig, HttpSinkError};
-use sink::SinkStats;
+use sink::http::{HttpSinkConfig, HttpSinkError};
+use sink::spool::SpoolConfig;
+use sink::{Collector, SinkStats};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -46,7 +47,7 @@ pub fn new_decision_id() -> String {
 pub struct DecisionLog {
     settings: DecisionLogSettings,
     file: Option<FileSink>,
-    http: Option<HttpSink>,
+    http: Option<Collector>,
     pub stats: Arc<SinkStats>,
     /// The served models by name: an event names the fingerprint its model reports when the
     /// decision is written (a sidecar's changes when it restarts on another checkpoint).
@@ -94,7 +95,7 @@ impl DecisionLog {
             )
         });
         let http = match &settings.url {
-            Some(url) => Some(HttpSink::start(
+            Some(url) => Some(Collector::start(
                 HttpSinkConfig {
                     url: url.clone(),
                     key: settings.url_key.clone(),
@@ -102,6 +103,11 @@ impl DecisionLog {
                     buffer: settings.buffer,
                     buffer_bytes: settings.buffer_bytes,
                 },
+                settings.spool.as_ref().map(|dir| SpoolConfig {
+                    dir: dir.clone(),
+                    max_bytes: settings.spool_bytes,
+                    fsync: settings.fsync,
+                }),
                 stats.clone(),
             )?),
             None => None,
@@ -115,7 +121,7 @@ impl DecisionLog {
             );
         }
         if let Some(u) = &settings.url {
-            tracing::info!(url = %u, "decision log collector");
+            tracing::info!(url = %u, spool = ?settings.spool, "decision log collector");
         }
         Ok(Arc::new(DecisionLog {
             settings,
@@ -177,6 +183,9 @@ impl DecisionLog {
     /// `Retry-After` ([`FileSinkError::retry_after_seconds`]). Every other failure is counted
     /// and logged by the sink, never returned.
     ///
+    /// With a spool (`--decision-log-spool`), this waits until the event is appended to it,
+    /// at most the write timeout; a failed append is counted, never returned.
+    ///
     /// With a required log the file comes first: the collector is offered only an event the
     /// file took, so a decision answered 503 never reaches it (it is counted as dropped for the
     /// collector, cause `unrecorded`). A required log records every decision, so a policy's
@@ -236,7 +245,8 @@ impl DecisionLog {
             }
         }
         if let Some(http) = &self.http {
-            http.submit(bytes);
+            // Spooled, this waits for the append: an answered decision's event is on disk.
+            http.submit(bytes, self.settings.write_timeout).await;
         }
         Ok(())
     }
@@ -255,8 +265,9 @@ impl DecisionLog {
         }
     }
 
-    /// Writes what the sinks hold; each gets `grace`, and what is still held after it is
-    /// counted as dropped (cause `shutdown`).
+    /// Writes what the sinks hold; each gets `grace`, and what is still held in memory after it
+    /// is counted as dropped (cause `shutdown`). What a spool still holds stays there for the
+    /// next start.
     pub async fn close(&self, grace: Duration) {
         let http = async {
             if let Some(http) = &self.http {
@@ -276,6 +287,9 @@ impl crate::metrics::MetricsSource for DecisionLog {
     /// The decision log's lines of `/metrics`.
     fn render_metrics(&self, out: &mut String) {
         self.stats.render(out);
+        if let Some(http) = &self.http {
+            http.render_metrics(out);
+        }
     }
 }
 

@@ -26,6 +26,10 @@ pub struct DecisionLogSettings {
     /// How long a required write may take.
     pub write_timeout: Duration,
     pub fsync: Fsync,
+    /// Where the collector's events are spooled on disk; `None`: held in memory.
+    pub spool: Option<PathBuf>,
+    /// Bytes of unsent events the spool holds at most.
+    pub spool_bytes: u64,
 }
 
 impl Default for DecisionLogSettings {
@@ -44,6 +48,8 @@ impl Default for DecisionLogSettings {
             buffer_bytes: 64 << 20,
             write_timeout: Duration::from_secs(2),
             fsync: Fsync::Off,
+            spool: None,
+            spool_bytes: 256 << 20,
         }
     }
 }

@@ -14,11 +14,11 @@ use tokio::sync::mpsc;
 
 const SINK: &str = "http";
 /// How long the task waits for more events before sending a partial batch.
-const LINGER: Duration = Duration::from_millis(200);
-/// Attempts per batch before it is dropped.
+pub(super) const LINGER: Duration = Duration::from_millis(200);
+/// Attempts per batch before it is dropped (without a spool).
 const ATTEMPTS: u32 = 6;
-const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(10);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// One POST may take this long before it counts as failed (a hanging collector).
 const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -45,17 +45,22 @@ pub struct HttpSink {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("decision log URL: {0}")]
+#[error("decision log collector: {0}")]
 pub struct HttpSinkError(pub String);
+
+/// The client every POST to the collector goes through.
+pub(super) fn client() -> Result<reqwest::Client, HttpSinkError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(POST_TIMEOUT)
+        .build()
+        .map_err(|e| HttpSinkError(format!("cannot build an HTTP client: {e}")))
+}
 
 impl HttpSink {
     /// Starts the sending task (inside a tokio runtime).
     pub fn start(config: HttpSinkConfig, stats: Arc<SinkStats>) -> Result<HttpSink, HttpSinkError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(POST_TIMEOUT)
-            .build()
-            .map_err(|e| HttpSinkError(format!("cannot build an HTTP client: {e}")))?;
+        let client = client()?;
         // The buffer bounds the queue; the channel itself never refuses.
         let (tx, rx) = mpsc::unbounded_channel();
         let buffer = Buffer::new(config.buffer, config.buffer_bytes);
@@ -214,34 +219,61 @@ async fn send(
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
-        let mut call = client
-            .post(&config.url)
-            .header("content-type", "application/json")
-            .header("content-encoding", "gzip")
-            .body(body.clone());
-        if let Some(key) = &config.key {
-            call = call.bearer_auth(key);
-        }
-        match call.send().await {
-            Ok(r) if r.status().is_success() => {
+        match post(client, config, body.clone()).await {
+            Ok(()) => {
                 counter.written(n);
                 return;
             }
-            Ok(r) => {
-                let status = r.status();
-                last_error = format!("{} answered {status}", config.url);
-                // The collector refuses this batch for what it is: a retry would be refused too.
-                let permanent = status.is_client_error()
-                    && status != reqwest::StatusCode::REQUEST_TIMEOUT
-                    && status != reqwest::StatusCode::TOO_MANY_REQUESTS;
-                if permanent {
-                    return counter.dropped("rejected", n, &last_error);
-                }
+            Err(PostFailed::Refused(e)) => return counter.dropped("rejected", n, &e),
+            Err(PostFailed::Failed(e)) => {
+                counter.stats.send_failed(SINK);
+                last_error = e;
             }
-            Err(e) => last_error = format!("{}: {e}", config.url),
         }
     }
     counter.dropped("send_failed", n, &last_error);
+}
+
+/// Why a POST did not deliver its batch.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum PostFailed {
+    /// The collector refuses the batch for what it is (a 4xx other than 408 and 429): sending
+    /// it again would be refused again.
+    Refused(String),
+    /// Unreachable, timed out, or a 5xx, 408 or 429: it may pass later.
+    Failed(String),
+}
+
+/// POSTs one gzip batch to the collector.
+pub(super) async fn post(
+    client: &reqwest::Client,
+    config: &HttpSinkConfig,
+    body: Vec<u8>,
+) -> Result<(), PostFailed> {
+    let mut call = client
+        .post(&config.url)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(body);
+    if let Some(key) = &config.key {
+        call = call.bearer_auth(key);
+    }
+    match call.send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => {
+            let status = r.status();
+            let error = format!("{} answered {status}", config.url);
+            let permanent = status.is_client_error()
+                && status != reqwest::StatusCode::REQUEST_TIMEOUT
+                && status != reqwest::StatusCode::TOO_MANY_REQUESTS;
+            Err(if permanent {
+                PostFailed::Refused(error)
+            } else {
+                PostFailed::Failed(error)
+            })
+        }
+        Err(e) => Err(PostFailed::Failed(format!("{}: {e}", config.url))),
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 
 pub mod file;
 pub mod http;
+pub mod spool;
+pub mod spooled;
 
 use crate::metrics::family;
 use std::collections::BTreeMap;
@@ -12,6 +14,59 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The collector's sink: events held in memory ([`http::HttpSink`]), or spooled on disk
+/// ([`spooled::SpooledSink`], with `--decision-log-spool`).
+pub enum Collector {
+    Memory(http::HttpSink),
+    Spooled(spooled::SpooledSink),
+}
+
+impl Collector {
+    /// Starts the sink (inside a tokio runtime); with `spool`, opens it and resumes what a
+    /// previous run left unsent.
+    pub fn start(
+        config: http::HttpSinkConfig,
+        spool: Option<spool::SpoolConfig>,
+        stats: Arc<SinkStats>,
+    ) -> Result<Collector, http::HttpSinkError> {
+        Ok(match spool {
+            Some(spool) => Collector::Spooled(spooled::SpooledSink::start(config, spool, stats)?),
+            None => Collector::Memory(http::HttpSink::start(config, stats)?),
+        })
+    }
+
+    /// Offers an event: in memory it is queued at once; spooled, this waits for its append, at
+    /// most `wait`.
+    pub async fn submit(&self, event: Vec<u8>, wait: Duration) {
+        match self {
+            Collector::Memory(sink) => sink.submit(event),
+            Collector::Spooled(sink) => sink.submit(event, wait).await,
+        }
+    }
+
+    /// Counts an event that was never offered to the collector.
+    pub fn skipped(&self, cause: &'static str, detail: &str) {
+        match self {
+            Collector::Memory(sink) => sink.skipped(cause, detail),
+            Collector::Spooled(sink) => sink.skipped(cause, detail),
+        }
+    }
+
+    pub async fn close(&self, grace: Duration) {
+        match self {
+            Collector::Memory(sink) => sink.close(grace).await,
+            Collector::Spooled(sink) => sink.close(grace).await,
+        }
+    }
+
+    /// The sink's own gauges (the spool's), beside the counters of [`SinkStats`].
+    pub fn render_metrics(&self, out: &mut String) {
+        if let Collector::Spooled(sink) = self {
+            sink.render_metrics(out);
+        }
+    }
+}
 
 /// How often a repeated drop cause is logged.
 const WARN_EVERY: Duration = Duration::from_secs(10);
@@ -23,6 +78,8 @@ pub struct SinkStats {
     dropped: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     last_warned: Mutex<BTreeMap<(&'static str, &'static str), Instant>>,
     fsyncs: AtomicU64,
+    /// POSTs to the collector that failed (and were retried or given up), per sink.
+    send_failures: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl SinkStats {
@@ -49,6 +106,15 @@ impl SinkStats {
                 "decision events dropped"
             );
         }
+    }
+
+    /// Counts one POST that did not deliver its batch.
+    pub fn send_failed(&self, sink: &'static str) {
+        *lock(&self.send_failures).entry(sink).or_default() += 1;
+    }
+
+    pub fn send_failures(&self, sink: &str) -> u64 {
+        lock(&self.send_failures).get(sink).copied().unwrap_or(0)
     }
 
     /// Counts one `fsync` of the decision log file.
@@ -117,6 +183,18 @@ impl SinkStats {
             "hunch_decision_log_fsyncs_total {}",
             self.fsyncs.load(Ordering::Relaxed)
         );
+        family(
+            out,
+            "hunch_decision_log_send_failures_total",
+            "counter",
+            "POSTs to the decision log collector that failed (retried, or given up and counted as dropped).",
+        );
+        for (sink, n) in lock(&self.send_failures).iter() {
+            let _ = writeln!(
+                out,
+                "hunch_decision_log_send_failures_total{{sink=\"{sink}\"}} {n}"
+            );
+        }
     }
 }
 
