@@ -649,6 +649,10 @@ class FleetTest:
             f"{stats['raw']} / {stats['distinct']} / {stats['duplicates']}")
         self.figures["answered and collected"] = len(answered & ids)
         self.figures["counted drops (sum over replicas and restarts)"] = drops
+        per_replica_drops = {}
+        for (replica, _), n in self.drops.items():
+            per_replica_drops[replica] = per_replica_drops.get(replica, 0) + n
+        self.figures["counted drops by replica"] = dict(sorted(per_replica_drops.items()))
         self.figures["collected but never answered (lost to a kill, retried)"] = len(extra)
         by_replica = {}
         for r in results:
