@@ -346,7 +346,13 @@ async fn a_signed_bundle_is_followed_bad_ones_refused_and_the_last_good_persiste
 
     // A new good revision: activated whole, the error cleared, its decisions name it.
     published.publish(r2.clone());
+    let published_at = Instant::now();
     let active = until(&base, "activated r2", |b| b["revision"] == "r2").await;
+    // A figure, not an assertion: publish to serving, with a 100 ms poll.
+    eprintln!(
+        "r2 published -> serving on the replica: {:.0} ms",
+        published_at.elapsed().as_secs_f64() * 1e3
+    );
     assert!(active["last_error"].is_null(), "{active}");
     assert_eq!(active["stale"], false);
     let (code, revision, body) = decide(&base).await;

@@ -94,10 +94,15 @@ fn build(
         .and_then(|()| std::fs::rename(&tmp, output))
         .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
     println!(
-        "{}: revision {}, {} files, {}, {} bytes",
+        "{}: revision {}, {} file{}, {}, {} bytes",
         output.display(),
         built.manifest.revision,
         built.manifest.files.len(),
+        if built.manifest.files.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         match &key {
             Some(k) => format!("signed by key {}", keys::key_id(&k.verifying_key())),
             None => "unsigned".to_string(),

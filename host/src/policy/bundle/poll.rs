@@ -39,6 +39,11 @@ struct Active {
     revision: Option<String>,
     created_at: Option<String>,
     created_at_ms: Option<i64>,
+    /// The last bundle refused, by sha256, with why: the same bytes served again are refused
+    /// again (and counted) without being unpacked and compiled again at every poll. Whatever
+    /// refused them stays true: their content cannot change, and the active revision only
+    /// grows newer.
+    refused: Option<(String, BundleError)>,
 }
 
 /// Where a bundle offered for activation came from.
@@ -208,6 +213,29 @@ impl BundleSync {
             active.etag = etag;
             return Ok(Offered::Unchanged);
         }
+        if let Some((refused, error)) = &active.refused {
+            if *refused == sha256 {
+                return Err(error.clone());
+            }
+        }
+        let result = self
+            .activate(&mut active, bytes, sha256.clone(), etag, origin)
+            .await;
+        if let Err(error) = &result {
+            active.refused = Some((sha256, error.clone()));
+        }
+        result
+    }
+
+    /// [`BundleSync::offer`] for bytes that are not the active bundle.
+    async fn activate(
+        &self,
+        active: &mut Active,
+        bytes: Vec<u8>,
+        sha256: String,
+        etag: Option<String>,
+        origin: Origin,
+    ) -> Result<Offered, BundleError> {
         let trust = self.trust.clone();
         let (verified, bytes) = tokio::task::spawn_blocking(move || {
             let verified = format::unpack(&bytes).and_then(|u| verify::verify(u, &trust));
@@ -223,7 +251,7 @@ impl BundleSync {
             active.etag = etag;
             return Ok(Offered::Unchanged);
         }
-        check_not_older(&verified, &active)?;
+        check_not_older(&verified, active)?;
         let names: Vec<String> = verified.policies.iter().map(|p| p.name.clone()).collect();
         let created_at = verified.manifest.created_at.clone();
         let created_at_ms = verified.created_at_ms;
@@ -248,8 +276,8 @@ impl BundleSync {
             revision: Some(revision.clone()),
             created_at: Some(created_at),
             created_at_ms: Some(created_at_ms),
+            refused: None,
         };
-        drop(active);
         if origin == Origin::Network {
             if let Some(store) = self.store.clone() {
                 let saved = tokio::task::spawn_blocking(move || store.save(&bytes)).await;
