@@ -119,7 +119,7 @@ impl Spool {
         };
         std::fs::create_dir_all(&dir).map_err(|e| io("cannot create the directory", e))?;
         let segments = segment_ids(&dir).map_err(|e| io("cannot list the segments", e))?;
-        let start = match read_cursor(&dir) {
+        let mut start = match read_cursor(&dir) {
             Ok(Some(c)) => c,
             Ok(None) => Position {
                 segment: segments.first().copied().unwrap_or(0),
@@ -142,7 +142,6 @@ impl Spool {
                 std::fs::remove_file(&path).map_err(|e| io("cannot delete a sent segment", e))?;
                 continue;
             }
-            let from = if id == start.segment { start.offset } else { 0 };
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -152,9 +151,18 @@ impl Spool {
                 .metadata()
                 .map_err(|e| io("cannot read a segment", e))?
                 .len();
-            let whole = scan(&file, from.min(len), len);
+            let mut from = if id == start.segment { start.offset } else { 0 };
+            let mut whole = scan(&file, from, len);
+            if !whole.aligned {
+                // Not a record's start (a cursor not written by this spool): sending the
+                // segment again beats reading garbage or cutting good records off.
+                tracing::warn!(segment = %path.display(), offset = from, "the decision log spool's cursor is not at a record; sending its segment again");
+                from = 0;
+                start.offset = 0;
+                whole = scan(&file, 0, len);
+            }
             recovered.events += whole.events;
-            recovered.bytes += whole.end - from.min(len);
+            recovered.bytes += whole.end.saturating_sub(from);
             if whole.end < len {
                 file.set_len(whole.end)
                     .map_err(|e| io("cannot cut a damaged segment short", e))?;
@@ -526,21 +534,30 @@ fn read_record(file: &File, offset: u64, limit: u64) -> Option<Vec<u8>> {
     (crc32fast::hash(&payload) == crc).then_some(payload)
 }
 
-/// What a scan of a segment found: whole records, and where the last one ends.
+/// What a scan of a segment found: its whole records from `from` on, where the last one ends,
+/// and whether `from` is a record's start (or at or past the end of the whole records).
 struct Scan {
     events: u64,
     end: u64,
+    aligned: bool,
 }
 
+/// Checks a segment's records from its start (a record can only be found from the one before
+/// it), counting those from `from` on.
 fn scan(file: &File, from: u64, len: u64) -> Scan {
     let mut at = Scan {
         events: 0,
-        end: from,
+        end: 0,
+        aligned: from == 0,
     };
     while let Some(event) = read_record(file, at.end, len) {
+        if at.end >= from {
+            at.events += 1;
+        }
         at.end += HEADER + event.len() as u64;
-        at.events += 1;
+        at.aligned |= at.end == from;
     }
+    at.aligned |= from >= at.end;
     at
 }
 
@@ -824,6 +841,22 @@ mod tests {
         let (_, _, mut reader, recovered) = open(dir.path());
         // Losing the cursor sends what was sent again (at-least-once), never skips.
         assert_eq!(recovered.events, 3);
+        assert_eq!(
+            reader.read_batch(1 << 20).unwrap().events,
+            [event(0), event(1), event(2)]
+        );
+    }
+
+    #[test]
+    fn a_cursor_inside_a_record_sends_its_segment_again_and_cuts_nothing_off() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (_, mut writer, _, _) = open(dir.path());
+            append(&mut writer, 0..3);
+        }
+        std::fs::write(dir.path().join(CURSOR), "0 13\n").unwrap();
+        let (_, _, mut reader, recovered) = open(dir.path());
+        assert_eq!((recovered.events, recovered.torn_bytes), (3, 0));
         assert_eq!(
             reader.read_batch(1 << 20).unwrap().events,
             [event(0), event(1), event(2)]
