@@ -25,22 +25,27 @@ started (`docker-compose down -v`) whatever happens. Standard library only.
   tests/fleet/fleet-test.py [--image hunch:latest] [--hunch target/debug/hunch]
                             [--faults kill,bundle,partition,collector] [--clients 3] [--rate 1]
 
-tests/fleet/run.sh builds the tools image and runs this; scripts/test.sh runs run.sh.
+Its parts are in tests/fleet/fleetlib/. tests/fleet/run.sh builds the tools image and runs this;
+scripts/test.sh runs run.sh.
 """
 
 import argparse
-import hashlib
 import http.client
 import json
 import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+# The test's own package (tests/fleet/fleetlib/); no __pycache__ left in the tree.
+sys.dont_write_bytecode = True
+from fleetlib.bundles import Bundles, sha16  # noqa: E402
+from fleetlib.fleet import Fleet  # noqa: E402
+from fleetlib.harness import Checks, log, request, run, wait_for  # noqa: E402
+from fleetlib.load import Load  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -58,262 +63,6 @@ SETTLE_BOUND = 90.0
 # The bundle poll and staleness the replicas run with (fast, so the test is short).
 BUNDLE_POLL = "2s"
 BUNDLE_STALE_AFTER = "6s"
-
-
-def log(*args):
-    print("fleet:", *args, flush=True)
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, what, ok, detail=""):
-        if ok:
-            self.passed += 1
-            print(f"ok: {what}", flush=True)
-        else:
-            self.failed += 1
-            print(f"FAILED: {what}" + (f"\n  {detail}" if detail else ""), file=sys.stderr,
-                  flush=True)
-        return ok
-
-
-def run(cmd, check=True, env=None, capture=True, timeout=600):
-    proc = subprocess.run(cmd, env=env, text=True, timeout=timeout,
-                          stdout=subprocess.PIPE if capture else None,
-                          stderr=subprocess.PIPE if capture else None)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr or ''}")
-    return proc
-
-
-def request(method, base, path, body=None, headers=None, timeout=60.0):
-    """One request on a fresh connection: (status, headers dict lower-cased, body bytes)."""
-    host, port = base
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers=headers or {})
-        resp = conn.getresponse()
-        data = resp.read()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
-    finally:
-        conn.close()
-
-
-def wait_for(what, predicate, bound, interval=0.25):
-    """Polls until predicate() is truthy; returns (value, seconds) or (None, seconds)."""
-    start = time.monotonic()
-    while True:
-        try:
-            value = predicate()
-        except (OSError, http.client.HTTPException, ValueError, RuntimeError):
-            value = None
-        except TimeoutError as e:
-            log(f"stopped waiting for {what}: {e}")
-            return None, time.monotonic() - start
-        elapsed = time.monotonic() - start
-        if value:
-            return value, elapsed
-        if elapsed > bound:
-            log(f"gave up waiting for {what} after {elapsed:.0f} s")
-            return None, elapsed
-        time.sleep(interval)
-
-
-# --- The fleet --------------------------------------------------------------------------------
-
-class Fleet:
-    def __init__(self, project, work, image, tools_image):
-        self.project = project
-        self.work = work
-        self.env = dict(os.environ, FLEET_WORK=work, HUNCH_IMAGE=image,
-                        FLEET_TOOLS_IMAGE=tools_image, COMPOSE_PROJECT_NAME=project)
-        self.ports = {}
-
-    def compose(self, *args, check=True, capture=True, timeout=600):
-        cmd = ["docker-compose", "-p", self.project, "-f", os.path.join(HERE, "compose.yml")]
-        return run(cmd + list(args), check=check, env=self.env, capture=capture, timeout=timeout)
-
-    def container(self, service):
-        out = self.compose("ps", "-q", service).stdout.strip()
-        if not out:
-            raise RuntimeError(f"no container for {service}")
-        return out.splitlines()[0]
-
-    def address(self, service, port=8080):
-        """(host, port) where the engine published service's port; re-read after a restart."""
-        key = (service, port)
-        if key not in self.ports:
-            out = run(["docker", "port", self.container(service), f"{port}/tcp"]).stdout
-            line = out.strip().splitlines()[0]
-            host, _, published = line.rpartition(":")
-            self.ports[key] = ("127.0.0.1" if host in ("0.0.0.0", "") else host, int(published))
-        return self.ports[key]
-
-    def forget_ports(self, service):
-        self.ports = {k: v for k, v in self.ports.items() if k[0] != service}
-
-    def started_at(self, service):
-        return run(["docker", "inspect", "-f", "{{.State.StartedAt}}",
-                    self.container(service)]).stdout.strip()
-
-    def get_json(self, service, path, port=8080):
-        status, _, body = request("GET", self.address(service, port), path, timeout=5)
-        if status != 200:
-            raise RuntimeError(f"{service}{path} answered {status}")
-        return json.loads(body)
-
-    def ready(self, service):
-        status, _, _ = request("GET", self.address(service), "/readyz", timeout=3)
-        return status == 200
-
-    def status(self, service):
-        return self.get_json(service, "/v1/status")
-
-    def http_drops(self, service):
-        """hunch_decision_events_dropped_total of the HTTP sink, summed over causes."""
-        _, _, body = request("GET", self.address(service), "/metrics", timeout=5)
-        total = 0
-        for line in body.decode().splitlines():
-            if line.startswith("hunch_decision_events_dropped_total{") and 'sink="http"' in line:
-                total += int(float(line.rsplit(" ", 1)[1]))
-        return total
-
-    def balancer_servers(self):
-        """HAProxy's CSV stats: {server: row} for the `hunch` backend, `BACKEND` included."""
-        _, _, body = request("GET", self.address("balancer", 8404), "/stats;csv", timeout=5)
-        lines = body.decode().splitlines()
-        header = lines[0].lstrip("# ").split(",")
-        rows = {}
-        for line in lines[1:]:
-            row = dict(zip(header, line.split(",")))
-            if row.get("pxname") == "hunch":
-                rows[row["svname"]] = row
-        return rows
-
-    def logs(self, tail=400):
-        """The services' recent logs, without the probes' and the test's polling lines."""
-        out = self.compose("logs", "--no-color", f"--tail={tail}", check=False)
-        polls = ("route=/readyz", "route=/metrics", "route=/v1/status")
-        return "".join(line for line in (out.stdout + out.stderr).splitlines(keepends=True)
-                       if not any(p in line for p in polls))
-
-
-# --- Bundles ----------------------------------------------------------------------------------
-
-def sha16(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
-class Bundles:
-    """Builds signed bundles with the host's `hunch bundle build` and publishes them into the
-    directory the bundle server serves (rename into place: a poll never sees half a file)."""
-
-    def __init__(self, hunch, work):
-        self.hunch = hunch
-        self.work = work
-        self.key = os.path.join(work, "signing", "bundle.pem")
-        os.makedirs(os.path.dirname(self.key))
-        run([hunch, "bundle", "keygen", "-o", self.key])
-        shutil.copy(os.path.join(work, "signing", "bundle.pub.pem"),
-                    os.path.join(work, "keys", "bundle.pub.pem"))
-        self.versions = {}
-
-    def publish(self, revision, wasm):
-        src = os.path.join(self.work, "src", revision)
-        os.makedirs(src)
-        shutil.copy(os.path.join(ROOT, wasm), os.path.join(src, f"{POLICY}.wasm"))
-        out = os.path.join(self.work, "built", f"{revision}.tar.gz")
-        os.makedirs(os.path.dirname(out), exist_ok=True)
-        run([self.hunch, "bundle", "build", src, "-o", out, "--revision", revision,
-             "--signing-key", self.key])
-        self.versions[revision] = sha16(os.path.join(src, f"{POLICY}.wasm"))
-        tmp = os.path.join(self.work, "bundles", ".policies.tar.gz.tmp")
-        shutil.copy(out, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(self.work, "bundles", "policies.tar.gz"))
-        return time.monotonic()
-
-
-# --- The client load --------------------------------------------------------------------------
-
-class Load:
-    """Clients sending decisions through the balancer at a bounded rate. Every 6th request of a
-    client is one that can never succeed (bad JSON, an input the schema refuses, an unknown
-    policy): it must get its 4xx, never a 5xx. Nobody here retries: the balancer must."""
-
-    INVALID = [
-        ("bad_json", f"/v1/policies/{POLICY}", b"{not json", (400,)),
-        ("bad_input", f"/v1/policies/{POLICY}", b'{"id": "one", "message": 7}', (422,)),
-        ("no_policy", "/v1/policies/no-such-policy", b'{"id": 1, "message": "hi"}', (404,)),
-    ]
-
-    def __init__(self, balancer, clients, rate):
-        self.balancer = balancer
-        self.clients = clients
-        self.interval = 1.0 / rate
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.results = []
-        self.phase = "start"
-        self.threads = [threading.Thread(target=self._client, args=(i,), daemon=True)
-                        for i in range(clients)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=120)
-
-    def _client(self, index):
-        rng = random.Random(index)
-        n = 0
-        while not self.stop.is_set():
-            began = time.monotonic()
-            n += 1
-            if n % 6 == 0:
-                kind, path, body, expect = self.INVALID[(n // 6 + index) % len(self.INVALID)]
-            else:
-                kind, path, expect = "valid", f"/v1/policies/{POLICY}", (200,)
-                body = json.dumps({"id": n, "message": f"client {index} message {n}: the"
-                                   " invoice was charged twice, please refund"}).encode()
-            headers = {"content-type": "application/json",
-                       "x-hunch-route-key": f"subject-{rng.randrange(32)}"}
-            self.results.append(self._send(kind, path, body, headers, expect, index))
-            self.stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
-
-    def _send(self, kind, path, body, headers, expect, client):
-        record = {"client": client, "kind": kind, "expect": expect, "phase": self.phase,
-                  "status": None, "error": None, "decision_id": None, "revision": None,
-                  "version": None, "replica": None}
-        try:
-            status, h, data = request("POST", self.balancer, path, body=body, headers=headers)
-            record["status"] = status
-            record["replica"] = h.get("x-fleet-replica")
-            record["revision"] = h.get("x-hunch-bundle-revision")
-            record["decision_id"] = h.get("x-hunch-decision-id")
-            try:
-                doc = json.loads(data)
-            except ValueError:
-                doc = None
-            if isinstance(doc, dict):
-                if status == 200:
-                    record["version"] = doc.get("version")
-                    record["decision_id"] = record["decision_id"] or doc.get("decision_id")
-                elif isinstance(doc.get("detail"), dict):
-                    record["decision_id"] = record["decision_id"] or doc["detail"].get("decision_id")
-                    record["error"] = doc["detail"].get("error_type")
-            if status not in expect and record["error"] is None:
-                record["error"] = data[:200].decode(errors="replace")
-        except (OSError, http.client.HTTPException) as e:
-            record["error"] = f"{type(e).__name__}: {e}"
-        return record
 
 
 # --- The test ---------------------------------------------------------------------------------
@@ -354,14 +103,14 @@ class FleetTest:
             "HUNCH_DECISION_LOG_SPOOL=/var/lib/hunch/spool",
         ]
         if self.use_bundles:
-            self.bundles = Bundles(self.args.hunch, self.work)
+            self.bundles = Bundles(self.args.hunch, self.work, POLICY)
             env += [
                 "HUNCH_BUNDLE_URL=http://bundles/policies.tar.gz",
                 "HUNCH_BUNDLE_PUBLIC_KEY=/etc/hunch/keys/bundle.pub.pem",
                 f"HUNCH_BUNDLE_POLL={BUNDLE_POLL}",
                 f"HUNCH_BUNDLE_STALE_AFTER={BUNDLE_STALE_AFTER}",
             ]
-            self.bundles.publish("r1", WASM["v1"])
+            self.bundles.publish("r1", os.path.join(ROOT, WASM["v1"]))
         else:
             # Without bundles the policy comes from the image's watched policy directory.
             shutil.copy(os.path.join(ROOT, WASM["v1"]),
@@ -454,7 +203,7 @@ class FleetTest:
     def fault_bundle(self):
         self.load.phase = "bundle"
         log("fault: publish bundle revision r2 (the policy's version 2)")
-        published = self.bundles.publish("r2", WASM["v2"])
+        published = self.bundles.publish("r2", os.path.join(ROOT, WASM["v2"]))
         seen = self.converge("r2", REPLICAS, published)
         worst = max(seen.values()) if len(seen) == len(REPLICAS) else None
         self.figures["r2 on every replica (s)"] = round(worst, 1) if worst is not None else None
@@ -474,7 +223,7 @@ class FleetTest:
         log(f"fault: docker network disconnect {network} {cut}; publish r3")
         run(["docker", "network", "disconnect", network, self.fleet.container(cut)])
         disconnected = time.monotonic()
-        published = self.bundles.publish("r3", WASM["v1"])
+        published = self.bundles.publish("r3", os.path.join(ROOT, WASM["v1"]))
         others = [r for r in REPLICAS if r != cut]
         seen = self.converge("r3", others, published)
         self.checks.check("the replicas still connected take r3", len(seen) == len(others),
@@ -694,7 +443,7 @@ class FleetTest:
         self.direct_ids = set()
         self.prepare()
         self.start_fleet()
-        self.load = Load(self.fleet.address("balancer"), self.args.clients, self.args.rate)
+        self.load = Load(self.fleet.address("balancer"), POLICY, self.args.clients, self.args.rate)
         started = time.monotonic()
         self.load.start()
         self.steady(5)
