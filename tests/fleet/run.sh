@@ -13,7 +13,10 @@ cd "$(dirname "$0")/../.."
 image="${1:-hunch:latest}"
 [ $# -gt 0 ] && shift
 tools=hunch-fleet-tools
-command -v docker-compose >/dev/null || { echo "fleet: docker-compose is not installed" >&2; exit 1; }
+command -v docker-compose >/dev/null || {
+  echo "fleet: docker-compose is not installed (or set HUNCH_TEST_SKIP=fleet to skip this test)" >&2
+  exit 1
+}
 docker image inspect "$image" >/dev/null 2>&1 || {
   echo "fleet: $image is not built (scripts/build-image.sh --profile dev)" >&2; exit 1; }
 docker image inspect hunch-base:bookworm >/dev/null 2>&1 || {
