@@ -16,10 +16,13 @@ cargo test --workspace --features hunch-accelerator/fault-injection
 
 # The deployment (docs/deploy.md): the Kubernetes manifests validated offline, then the container
 # image built once from this run's binaries (no second Rust build) and a container from it asked
-# a question. HUNCH_TEST_SKIP=container leaves the image out on a machine without Docker.
+# a question, then the fleet test: three containers of the same image behind HAProxy on Docker
+# Compose, with faults (tests/fleet/). HUNCH_TEST_SKIP=container leaves the image and the fleet
+# out on a machine without Docker; HUNCH_TEST_SKIP=fleet leaves out only the fleet.
 scripts/validate-manifests.sh
 if [[ ",${HUNCH_TEST_SKIP:-}," == *",container,"* ]]; then
-  echo "SKIPPED on purpose (HUNCH_TEST_SKIP lists container): the container image and its test"
+  echo "SKIPPED on purpose (HUNCH_TEST_SKIP lists container): the container image, its test and" \
+    "the fleet test"
 else
   if ! docker info >/dev/null 2>&1; then
     echo "test: Docker Engine is not running; the image test needs it (or set" \
@@ -28,4 +31,9 @@ else
   fi
   scripts/build-image.sh --profile dev
   tests/container/image-test.sh hunch:latest
+  if [[ ",${HUNCH_TEST_SKIP:-}," == *",fleet,"* ]]; then
+    echo "SKIPPED on purpose (HUNCH_TEST_SKIP lists fleet): the fleet test"
+  else
+    tests/fleet/run.sh hunch:latest
+  fi
 fi
