@@ -21,7 +21,7 @@ for round in $(seq "${ROUNDS:-3}"); do
   for dtype in float32 bfloat16; do
     rm -f "$work/$dtype-$round.jsonl"
     echo "round $round: $dtype ..." >&2
-    target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+    "$bin/accel-bench" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
       --out "$work/$dtype-$round.jsonl" >/dev/null
   done
   echo "round $round (load average $(cut -d' ' -f1-3 /proc/loadavg)):"
