@@ -39,12 +39,14 @@ def rows(path):
             out[f"decode P={e['P']} B={e['B']} W={e['W']}"] = e
     return load, out
 (l32, f32), (l16, b16) = rows(sys.argv[1]), rows(sys.argv[2])
-print("| measurement | float32 ms | bfloat16 ms | bf16 / f32 |")
-print("|---|---|---|---|")
+print("| measurement | float32 ms | bfloat16 ms | bf16 / f32 | float32 CPU ms | bfloat16 CPU ms | CPU bf16 / f32 |")
+print("|---|---|---|---|---|---|---|")
 for k, a in f32.items():
     b = b16.get(k)
     if b:
-        print(f"| {k} | {a['median_ms']:.0f} | {b['median_ms']:.0f} | {b['median_ms'] / a['median_ms']:.2f} |")
+        ca, cb = a.get("cpu_median_ms", float("nan")), b.get("cpu_median_ms", float("nan"))
+        print(f"| {k} | {a['median_ms']:.0f} | {b['median_ms']:.0f} | {b['median_ms'] / a['median_ms']:.2f} "
+              f"| {ca:.0f} | {cb:.0f} | {cb / ca:.2f} |")
 for name, l in (("float32", l32), ("bfloat16", l16)):
     peaks = [e.get("anon_peak_over_mb", 0) for e in {**(f32 if name == "float32" else b16)}.values()]
     print(f"| {name}: anonymous MiB after load, peak above it (load / reads), largest tensor | "
