@@ -17,7 +17,7 @@
 #
 #   scripts/bench-instructions.sh [PRESET=small]        # or CKPT=DIR
 # Env: BENCH_ARGS (default "--prompt-lens 256 --batches 1,4 --widths 32"; --reps 2 --warmup 0 are
-# added), DTYPES ("float32 bfloat16"), TAG (results in target/bench-instructions-TAG), NO_BUILD,
+# added), DTYPES ("float32 bfloat16"), PARALLEL (1: run the dtypes at once), TAG (results in target/bench-instructions-TAG), NO_BUILD,
 # PROFILE, BIN (scripts/bench-common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +28,8 @@ bench_workdir "instructions${TAG:+-$TAG}"
 bench_build
 if [ -n "${CKPT:-}" ]; then ckpt="$CKPT"; else ckpt="$(bench_checkpoint "$preset")"; fi
 echo "machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1-3 /proc/loadavg); checkpoint $ckpt; $(valgrind --version)"
-for dtype in ${DTYPES:-float32 bfloat16}; do
-  dir="$work/$dtype"
+count() {
+  local dtype="$1" dir="$work/$1"
   rm -rf "$dir" && mkdir -p "$dir"
   echo "$dtype under callgrind ..." >&2
   # One BLAS thread: an idle BLAS thread's spinning would be counted too.
@@ -37,7 +37,13 @@ for dtype in ${DTYPES:-float32 bfloat16}; do
     --dump-before='*DiffusionGemma::prefill_chunks' --dump-before='*DiffusionGemma::denoise' \
     "$bin/accel-bench" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --reps 2 --warmup 0 \
     --out "$dir/bench.jsonl" >/dev/null 2>"$dir/valgrind.log"
+}
+for dtype in ${DTYPES:-float32 bfloat16}; do
+  # PARALLEL=1: the dtypes side by side (counts do not depend on it; a loaded machine finishes
+  # sooner), else one after the other.
+  if [ "${PARALLEL:-0}" = 1 ]; then count "$dtype" & else count "$dtype"; fi
 done
+wait
 python3 - "$work" ${DTYPES:-float32 bfloat16} <<'PY'
 import glob, json, os, re, statistics, sys
 work, dtypes = sys.argv[1], sys.argv[2:]
