@@ -18,11 +18,11 @@
 //!
 //! The slices of a dense product are small enough to stay in the processor's cache between the
 //! cast that writes them and the product that reads them ([`DENSE_SLICE_VALUES`], 2 MiB in
-//! float32): then widening costs a pass over the bf16 bytes and no more memory traffic, and a
-//! product with few rows (a decoder pass over one canvas, the head at the label slots), which
-//! is bound by reading its weight, runs as fast as float32's. Slices of 64 MiB went through
-//! main memory twice more (written, then read) and made a 1-canvas pass ~3–4x float32's
-//! (docs/benchmarks.md). Expert stacks keep large slices ([`EXPERT_SLICE_VALUES`]): they are
+//! float32): then widening costs a pass over the bf16 bytes and little more memory traffic, which
+//! matters most to a product with few rows (a decoder pass over one canvas, the head at the
+//! label slots), bound by reading its weight. Slices of 64 MiB went through main memory twice
+//! more (written, then read): at full width a decoder pass with the 262k-row head took 16% more
+//! CPU time with them (docs/benchmarks.md). Expert stacks keep large slices ([`EXPERT_SLICE_VALUES`]): they are
 //! cut along each expert's output rows, and `gather_mm` runs one product per (token, expert)
 //! pair and slice, so a cache-sized slice of a full-width stack (one row of each of 128
 //! experts) would turn a layer's products into hundreds of thousands of one-column calls.
@@ -192,11 +192,13 @@ pub fn take_product_paths() -> ProductPaths {
 pub(crate) fn note(path: Path) {
     PATHS.with(|p| {
         let mut c = p.get();
-        match path {
-            Path::Widened => c.widened += 1,
-            Path::Native(Dtype::Bfloat16 | Dtype::Float16) => c.narrow += 1,
-            Path::Native(_) => c.float32 += 1,
-        }
+        // Nobody takes the counts in a server: saturate rather than overflow.
+        let count = match path {
+            Path::Widened => &mut c.widened,
+            Path::Native(Dtype::Bfloat16 | Dtype::Float16) => &mut c.narrow,
+            Path::Native(_) => &mut c.float32,
+        };
+        *count = count.saturating_add(1);
         p.set(c);
     });
 }
