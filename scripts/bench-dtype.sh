@@ -2,13 +2,15 @@
 # bfloat16 against float32 activations on the same checkpoint, binary and machine, in one run:
 # one encoder prefill and one batched decoder pass per side, alternating the two sides ROUNDS
 # times so that a busy machine slows both alike. Prints, per round, both medians and the ratio
-# bfloat16 / float32 (time), and the memory each side holds: anonymous memory after the load and
-# the sampled peak above it (docs/benchmarks.md, "bfloat16 against float32 on the CPU"). Not a test.
+# bfloat16 / float32 of the wall time and of the process's CPU time (which does not grow while it
+# waits for a core on a shared machine; with OPENBLAS_NUM_THREADS=1 no idle BLAS thread spins
+# into it either), and the memory each side holds: anonymous memory after the load and the
+# sampled peak above it (docs/benchmarks.md, "bfloat16 against float32 on the CPU"). Not a test.
 #
 #   scripts/bench-dtype.sh [PRESET=small]          # or CKPT=DIR scripts/bench-dtype.sh
 # Env: ROUNDS (3), BENCH_ARGS (default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3
-# --warmup 1"), CKPT (an existing checkpoint instead of a generated preset), NO_BUILD (1: use the
-# release binaries already built).
+# --warmup 1"), CKPT (an existing checkpoint instead of a generated preset), PROFILE and BIN
+# (scripts/bench-common.sh), NO_BUILD (1: use the binaries already built).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-small}"
