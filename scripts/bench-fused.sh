@@ -19,10 +19,10 @@ echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); $p
 for round in $(seq "${ROUNDS:-3}"); do
   rm -f "$work/unfused-$round.jsonl" "$work/fused-$round.jsonl"
   echo "round $round: unfused ..." >&2
-  MLX_DISABLE_COMPILE=1 target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+  MLX_DISABLE_COMPILE=1 "$bin/accel-bench" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
     --out "$work/unfused-$round.jsonl" >/dev/null
   echo "round $round: fused ..." >&2
-  target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+  "$bin/accel-bench" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
     --out "$work/fused-$round.jsonl" >/dev/null
   echo "round $round (load average $(cut -d' ' -f1-3 /proc/loadavg)):"
   python3 "$refbench/summarize.py" "$work/unfused-$round.jsonl" "$work/fused-$round.jsonl" \

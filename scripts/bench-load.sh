@@ -20,9 +20,12 @@
 # BENCH_ARGS (passed to both sides, default one prompt of 256 tokens and one decoder pass of one
 # 64-token canvas, 2 repetitions after a warm-up), WORK (target/bench-load),
 # KEEP (1: keep the generated checkpoints, several GB each), REFBENCH (../shared/refbench),
-# NO_BUILD (1: use the release binaries already built).
+# NO_BUILD (1: use the binaries already built), PROFILE (release, or dev: scripts/bench-common.sh),
+# MIN_AVAILABLE_GB (before each run, wait until the machine has this much memory available, so a
+# run on a shared machine neither swaps nor starves the others; default 0: do not wait).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/bench-common.sh
 layouts=(${LAYOUTS:-hf nvfp4 affine})
 dtypes=(${DTYPES:-bfloat16 float32})
 reference="${REFERENCE:-1}"
@@ -33,11 +36,18 @@ refbench="${REFBENCH:-../shared/refbench}"
 out="$work/results.jsonl"
 mkdir -p "$work"
 rm -f "$out"
-[ "${NO_BUILD:-0}" = 1 ] || cargo build --release -q -p hunch-accelerator --bin accel-bench --bin hunch-ckpt
+bench_build
+wait_for_memory() {
+  local want=$(( ${MIN_AVAILABLE_GB:-0} * 1024 * 1024 )) have
+  while have="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"; [ "$have" -lt "$want" ]; do
+    echo "waiting: $((have / 1048576)) GiB available, ${MIN_AVAILABLE_GB} wanted" >&2
+    sleep 10
+  done
+}
 if [ "$reference" = 1 ]; then
   [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
   .venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
-    || .venv-reference/bin/pip install -q transformers pillow requests
+    || .venv-reference/bin/python -m pip install -q transformers pillow requests
   mlx_vlm_src="$(.venv-reference/bin/python -c 'import importlib.util,os; s=importlib.util.find_spec("mlx_vlm"); print(os.path.dirname(s.submodule_search_locations[0]))')"
 fi
 for layout in "${layouts[@]}"; do
@@ -45,14 +55,15 @@ for layout in "${layouts[@]}"; do
     ckpt="$work/$layout-l$layers"
     if [ ! -f "$ckpt/config.json" ]; then
       echo "writing $ckpt ..." >&2
-      target/release/hunch-ckpt random --preset full --set "num_hidden_layers=$layers" \
+      "$bin"/hunch-ckpt random --preset full --set "num_hidden_layers=$layers" \
         --layout "$layout" --out "$ckpt" >/dev/null
     fi
     for dtype in "${dtypes[@]}"; do
+      wait_for_memory
       echo "hunch   $layout $dtype $layers layer(s) ..." >&2
       tag="hunch:$layout:$dtype:$layers"
       python3 scripts/sample_anon.py --out "$out" --tag "$tag" -- \
-        target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
+        "$bin"/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
         --tag "$tag" --out "$out" >/dev/null
       [ "$reference" = 1 ] && [[ "$ref_dtypes" == *" $dtype "* ]] || continue
       # mlx_vlm reads hf as ref_bench.py does, affine through scripts/ref_bench_quantized.py
@@ -63,6 +74,7 @@ for layout in "${layouts[@]}"; do
         affine) ref=(scripts/ref_bench_quantized.py --refbench "$refbench" --experts native) ;;
         *) continue ;;
       esac
+      wait_for_memory
       echo "mlx_vlm $layout $dtype $layers layer(s) ..." >&2
       tag="mlx_vlm:$layout:$dtype:$layers"
       MLX_VLM_SRC="$mlx_vlm_src" python3 scripts/sample_anon.py --out "$out" --tag "$tag" -- \

@@ -20,7 +20,7 @@ bench_workdir model
 [ -x .venv-reference/bin/python ] || tests/reference/setup.sh .venv-reference
 # ref_bench.py imports mlx_vlm's model modules, which need these at import time.
 .venv-reference/bin/python -c 'import transformers, PIL, requests' 2>/dev/null \
-  || .venv-reference/bin/pip install -q transformers pillow requests
+  || .venv-reference/bin/python -m pip install -q transformers pillow requests
 bench_build
 ckpt="$(bench_checkpoint "$preset")"
 rm -f "$work/reference.jsonl" "$work/hunch.jsonl"
@@ -29,7 +29,7 @@ MLX_VLM_SRC="$(.venv-reference/bin/python -c 'import importlib.util,os; s=import
   .venv-reference/bin/python "$refbench/ref_bench.py" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" \
   --out "$work/reference.jsonl" >/dev/null
 echo "hunch (mlx-rs) ..." >&2
-target/release/accel-bench --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --out "$work/hunch.jsonl" >/dev/null
+"$bin/accel-bench" --ckpt "$ckpt" --dtype "$dtype" "${args[@]}" --out "$work/hunch.jsonl" >/dev/null
 hunch_blas="$(python3 -c 'import json,sys
 for line in open(sys.argv[1]):
     r = json.loads(line)

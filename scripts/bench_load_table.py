@@ -2,7 +2,7 @@
 """The tables of scripts/bench-load.sh: per implementation, layout and activation dtype, the load
 (time, resident memory added against the bytes on disk), the 1- and 2-layer prefill and decoder
 times, one layer's share (their difference) and the 30-layer estimate (the 1-layer time minus one
-layer, plus 30 layers); then the sampled memory (scripts/sample_anon.py): per checkpoint the
+layer, plus 30 layers), and Hunch's CPU times of the same; then the sampled memory (scripts/sample_anon.py): per checkpoint the
 steady anonymous memory, its peaks above that during the load and the reads, and the largest
 tensor. Reads the JSON lines accel-bench and mlx_vlm's ref_bench.py append, each tagged
 IMPL:LAYOUT:DTYPE:LAYERS.
@@ -47,7 +47,8 @@ def main(path):
         "| impl | layout | activations | disk (2 layers) | load | resident after load | "
         "resident added / disk | "
         "peak added / disk | prefill 1 / 2 layers | per layer | prefill, 30 layers | "
-        "decoder 1 / 2 layers | per layer | decoder, 30 layers |"
+        "decoder 1 / 2 layers | per layer | decoder, 30 layers | CPU time: prefill, decoder, "
+        "1 / 2 layers |"
     )
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
@@ -72,6 +73,14 @@ def main(path):
             fixed = t1 - per_layer
             estimate = fixed + TARGET_LAYERS * per_layer
             cells += [f"{t1:.0f} / {t2:.0f} ms", f"{per_layer:.0f} ms", f"{estimate / 1000:.1f} s"]
+        # The process's CPU time (accel-bench's cpu_median_ms), which a shared machine does not
+        # inflate the way it does wall time; mlx_vlm's harness does not report it.
+        cpu = []
+        for event in ("prefill", "decode"):
+            c1 = one.get(event, {}).get("cpu_median_ms")
+            c2 = two.get(event, {}).get("cpu_median_ms")
+            cpu.append(f"{c1:.0f} / {c2:.0f} ms" if c1 is not None and c2 is not None else "n/a")
+        cells.append(", ".join(cpu))
         print("| " + " | ".join(cells) + " |")
     memory_table(runs)
 

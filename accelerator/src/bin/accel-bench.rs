@@ -180,6 +180,37 @@ fn safetensors_mb(dir: &std::path::Path) -> f64 {
     bytes as f64 / 1048576.0
 }
 
+/// The CPU time the process has used, in ms (every thread: MLX evaluates on its own, the BLAS
+/// on its own). Unlike the wall time, it does not grow while the process waits for a core, so
+/// on a shared machine it says more about the work a pass takes.
+fn cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } != 0 {
+        return f64::NAN;
+    }
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+}
+
+/// The median of `xs`, rounded to µs.
+fn median_of(xs: &[f64]) -> f64 {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    let m = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    (m * 1e3).round() / 1e3
+}
+
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
@@ -385,15 +416,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             model.prefill(&ids)?;
         }
         mlx_rs::memory::reset_peak_memory()?;
-        let mut ts = Vec::new();
+        let (mut ts, mut cpu) = (Vec::new(), Vec::new());
         let mut cache = None;
         for _ in 0..args.reps {
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu_ms());
             cache = Some(model.prefill(&ids)?);
             ts.push(ms(t.elapsed()));
+            cpu.push(cpu_ms() - c);
         }
         let cache = cache.ok_or("no prefill ran")?;
         let mut f = stats(&ts);
+        f.insert("cpu_median_ms".into(), json!(median_of(&cpu)));
         let median = f["median_ms"].as_f64().unwrap_or(f64::NAN);
         f.insert("P".into(), json!(p));
         f.insert(
@@ -417,14 +450,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     model.denoise(&cache, &canvases, None)?;
                 }
                 mlx_rs::memory::reset_peak_memory()?;
-                let mut ts = Vec::new();
+                let (mut ts, mut cpu) = (Vec::new(), Vec::new());
                 let mut logits = None;
                 for _ in 0..args.reps {
-                    let t = Instant::now();
+                    let (t, c) = (Instant::now(), cpu_ms());
                     logits = Some(model.denoise(&cache, &canvases, None)?);
                     ts.push(ms(t.elapsed()));
+                    cpu.push(cpu_ms() - c);
                 }
-                let st = stats(&ts);
+                let mut st = stats(&ts);
+                st.insert("cpu_median_ms".into(), json!(median_of(&cpu)));
                 let median = st["median_ms"].as_f64().unwrap_or(f64::NAN);
                 let mut f = Map::new();
                 f.insert("P".into(), json!(p));

@@ -230,10 +230,12 @@ fn sdpa(
 ) -> Result<Array, ModelError> {
     let dtype = q.dtype();
     if !widened::widens(dtype)? {
+        widened::note_native(&[q, keys, values]);
         return Ok(fast::scaled_dot_product_attention(
             q, keys, values, 1.0, mask, None,
         )?);
     }
+    widened::note(widened::Path::Widened);
     let wide = |a: &Array| a.as_dtype(Dtype::Float32);
     let out =
         fast::scaled_dot_product_attention(wide(q)?, wide(keys)?, wide(values)?, 1.0, mask, None)?;

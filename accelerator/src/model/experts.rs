@@ -80,6 +80,7 @@ impl Experts {
         match self {
             Experts::Dense { weight } => {
                 if !widened::widens(weight.dtype())? {
+                    widened::note_native(&[weight]);
                     let y = ops::gather_mm(
                         &x.as_dtype(weight.dtype())?,
                         &weight.swap_axes(-1, -2)?,
@@ -91,9 +92,14 @@ impl Experts {
                 }
                 // MLX's CPU `gather_mm` runs float32 only: the stack is widened per call, a
                 // slice of every expert's output rows at a time (`widened`), never whole.
-                widened::sliced(&x.as_dtype(Dtype::Float32)?, weight, 1, dtype, |x, w| {
-                    Ok(ops::gather_mm(x, &w.swap_axes(-1, -2)?, None, idx, sorted)?)
-                })
+                widened::sliced(
+                    &x.as_dtype(Dtype::Float32)?,
+                    weight,
+                    1,
+                    widened::EXPERT_SLICE_VALUES,
+                    dtype,
+                    |x, w| Ok(ops::gather_mm(x, &w.swap_axes(-1, -2)?, None, idx, sorted)?),
+                )
             }
             // Float32 on the CPU, for speed (`Affine::run_kernel`).
             Experts::Affine(q) => q.run_kernel(x, |x, scales, biases| {
@@ -119,6 +125,7 @@ impl Experts {
                 // refuses one anyway), so: matmul with the block scales only, in float32, then
                 // scale each expert's output rows by global_scale[expert] / 2688.
                 let x32 = x.as_dtype(Dtype::Float32)?;
+                widened::note(widened::Path::Native(Dtype::Float32));
                 let y = gather_qmm_nvfp4(&x32, weight, scales, idx, sorted)?;
                 let gs = ops::divide(
                     global_scale.take_axis(idx, 0)?,

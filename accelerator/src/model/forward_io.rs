@@ -35,9 +35,9 @@ impl ActivationDtype {
 impl ActivationDtype {
     /// The default where none is asked for: bfloat16 when MLX's default device is a GPU (CUDA,
     /// Metal: tensor-core kernels, half the memory traffic, and batching there measured
-    /// bit-exact, docs/batching.md), float32 on the CPU: what the parity goldens check, and
-    /// bf16's speed there was measured equal on prefill and batched passes but not yet on a
-    /// quiet machine for small decoder passes (docs/benchmarks.md, issue 24).
+    /// bit-exact, docs/batching.md), float32 on the CPU: what the parity goldens check, and at
+    /// the real model's width bf16 took 1.4–1.6× float32's CPU time there (its expert stacks are
+    /// widened every pass) for half the memory (docs/mlx-on-linux.md, issue 24).
     pub fn for_default_device() -> ActivationDtype {
         let gpu = mlx_rs::Device::try_default()
             .and_then(|d| d.get_type())

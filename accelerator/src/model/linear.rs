@@ -68,8 +68,10 @@ impl Affine {
     ) -> Result<Array, ModelError> {
         let narrow = x.dtype() != Dtype::Float32 || self.scales.dtype() != Dtype::Float32;
         if !narrow || !widened::cpu_backend()? {
+            widened::note_native(&[x, &self.scales]);
             return Ok(kernel(x, &self.scales, &self.biases)?);
         }
+        widened::note(widened::Path::Widened);
         let natural = result_dtype(x.dtype(), self.scales.dtype());
         let y = kernel(
             &x.as_dtype(Dtype::Float32)?,

@@ -10,12 +10,24 @@
 //!
 //! Widening a whole weight at once would add twice its bytes to memory for the call: 2.9 GB for
 //! the tied head of a 262k vocabulary, 2 GB for one layer's `gate_up` experts. So the weight is
-//! widened in slices of at most [`SLICE_VALUES`] values along its output axis, and each slice's
-//! widening is made to depend on the previous slice's product, the first on the product's input
-//! (MLX's `depends`). MLX's scheduler orders a graph breadth-first, so casts that depend only on
-//! loaded weights would otherwise run side by side, for every layer, before the products that
-//! read them; chained, a weight's slices are widened one after the other, as the pass reaches
-//! it.
+//! widened in slices along its output axis, and each slice's widening is made to depend on the
+//! previous slice's product, the first on the product's input (MLX's `depends`). MLX's scheduler
+//! orders a graph breadth-first, so casts that depend only on loaded weights would otherwise run
+//! side by side, for every layer, before the products that read them; chained, a weight's
+//! slices are widened one after the other, as the pass reaches it.
+//!
+//! The slices of a dense product are small enough to stay in the processor's cache between the
+//! cast that writes them and the product that reads them ([`DENSE_SLICE_VALUES`], 2 MiB in
+//! float32): then widening costs a pass over the bf16 bytes and little more memory traffic, which
+//! matters most to a product with few rows (a decoder pass over one canvas, the head at the
+//! label slots), bound by reading its weight. Slices of 64 MiB went through main memory twice
+//! more (written, then read): at full width a decoder pass with the 262k-row head took 16% more
+//! CPU time with them (docs/benchmarks.md). Expert stacks take larger slices
+//! ([`EXPERT_SLICE_VALUES`], 16 MiB): they are cut along each expert's output rows, and
+//! `gather_mm` runs one product per (token, expert) pair and slice, so the smaller the slice the
+//! more and narrower the calls. At full width (128 experts) a 16 MiB slice holds 11 rows of each
+//! expert; measured there, 16 MiB slices took a decoder pass 25% and a prefill 5% less CPU time
+//! than 64 MiB ones, and 4 MiB slices (2 rows each) less than 64 MiB but more than 16 MiB.
 
 use mlx_rs::{ops, Array, Dtype};
 
@@ -29,8 +41,13 @@ pub(crate) fn cpu_backend() -> Result<bool, ModelError> {
     ))
 }
 
-/// Values per widened slice: 16 Mi, 64 MiB in float32.
-pub const SLICE_VALUES: i64 = 1 << 24;
+/// Values per widened slice of a dense weight: 512 Ki, 2 MiB in float32 (a processor's L2 or a
+/// share of its L3 cache).
+pub const DENSE_SLICE_VALUES: i64 = 1 << 19;
+
+/// Values per widened slice of an expert stack: 4 Mi, 16 MiB in float32 (a share of a last-level
+/// cache; the module docs say why not smaller).
+pub const EXPERT_SLICE_VALUES: i64 = 1 << 22;
 
 /// Whether a product with a weight of `dtype` is computed by widening on this backend: the
 /// weight is narrower than float32 and MLX runs on the CPU.
@@ -38,10 +55,10 @@ pub(crate) fn widens(dtype: Dtype) -> Result<bool, ModelError> {
     Ok(matches!(dtype, Dtype::Bfloat16 | Dtype::Float16) && cpu_backend()?)
 }
 
-/// Output ranges `[start, end)` that split `out` outputs into slices of at most
-/// [`SLICE_VALUES`] values, each output having `per_output` values.
-pub(crate) fn slice_bounds(out: i32, per_output: i64) -> Vec<i32> {
-    let rows = (SLICE_VALUES / per_output.max(1)).clamp(1, i64::from(out.max(1))) as i32;
+/// Output ranges `[start, end)` that split `out` outputs into slices of at most `max_values`
+/// values, each output having `per_output` values (an output wider than that is a slice alone).
+pub(crate) fn slice_bounds(out: i32, per_output: i64, max_values: i64) -> Vec<i32> {
+    let rows = (max_values / per_output.max(1)).clamp(1, i64::from(out.max(1))) as i32;
     (1..).map(|i| i * rows).take_while(|&b| b < out).collect()
 }
 
@@ -69,16 +86,18 @@ pub(crate) fn after(first: &Array, after: &Array) -> Result<Array, ModelError> {
 }
 
 /// Runs `product(x32, slice32)` for each widened slice of `weight` along `axis` (the weight's
-/// output axis), in order, the first slice widened only once `x32` is computed and each later
-/// one only after the previous product, and joins the results (cast to `result`) along the
-/// last axis.
+/// output axis), slices of at most `max_values` values, in order, the first slice widened only
+/// once `x32` is computed and each later one only after the previous product, and joins the
+/// results (cast to `result`) along the last axis.
 pub(crate) fn sliced(
     x32: &Array,
     weight: &Array,
     axis: i32,
+    max_values: i64,
     result: Dtype,
     product: impl Fn(&Array, &Array) -> Result<Array, ModelError>,
 ) -> Result<Array, ModelError> {
+    note(Path::Widened);
     let shape = weight.shape();
     let axis_index = if axis < 0 {
         shape.len() as i32 + axis
@@ -87,7 +106,7 @@ pub(crate) fn sliced(
     } as usize;
     let out = shape[axis_index];
     let per_output: i64 = weight.size() as i64 / i64::from(out.max(1));
-    let bounds = slice_bounds(out, per_output);
+    let bounds = slice_bounds(out, per_output, max_values);
     let slices = if bounds.is_empty() {
         vec![weight.clone()]
     } else {
@@ -116,6 +135,7 @@ pub(crate) fn dense_matmul(
     transpose: bool,
 ) -> Result<Array, ModelError> {
     if !widens(weight.dtype())? {
+        note_native(&[x, weight]);
         return Ok(if transpose {
             ops::matmul(x, weight.t())?
         } else {
@@ -126,11 +146,72 @@ pub(crate) fn dense_matmul(
     let x32 = x.as_dtype(Dtype::Float32)?;
     if transpose {
         // Slices of W's rows: each gives a run of the outputs.
-        sliced(&x32, weight, 0, result, |x, w| Ok(ops::matmul(x, w.t())?))
+        sliced(&x32, weight, 0, DENSE_SLICE_VALUES, result, |x, w| {
+            Ok(ops::matmul(x, w.t())?)
+        })
     } else {
         // Slices of W's columns (the outputs of `x · W`).
-        sliced(&x32, weight, 1, result, |x, w| Ok(ops::matmul(x, w)?))
+        sliced(&x32, weight, 1, DENSE_SLICE_VALUES, result, |x, w| {
+            Ok(ops::matmul(x, w)?)
+        })
     }
+}
+
+/// The way a product is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Narrow operands widened to float32 for the call (slice by slice for a weight).
+    Widened,
+    /// One of MLX's kernels as it is, on operands of the given dtype.
+    Native(Dtype),
+}
+
+/// How many products of each path the graphs built on this thread have had since the last
+/// [`take_product_paths`]: counted as the graph is built, so a test can pin which path every
+/// product of a pass takes (a count, not a timing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProductPaths {
+    /// Products whose narrow operands were widened to float32 for the call.
+    pub widened: u32,
+    /// Products run natively with an operand narrower than float32 (bfloat16 or float16).
+    pub narrow: u32,
+    /// Products run natively on float32 (or wider, or integer-coded) operands.
+    pub float32: u32,
+}
+
+thread_local! {
+    static PATHS: std::cell::Cell<ProductPaths> = const {
+        std::cell::Cell::new(ProductPaths { widened: 0, narrow: 0, float32: 0 })
+    };
+}
+
+/// The counts since the last call on this thread, which it resets.
+pub fn take_product_paths() -> ProductPaths {
+    PATHS.with(|p| p.take())
+}
+
+/// Counts one product built on `path`.
+pub(crate) fn note(path: Path) {
+    PATHS.with(|p| {
+        let mut c = p.get();
+        // Nobody takes the counts in a server: saturate rather than overflow.
+        let count = match path {
+            Path::Widened => &mut c.widened,
+            Path::Native(Dtype::Bfloat16 | Dtype::Float16) => &mut c.narrow,
+            Path::Native(_) => &mut c.float32,
+        };
+        *count = count.saturating_add(1);
+        p.set(c);
+    });
+}
+
+/// Counts one native product on `operands`: narrow if any floating operand is.
+pub(crate) fn note_native(operands: &[&Array]) {
+    let narrow = operands
+        .iter()
+        .map(|a| a.dtype())
+        .find(|d| matches!(d, Dtype::Bfloat16 | Dtype::Float16));
+    note(Path::Native(narrow.unwrap_or(Dtype::Float32)));
 }
 
 #[cfg(test)]
@@ -150,15 +231,24 @@ mod tests {
 
     #[test]
     fn slices_cover_the_outputs_within_the_bound() {
-        // 262,144 rows of 2,816: 5,957 rows (16.8M values) per slice.
-        let b = slice_bounds(262_144, 2816);
-        let rows = SLICE_VALUES / 2816;
+        // The tied head, 262,144 rows of 2,816: 186 rows (524k values, 2 MiB in f32) per slice.
+        let b = slice_bounds(262_144, 2816, DENSE_SLICE_VALUES);
+        let rows = DENSE_SLICE_VALUES / 2816;
+        assert_eq!(rows, 186);
         assert_eq!(b[0] as i64, rows);
         assert!(b.windows(2).all(|w| (w[1] - w[0]) as i64 == rows));
         assert!(262_144 - *b.last().unwrap_or(&0) as i64 <= rows);
+        // A full-width `gate_up` stack cut along its 1,408 output rows, each 128 × 2,816 values:
+        // 11 rows (4.0M values) per slice.
+        let e = slice_bounds(1408, 128 * 2816, EXPERT_SLICE_VALUES);
+        assert_eq!(e[0], 11);
+        assert_eq!(e.len(), 127);
         // A small weight is one slice; a row wider than the bound is a slice of its own.
-        assert!(slice_bounds(4096, 2816).is_empty());
-        assert_eq!(slice_bounds(3, SLICE_VALUES * 2), vec![1, 2]);
+        assert!(slice_bounds(186, 2816, DENSE_SLICE_VALUES).is_empty());
+        assert_eq!(
+            slice_bounds(3, DENSE_SLICE_VALUES * 2, DENSE_SLICE_VALUES),
+            vec![1, 2]
+        );
     }
 
     /// The bfloat16 product on the CPU is the float32 product of the same (bf16) values rounded
@@ -166,11 +256,11 @@ mod tests {
     /// is within one bf16 rounding of the float32 model's product.
     #[test]
     fn bf16_dense_products_are_the_f32_product_rounded_once() -> Result<(), ModelError> {
-        // 70 rows of 2^18 values: two slices, of 64 rows (SLICE_VALUES / 2^18) and 6.
-        let (out, inner) = (70, 1 << 18);
+        // 5 rows of 2^17 values: two slices, of 4 rows (DENSE_SLICE_VALUES / 2^17) and 1.
+        let (out, inner) = (5, 1 << 17);
         let w32 = random::normal::<f32>(&[out, inner][..], None, 0.02, &random::key(1)?)?;
         let x32 = random::normal::<f32>(&[3, inner][..], None, None, &random::key(2)?)?;
-        assert_eq!(slice_bounds(out, inner as i64), vec![64]);
+        assert_eq!(slice_bounds(out, inner as i64, DENSE_SLICE_VALUES), vec![4]);
         let w16 = w32.as_dtype(Dtype::Bfloat16)?;
         let x16 = x32.as_dtype(Dtype::Bfloat16)?;
         let got = dense_matmul(&x16, &w16, true)?;
@@ -191,11 +281,15 @@ mod tests {
         eprintln!("bf16 dense vs f32 model: {d:e} (max |y| {scale})");
         assert!(d <= scale / 128.0, "bf16 vs f32 model: {d} (max {scale})");
 
-        // `x · W` (self-conditioning's soft embedding): slices of columns.
+        // `x · W` (self-conditioning's soft embedding): slices of columns, here three.
         let p16 = random::normal::<f32>(&[2, out][..], None, None, &random::key(3)?)?
             .as_dtype(Dtype::Bfloat16)?;
-        let w_t = random::normal::<f32>(&[out, 300][..], None, 0.02, &random::key(4)?)?
+        let w_t = random::normal::<f32>(&[out, 300_000][..], None, 0.02, &random::key(4)?)?
             .as_dtype(Dtype::Bfloat16)?;
+        assert_eq!(
+            slice_bounds(300_000, out as i64, DENSE_SLICE_VALUES).len(),
+            2
+        );
         let got = dense_matmul(&p16, &w_t, false)?;
         let want = ops::matmul(wide(&p16)?, wide(&w_t)?)?.as_dtype(Dtype::Bfloat16)?;
         assert_eq!(max_abs(&got, &want)?, 0.0, "x · W: one rounding of f32");

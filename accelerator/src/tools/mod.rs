@@ -11,6 +11,8 @@ pub mod writer;
 
 #[cfg(test)]
 mod layout_tests;
+#[cfg(test)]
+mod path_tests;
 
 pub use random::{DenseDtype, Preset, RandomSpec};
 pub use writer::{convert, write_random_checkpoint};
