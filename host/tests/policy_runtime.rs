@@ -493,6 +493,7 @@ async fn a_bundle_owned_registry_swaps_a_whole_revision_or_nothing() {
     let version = |crate_file: &str, marker: &str| Version {
         wasm: with_marker(built_policy(crate_file).unwrap(), marker),
         toml: None,
+        calibrations: Default::default(),
     };
     let policy = |name: &str, active: Version, candidate: Option<Version>| StagedPolicy {
         name: name.into(),
@@ -516,6 +517,7 @@ async fn a_bundle_owned_registry_swaps_a_whole_revision_or_nothing() {
     let broken = Version {
         wasm: b"not a component".to_vec(),
         toml: None,
+        calibrations: Default::default(),
     };
     let err = reg
         .replace_all(
@@ -574,4 +576,65 @@ async fn a_bundle_owned_registry_swaps_a_whole_revision_or_nothing() {
     assert!(owned(reg.promote("router").await.unwrap_err()));
     assert!(owned(reg.rollback("router").await.unwrap_err()));
     assert!(reg.candidate("router").is_some());
+
+    // A bundled policy's own calibration comes from the bundle's files, never from the disk: a
+    // file the bundle lacks (or a path outside it) refuses the revision; one it carries serves.
+    let calibrated = |files: &[(&str, Vec<u8>)], file: &str| Version {
+        toml: Some(format!("[calibration]\nfile = \"{file}\"\n")),
+        calibrations: Arc::new(
+            files
+                .iter()
+                .map(|(n, b)| (n.to_string(), b.clone()))
+                .collect(),
+        ),
+        ..version("ticket_router", "4")
+    };
+    let file = serde_json::to_vec(&json!({
+        "format": hunch::calibration::file::FORMAT, "folds": 5, "ece_bins": 10,
+        "ece_binning": "", "min_labels": 30, "questions": []
+    }))
+    .unwrap();
+    for (files, named) in [
+        (vec![], "router.calibration.json"),
+        (
+            vec![("router.calibration.json", file.clone())],
+            "/etc/router.calibration.json",
+        ),
+        (
+            vec![("router.calibration.json", b"{ broken".to_vec())],
+            "router.calibration.json",
+        ),
+    ] {
+        let err = reg
+            .replace_all(
+                "r4",
+                vec![policy("router", calibrated(&files, named), None)],
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("calibration"), "{err}");
+        assert_eq!(
+            reg.get("router").unwrap().bundle_revision.as_deref(),
+            Some("r3")
+        );
+    }
+    reg.replace_all(
+        "r5",
+        vec![policy(
+            "router",
+            calibrated(
+                &[("router.calibration.json", file.clone())],
+                "router.calibration.json",
+            ),
+            None,
+        )],
+    )
+    .await
+    .unwrap();
+    let summary = serde_json::to_value(reg.summary("router").unwrap()).unwrap();
+    assert_eq!(summary["calibration"]["source"], "bundle", "{summary}");
+    assert_eq!(
+        summary["calibration"]["id"],
+        json!(hunch::calibration::file_id(&file))
+    );
 }

@@ -193,7 +193,7 @@ fn components() -> Value {
                 "candidate": {"type": ["object", "null"]},
                 "previous_version": {"type": ["string", "null"]},
                 "calibration": {"type": ["object", "null"], "description": "What the version's reads are calibrated with now: source (server, policy or off), id (the calibration file's sha256; null when none applies), questions, file.",
-                    "properties": {"source": {"enum": ["server", "policy", "off"]}, "id": {"type": ["string", "null"]}}}}},
+                    "properties": {"source": {"enum": ["server", "policy", "bundle", "off"]}, "id": {"type": ["string", "null"]}}}}},
             "PolicyDescription": {"allOf": [{"$ref": "#/components/schemas/PolicySummary"}, {
                 "type": "object", "required": ["stage"], "properties": {
                     "stage": {"type": "string"}, "agreement": {"description": "Shadow or canary agreement with the candidate, when one runs."}}}]},

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 #[derive(Debug, Subcommand)]
 pub enum BundleCommand {
-    /// Pack a policy directory (NAME.wasm, NAME.toml, NAME.candidate.wasm, NAME.candidate.toml)
-    /// into a bundle with a manifest (revision, sha256 of every file) and, with --signing-key,
+    /// Pack a policy directory (NAME.wasm, NAME.toml, NAME.candidate.wasm, NAME.candidate.toml,
+    /// and the calibration files *.json its TOML files name) into a bundle with a manifest (revision, sha256 of every file) and, with --signing-key,
     /// an ed25519 signature.
     #[command(after_help = "Example:
   hunch bundle build policies-dir -o policies.tar.gz --revision r7 --signing-key bundle.pem

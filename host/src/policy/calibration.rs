@@ -90,6 +90,12 @@ pub enum PolicyCalibration {
         path: PathBuf,
         calibrations: Arc<Calibrations>,
     },
+    /// The policy's own file from the bundle that brought this version (docs/deploy.md,
+    /// "Policy bundles"): verified with the bundle, never read from disk, so never stale.
+    Bundled {
+        file: String,
+        calibrations: Arc<Calibrations>,
+    },
 }
 
 impl PolicyCalibration {
@@ -118,8 +124,42 @@ impl PolicyCalibration {
         match self {
             PolicyCalibration::Server => server,
             PolicyCalibration::Off => None,
-            PolicyCalibration::File { calibrations, .. } => Some(calibrations.clone()),
+            PolicyCalibration::File { calibrations, .. }
+            | PolicyCalibration::Bundled { calibrations, .. } => Some(calibrations.clone()),
         }
+    }
+
+    /// The calibration file `config` names, taken from a bundle's `files` (by its bare file
+    /// name) instead of the disk: a bundle carries everything its policies need, and a path
+    /// outside it (absolute, or with a directory) is refused rather than read from the replica.
+    pub fn from_bundle(
+        config: Option<&CalibrationConfig>,
+        files: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<PolicyCalibration, LoadError> {
+        let path = match config {
+            None => return Ok(PolicyCalibration::Server),
+            Some(CalibrationConfig::Off) => return Ok(PolicyCalibration::Off),
+            Some(CalibrationConfig::File(path)) => path,
+        };
+        let file = path
+            .to_str()
+            .filter(|f| path.components().count() == 1 && path.is_relative() && !f.is_empty())
+            .ok_or_else(|| {
+                LoadError::Calibration(format!(
+                    "{}: a bundled policy names its calibration file by a bare file name \
+                     beside it in the bundle",
+                    path.display()
+                ))
+            })?;
+        let bytes = files
+            .get(file)
+            .ok_or_else(|| LoadError::Calibration(format!("{file} is not in the bundle")))?;
+        let calibrations = Calibrations::from_bytes(bytes)
+            .map_err(|e| LoadError::Calibration(format!("{file}: {e}")))?;
+        Ok(PolicyCalibration::Bundled {
+            file: file.to_string(),
+            calibrations: Arc::new(calibrations),
+        })
     }
 
     /// Whether the policy's own file no longer holds what was loaded (changed, removed or
@@ -169,6 +209,12 @@ impl PolicyCalibration {
                 questions: Some(calibrations.len()),
                 file: Some(path.clone()),
             },
+            PolicyCalibration::Bundled { file, calibrations } => ActiveCalibration {
+                source: "bundle",
+                id: Some(calibrations.id.clone()),
+                questions: Some(calibrations.len()),
+                file: Some(PathBuf::from(file)),
+            },
         }
     }
 }
@@ -176,7 +222,8 @@ impl PolicyCalibration {
 /// The calibration a version's reads are calibrated with now.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ActiveCalibration {
-    /// `server` (the server's `--calibration`, if any), `policy` (its own file) or `off`.
+    /// `server` (the server's `--calibration`, if any), `policy` (its own file), `bundle` (its own
+    /// file, from the bundle that brought it) or `off`.
     pub source: &'static str,
     /// The calibration's id (sha256 of the file); `null` when none applies.
     pub id: Option<String>,

@@ -1,6 +1,7 @@
 //! The bundle file (docs/deploy.md, "Policy bundles"): a gzip tar whose top level holds a policy
 //! directory's files exactly as the directory holds them (`NAME.wasm`, `NAME.toml`,
-//! `NAME.candidate.wasm`, `NAME.candidate.toml`), a `.manifest` (revision, creation time, and
+//! `NAME.candidate.wasm`, `NAME.candidate.toml`, and the calibration files `*.json` a
+//! `NAME.toml` names), a `.manifest` (revision, creation time, and
 //! every file's sha256 and size) and, when signed, a `.signature` over the manifest's exact bytes.
 //!
 //! Packing is deterministic (sorted entries, zero times and owners), so the same files make the
@@ -91,6 +92,20 @@ pub fn policy_file(name: &str) -> Option<(&str, Stage, &str)> {
     (stage != Stage::Previous).then_some((policy, stage, ext))
 }
 
+/// Whether `name` is a calibration file a bundle may carry beside its policies (what a
+/// `NAME.toml`'s `[calibration] file` names): a bare `*.json` file name.
+pub fn calibration_file(name: &str) -> bool {
+    name.len() > ".json".len()
+        && name.ends_with(".json")
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\'])
+}
+
+/// Whether a bundle may carry the file `name`.
+pub fn bundle_file(name: &str) -> bool {
+    policy_file(name).is_some() || calibration_file(name)
+}
+
 /// The policy files of a directory (what `hunch bundle build` packs); other files are skipped
 /// and returned by name so the command can say so.
 pub fn read_policy_dir(dir: &Path) -> std::io::Result<(BTreeMap<String, Vec<u8>>, Vec<String>)> {
@@ -99,7 +114,7 @@ pub fn read_policy_dir(dir: &Path) -> std::io::Result<(BTreeMap<String, Vec<u8>>
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !entry.file_type()?.is_file() || policy_file(&name).is_none() {
+        if !entry.file_type()?.is_file() || !bundle_file(&name) {
             skipped.push(name);
             continue;
         }
@@ -356,6 +371,22 @@ mod tests {
         assert_ne!(content_revision(&files()), content_revision(&changed));
         assert!(content_revision(&files()).starts_with("sha256:"));
         assert_eq!(content_revision(&files()).len(), "sha256:".len() + 12);
+    }
+
+    #[test]
+    fn calibration_files_are_bare_json_file_names() {
+        assert!(calibration_file("ticket_router.calibration.json"));
+        assert!(bundle_file("a.json") && bundle_file("a.wasm"));
+        for not in [
+            "../a.json",
+            "d/a.json",
+            "d\\a.json",
+            ".json",
+            ".hidden.json",
+            "a.jsonl",
+        ] {
+            assert!(!calibration_file(not), "{not}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! policies (every candidate and configuration beside its component).
 
 use super::error::{BundleError, Fault};
-use super::format::{parse_rfc3339_ms, policy_file, Manifest, Unpacked};
+use super::format::{calibration_file, parse_rfc3339_ms, policy_file, Manifest, Unpacked};
 use super::keys;
 use crate::policy::registry::{Stage, StagedPolicy, Version};
 use ed25519_dalek::VerifyingKey;
@@ -116,8 +116,14 @@ fn short(hex: &str) -> String {
 
 /// The bundle's files as policies: `NAME.wasm` (+ `NAME.toml`), and a candidate from
 /// `NAME.candidate.wasm` with `NAME.candidate.toml`, else the active version's configuration
-/// (as in a policy directory).
-fn group(files: BTreeMap<String, Vec<u8>>) -> Result<Vec<StagedPolicy>, Fault> {
+/// (as in a policy directory). The calibration files (`*.json`) go with every version, which
+/// takes the one its configuration names.
+fn group(mut files: BTreeMap<String, Vec<u8>>) -> Result<Vec<StagedPolicy>, Fault> {
+    let calibrations: std::sync::Arc<BTreeMap<String, Vec<u8>>> = std::sync::Arc::new(
+        files
+            .extract_if(.., |path, _| calibration_file(path))
+            .collect(),
+    );
     #[derive(Default)]
     struct Parts {
         wasm: Option<Vec<u8>>,
@@ -130,7 +136,7 @@ fn group(files: BTreeMap<String, Vec<u8>>) -> Result<Vec<StagedPolicy>, Fault> {
         let Some((name, stage, ext)) = policy_file(&path) else {
             return Err(Fault::Layout {
                 path,
-                why: "not a policy file (NAME.wasm, NAME.toml, NAME.candidate.wasm, NAME.candidate.toml)".into(),
+                why: "not a policy file (NAME.wasm, NAME.toml, NAME.candidate.wasm, NAME.candidate.toml) or a calibration file (*.json)".into(),
             });
         };
         let parts = by_name.entry(name.to_string()).or_default();
@@ -166,6 +172,7 @@ fn group(files: BTreeMap<String, Vec<u8>>) -> Result<Vec<StagedPolicy>, Fault> {
             (Some(wasm), toml) => Some(Version {
                 wasm,
                 toml: toml.or_else(|| parts.toml.clone()),
+                calibrations: calibrations.clone(),
             }),
             (None, Some(_)) => {
                 return Err(Fault::Layout {
@@ -180,6 +187,7 @@ fn group(files: BTreeMap<String, Vec<u8>>) -> Result<Vec<StagedPolicy>, Fault> {
             active: Version {
                 wasm,
                 toml: parts.toml,
+                calibrations: calibrations.clone(),
             },
             candidate,
         });

@@ -6,11 +6,13 @@
 
 use super::*;
 
-/// One version's files: the component and its `NAME.toml`.
+/// One version's files: the component, its `NAME.toml`, and the bundle's calibration files
+/// (by file name), of which the one `NAME.toml` names is this version's own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Version {
     pub wasm: Vec<u8>,
     pub toml: Option<String>,
+    pub calibrations: Arc<BTreeMap<String, Vec<u8>>>,
 }
 
 /// A policy of a set: its active version and, optionally, a candidate (shadow or canary as its
@@ -133,13 +135,19 @@ impl Registry {
         label: &str,
     ) -> Result<(Arc<LoadedPolicy>, Option<String>), LoadError> {
         let (_, config_hash) = hashes(&version.wasm, version.toml.as_deref());
-        let config = version
+        let mut config = version
             .toml
             .as_deref()
             .map(PolicyConfig::parse)
             .transpose()?
             .unwrap_or_default();
+        // A bundled policy's calibration comes from the bundle, never from the replica's disk.
+        let calibration = crate::policy::calibration::PolicyCalibration::from_bundle(
+            config.calibration.take().as_ref(),
+            &version.calibrations,
+        )?;
         let mut policy = self.build(name, version.wasm, config).await?;
+        policy.calibration = calibration;
         policy.bundle_revision = Some(label.to_string());
         Ok((Arc::new(policy), config_hash))
     }
