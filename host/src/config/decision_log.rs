@@ -149,7 +149,7 @@ pub struct DecisionLogArgs {
     /// [env HUNCH_DECISION_LOG_FSYNC, TOML `decision_log.fsync`]
     #[arg(long, env = "HUNCH_DECISION_LOG_FSYNC", value_name = "WHEN")]
     pub decision_log_fsync: Option<Fsync>,
-    /// Spool the collector's events on disk in this directory (one process per directory): a
+    /// Spool the collector's events on disk in this directory (one process per directory, locked): a
     /// decision waits for its event's append, unsent events survive a crash or restart and are
     /// sent again (at-least-once; collectors deduplicate by `decision_id`), and a failing
     /// collector is retried without dropping. Needs `--decision-log-url`.

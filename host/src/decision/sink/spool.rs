@@ -60,6 +60,12 @@ pub enum SpoolError {
     TooLarge(u64),
     #[error("the decision log spool cannot be written: {0}")]
     Io(String),
+    /// Two processes appending to one spool would interleave their records and each acknowledge
+    /// the other's: one directory, one process.
+    #[error(
+        "the decision log spool {0} is in use by another process (give each its own directory)"
+    )]
+    InUse(String),
 }
 
 impl SpoolError {
@@ -68,7 +74,7 @@ impl SpoolError {
         match self {
             SpoolError::Full(_) => "spool_full",
             SpoolError::TooLarge(_) => "too_large",
-            SpoolError::Io(_) => "spool_write_failed",
+            SpoolError::Io(_) | SpoolError::InUse(_) => "spool_write_failed",
         }
     }
 }
@@ -104,6 +110,9 @@ pub struct Spool {
     config: SpoolConfig,
     segment_bytes: u64,
     shared: Mutex<Shared>,
+    /// `DIR/lock`, locked exclusively while the spool is open (the operating system releases
+    /// it when the process dies, however it dies).
+    _lock: std::fs::File,
 }
 
 impl Spool {
@@ -118,6 +127,19 @@ impl Spool {
             SpoolError::Io(format!("{what} in {}: {e}", dir.display()))
         };
         std::fs::create_dir_all(&dir).map_err(|e| io("cannot create the directory", e))?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))
+            .map_err(|e| io("cannot open the lock file", e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(SpoolError::InUse(dir.display().to_string()))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io("cannot lock the spool", e)),
+        }
         let segments = segment_ids(&dir).map_err(|e| io("cannot list the segments", e))?;
         let mut start = match read_cursor(&dir) {
             Ok(Some(c)) => c,
@@ -206,6 +228,7 @@ impl Spool {
                 pending_events: recovered.events,
                 pending_bytes: recovered.bytes,
             }),
+            _lock: lock,
         });
         let writer = SpoolWriter {
             spool: spool.clone(),
@@ -655,6 +678,17 @@ mod tests {
     }
 
     #[test]
+    fn a_spool_directory_is_held_by_one_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = open(dir.path());
+        // A second open (another process's, to the lock) is refused while the first holds it.
+        let err = Spool::open(config(dir.path(), 1 << 20)).unwrap_err();
+        assert!(matches!(err, SpoolError::InUse(_)), "{err}");
+        drop(first);
+        let _again = open(dir.path());
+    }
+
+    #[test]
     fn appended_events_are_read_back_in_order_once_committed() {
         let dir = tempfile::tempdir().unwrap();
         let (spool, mut writer, mut reader, recovered) = open(dir.path());
@@ -713,7 +747,7 @@ mod tests {
             .collect();
         assert_eq!(ids(&again), expected);
         reader.ack(&again).unwrap();
-        drop((writer, reader));
+        drop((spool, writer, reader));
         let (spool, _, mut reader, recovered) = open(dir.path());
         assert_eq!(recovered.events, 0);
         assert_eq!(spool.pending(), (0, 0));

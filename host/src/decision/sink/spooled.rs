@@ -411,6 +411,25 @@ mod tests {
         }
     }
 
+    /// Starts a sink on a spool a dropped sink held: its sending task and appender thread let
+    /// the directory's lock go once they have ended, as a dead process's would at once.
+    async fn restart(
+        config: HttpSinkConfig,
+        spool: SpoolConfig,
+        stats: Arc<SinkStats>,
+    ) -> SpooledSink {
+        for _ in 0..500 {
+            match SpooledSink::start(config.clone(), spool.clone(), stats.clone()) {
+                Ok(sink) => return sink,
+                Err(e) if e.0.contains("in use") => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        panic!("the dropped sink never let its spool go");
+    }
+
     fn spool(dir: &Path, max_bytes: u64) -> SpoolConfig {
         SpoolConfig {
             dir: dir.to_path_buf(),
@@ -492,8 +511,7 @@ mod tests {
 
         let (url, seen) = recording_collector().await;
         let stats = Arc::new(SinkStats::default());
-        let sink =
-            SpooledSink::start(http(url), spool(dir.path(), 1 << 20), stats.clone()).unwrap();
+        let sink = restart(http(url), spool(dir.path(), 1 << 20), stats.clone()).await;
         sink.submit(event(10), WAIT).await;
         sink.close(WAIT).await;
         assert_eq!(ids(&seen), expected(0..11));
@@ -538,9 +556,9 @@ mod tests {
         sink.close(Duration::from_millis(300)).await;
         // The four spooled events are not lost: not counted, still there for the next start.
         assert_eq!(stats.dropped_count("http"), 2);
+        drop(sink);
         let (url, seen) = recording_collector().await;
-        let sink =
-            SpooledSink::start(http(url), spool(dir.path(), 4 * size), stats.clone()).unwrap();
+        let sink = restart(http(url), spool(dir.path(), 4 * size), stats.clone()).await;
         sink.close(WAIT).await;
         assert_eq!(ids(&seen), expected(0..4));
     }
