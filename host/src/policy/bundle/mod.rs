@@ -59,6 +59,13 @@ pub enum BuildError {
     },
     #[error("{0}")]
     Layout(Fault),
+    /// A version's `NAME.toml` that a server would refuse (it does not parse, or names a
+    /// calibration file the bundle does not carry).
+    #[error("{file}: {error}")]
+    Config {
+        file: String,
+        error: crate::policy::invoke::LoadError,
+    },
     #[error("cannot write the bundle: {0}")]
     Pack(std::io::Error),
 }
@@ -88,7 +95,28 @@ pub fn build(
         format::pack(&manifest_bytes, signature.as_deref(), &files).map_err(BuildError::Pack)?;
     // What a server would refuse is refused here, before anyone publishes it.
     let unpacked = format::unpack(&bytes).map_err(|e| BuildError::Layout(e.fault))?;
-    verify::verify(unpacked, &verify::Trust::Unsigned).map_err(|e| BuildError::Layout(e.fault))?;
+    let verified = verify::verify(unpacked, &verify::Trust::Unsigned)
+        .map_err(|e| BuildError::Layout(e.fault))?;
+    for policy in &verified.policies {
+        let versions = [
+            ("", Some(&policy.active)),
+            (".candidate", policy.candidate.as_ref()),
+        ];
+        for (stage, version) in versions {
+            let Some(version) = version else { continue };
+            let Some(toml) = &version.toml else { continue };
+            let config_error = |error| BuildError::Config {
+                file: format!("{}{stage}.toml", policy.name),
+                error,
+            };
+            let config = crate::policy::invoke::PolicyConfig::parse(toml).map_err(config_error)?;
+            crate::policy::calibration::PolicyCalibration::from_bundle(
+                config.calibration.as_ref(),
+                &version.calibrations,
+            )
+            .map_err(config_error)?;
+        }
+    }
     Ok(Built {
         bytes,
         manifest,
@@ -133,5 +161,36 @@ mod tests {
         std::fs::write(dir.path().join("b.candidate.wasm"), b"b2").unwrap();
         let err = build(dir.path(), None, None).unwrap_err();
         assert!(err.to_string().contains("no b.wasm beside it"), "{err}");
+    }
+
+    #[test]
+    fn a_calibration_file_a_toml_names_must_be_in_the_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.wasm"), b"a").unwrap();
+        std::fs::write(
+            dir.path().join("a.toml"),
+            "[calibration]\nfile = \"a.calibration.json\"\n",
+        )
+        .unwrap();
+        let err = build(dir.path(), None, None).unwrap_err();
+        assert!(
+            err.to_string().contains("a.toml") && err.to_string().contains("not in the bundle"),
+            "{err}"
+        );
+        let file = serde_json::json!({
+            "format": crate::calibration::file::FORMAT, "folds": 5, "ece_bins": 10,
+            "ece_binning": "", "min_labels": 30, "questions": []
+        });
+        std::fs::write(
+            dir.path().join("a.calibration.json"),
+            serde_json::to_vec(&file).unwrap(),
+        )
+        .unwrap();
+        let built = build(dir.path(), None, None).unwrap();
+        assert!(built
+            .manifest
+            .files
+            .iter()
+            .any(|f| f.path == "a.calibration.json"));
     }
 }
