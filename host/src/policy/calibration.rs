@@ -7,11 +7,16 @@
 //! would, and an invocation finishes on the calibration it started with.
 
 use crate::calibration::file::Calibrations;
-use crate::policy::invoke::LoadError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// Why a version's own calibration did not load (the file, and what is wrong with it). The
+/// loader reports it as `LoadError::Calibration`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct CalibrationError(pub String);
 
 /// `NAME.toml`'s `calibration`: the word `"off"`, or a table naming a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,16 +106,16 @@ pub enum PolicyCalibration {
 impl PolicyCalibration {
     /// Reads the file `config` names (blocking: called while a version loads, off the async
     /// workers).
-    pub fn load(config: Option<&CalibrationConfig>) -> Result<PolicyCalibration, LoadError> {
+    pub fn load(config: Option<&CalibrationConfig>) -> Result<PolicyCalibration, CalibrationError> {
         match config {
             None => Ok(PolicyCalibration::Server),
             Some(CalibrationConfig::Off) => Ok(PolicyCalibration::Off),
             Some(CalibrationConfig::File(path)) => {
                 let bytes = std::fs::read(path).map_err(|e| {
-                    LoadError::Calibration(format!("cannot read {}: {e}", path.display()))
+                    CalibrationError(format!("cannot read {}: {e}", path.display()))
                 })?;
                 let calibrations = Calibrations::from_bytes(&bytes)
-                    .map_err(|e| LoadError::Calibration(format!("{}: {e}", path.display())))?;
+                    .map_err(|e| CalibrationError(format!("{}: {e}", path.display())))?;
                 Ok(PolicyCalibration::File {
                     path: path.clone(),
                     calibrations: Arc::new(calibrations),
@@ -135,7 +140,7 @@ impl PolicyCalibration {
     pub fn from_bundle(
         config: Option<&CalibrationConfig>,
         files: &BTreeMap<String, Vec<u8>>,
-    ) -> Result<PolicyCalibration, LoadError> {
+    ) -> Result<PolicyCalibration, CalibrationError> {
         let path = match config {
             None => return Ok(PolicyCalibration::Server),
             Some(CalibrationConfig::Off) => return Ok(PolicyCalibration::Off),
@@ -145,7 +150,7 @@ impl PolicyCalibration {
             .to_str()
             .filter(|f| path.components().count() == 1 && path.is_relative() && !f.is_empty())
             .ok_or_else(|| {
-                LoadError::Calibration(format!(
+                CalibrationError(format!(
                     "{}: a bundled policy names its calibration file by a bare file name \
                      beside it in the bundle",
                     path.display()
@@ -153,9 +158,9 @@ impl PolicyCalibration {
             })?;
         let bytes = files
             .get(file)
-            .ok_or_else(|| LoadError::Calibration(format!("{file} is not in the bundle")))?;
+            .ok_or_else(|| CalibrationError(format!("{file} is not in the bundle")))?;
         let calibrations = Calibrations::from_bytes(bytes)
-            .map_err(|e| LoadError::Calibration(format!("{file}: {e}")))?;
+            .map_err(|e| CalibrationError(format!("{file}: {e}")))?;
         Ok(PolicyCalibration::Bundled {
             file: file.to_string(),
             calibrations: Arc::new(calibrations),

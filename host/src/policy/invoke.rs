@@ -78,6 +78,12 @@ pub enum LoadError {
     Io(String),
 }
 
+impl From<crate::policy::calibration::CalibrationError> for LoadError {
+    fn from(e: crate::policy::calibration::CalibrationError) -> Self {
+        LoadError::Calibration(e.0)
+    }
+}
+
 /// Why an invocation did not produce a decision.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum InvokeError {

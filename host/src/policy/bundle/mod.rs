@@ -114,7 +114,7 @@ pub fn build(
                 config.calibration.as_ref(),
                 &version.calibrations,
             )
-            .map_err(config_error)?;
+            .map_err(|e| config_error(e.into()))?;
         }
     }
     Ok(Built {
