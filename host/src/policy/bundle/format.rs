@@ -24,9 +24,9 @@ pub const MAX_UNPACKED_BYTES: u64 = 256 << 20;
 pub const MANIFEST: &str = ".manifest";
 pub const SIGNATURE: &str = ".signature";
 
-/// `.manifest`.
+/// `.manifest`. Fields Hunch does not read (another tool's `roots` or `metadata`) are ignored:
+/// the signature covers the manifest's bytes, so they cannot be changed unseen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub revision: String,
     /// RFC 3339: what "older" compares.
@@ -35,7 +35,6 @@ pub struct Manifest {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FileEntry {
     pub path: String,
     /// Hex.
@@ -45,7 +44,6 @@ pub struct FileEntry {
 
 /// `.signature`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SignatureFile {
     /// Always `ed25519`.
     pub algorithm: String,

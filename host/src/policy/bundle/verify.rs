@@ -256,6 +256,23 @@ mod tests {
     }
 
     #[test]
+    fn fields_another_tool_writes_into_the_manifest_and_signature_are_ignored() {
+        let mut manifest =
+            serde_json::to_value(manifest_of(&files(), "r7".into(), CREATED.into())).unwrap();
+        manifest["roots"] = serde_json::json!(["ticket_router"]);
+        manifest["metadata"] = serde_json::json!({"built_by": "ci"});
+        manifest["files"][0]["mode"] = serde_json::json!("0644");
+        let manifest = serde_json::to_vec(&manifest).unwrap();
+        let mut signature = serde_json::to_value(keys::sign(&key(1), &manifest)).unwrap();
+        signature["comment"] = serde_json::json!("release key");
+        let signature = serde_json::to_vec(&signature).unwrap();
+        let bundle = unpack(&pack(&manifest, Some(&signature), &files()).unwrap()).unwrap();
+        let verified = verify(bundle, &trusted()).unwrap();
+        assert!(verified.signed);
+        assert_eq!(verified.revision(), "r7");
+    }
+
+    #[test]
     fn a_tampered_file_fails_its_digest_naming_file_and_digests() {
         let mut tampered = files();
         tampered.insert("ticket_router.wasm".into(), b"activE".to_vec());
