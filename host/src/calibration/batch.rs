@@ -166,38 +166,24 @@ fn distribution(question: &Question, answer: &Value) -> Result<Vec<f64>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hunch_core::ChoiceOption;
+    use crate::calibration::fixtures::{choice, noul};
     use serde_json::json;
 
     fn typed(questions: &Value) -> Result<Vec<(QuestionId, Question)>, String> {
         // The tests' questions: `u` a noul, `t` a choice of a/b, `s` a score of two levels.
         let mut out = Vec::new();
         for (id, _) in questions.as_object().ok_or("not an object")? {
-            let kind = match id.as_str() {
-                "u" => QuestionKind::Noul {
-                    yes: None,
-                    no: None,
-                },
-                "t" => QuestionKind::Choice {
-                    options: ["a", "b"]
-                        .iter()
-                        .map(|n| ChoiceOption {
-                            name: (*n).into(),
-                            description: None,
-                        })
-                        .collect(),
-                },
-                _ => QuestionKind::Score {
-                    levels: vec!["low".into(), "high".into()],
+            let question = match id.as_str() {
+                "u" => noul(id),
+                "t" => choice(id, &["a", "b"]),
+                _ => Question {
+                    instructions: id.clone(),
+                    kind: QuestionKind::Score {
+                        levels: vec!["low".into(), "high".into()],
+                    },
                 },
             };
-            out.push((
-                QuestionId(id.clone()),
-                Question {
-                    instructions: id.clone(),
-                    kind,
-                },
-            ));
+            out.push((QuestionId(id.clone()), question));
         }
         Ok(out)
     }

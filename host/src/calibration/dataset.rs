@@ -376,24 +376,12 @@ pub fn label_index(question: &Question, label: &Value) -> Result<usize, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibration::fixtures::{noul, read};
-    use hunch_core::ChoiceOption;
+    use crate::calibration::fixtures::{choice, noul, read};
     use serde_json::json;
 
     #[test]
     fn labels_join_to_their_reads_and_every_miss_is_reported() {
-        let choice = Question {
-            instructions: "team?".into(),
-            kind: QuestionKind::Choice {
-                options: ["a", "b"]
-                    .iter()
-                    .map(|n| ChoiceOption {
-                        name: (*n).into(),
-                        description: None,
-                    })
-                    .collect(),
-            },
-        };
+        let choice = choice("team?", &["a", "b"]);
         // Isolated mode: one read per question, in any order.
         let reads = vec![
             read(vec![choice.clone()], vec![vec![0.2, 0.6]]),

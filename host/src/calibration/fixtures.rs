@@ -1,7 +1,7 @@
 //! What the calibration module's unit tests build their inputs from.
 
 use crate::decision::event::ReadEvent;
-use hunch_core::{LabelDistribution, Question, QuestionKind};
+use hunch_core::{ChoiceOption, LabelDistribution, Question, QuestionKind};
 
 /// A yes/no question with these instructions and no criteria.
 pub fn noul(text: &str) -> Question {
@@ -10,6 +10,22 @@ pub fn noul(text: &str) -> Question {
         kind: QuestionKind::Noul {
             yes: None,
             no: None,
+        },
+    }
+}
+
+/// A choice between `options` (no descriptions) with these instructions.
+pub fn choice(text: &str, options: &[&str]) -> Question {
+    Question {
+        instructions: text.into(),
+        kind: QuestionKind::Choice {
+            options: options
+                .iter()
+                .map(|n| ChoiceOption {
+                    name: (*n).into(),
+                    description: None,
+                })
+                .collect(),
         },
     }
 }
