@@ -75,6 +75,50 @@ impl Experts {
         self.gather(x, idx, true)
     }
 
+    /// On MLX's CPU backend, each dense expert's matrix `[out, in]` (views of the stack, nothing
+    /// copied), for products grouped by expert on the host (`Moe::forward`); `None` for
+    /// quantised stacks and on a GPU, whose grouped kernels take the stack as it is.
+    ///
+    /// Why: MLX's CPU `gather_mm` runs one matrix-vector product per (token, expert) pair, so
+    /// an expert chosen by m tokens has its weights read m times, and a bfloat16 stack must be
+    /// widened whole (every expert, used or not) before it; one product per used expert over
+    /// all its tokens reads (and widens) each used expert once (docs/checkpoint-layouts.md,
+    /// "Experts grouped on the CPU").
+    pub(crate) fn cpu_dense_matrices(&self) -> Result<Option<Vec<Array>>, ModelError> {
+        let Experts::Dense { weight } = self else {
+            return Ok(None);
+        };
+        if !widened::cpu_backend()? {
+            return Ok(None);
+        }
+        let shape = weight.shape();
+        let [experts, out, inner] = shape[..] else {
+            return Err(ModelError::Shape("dense experts are not [E, out, in]"));
+        };
+        let matrices = if experts == 1 {
+            vec![weight.clone()]
+        } else {
+            weight.split_equal(experts, 0)?
+        };
+        matrices
+            .into_iter()
+            .map(|m| Ok(m.reshape(&[out, inner])?))
+            .collect::<Result<Vec<_>, ModelError>>()
+            .map(Some)
+    }
+
+    /// Counts one product of this stack in `widened::take_product_paths` (the grouped products
+    /// of one stack are one product there, as one `gather_mm` is).
+    pub(crate) fn note_product(&self) {
+        match self {
+            Experts::Dense { weight } if matches!(widened::widens(weight.dtype()), Ok(true)) => {
+                widened::note(widened::Path::Widened)
+            }
+            Experts::Dense { weight } => widened::note_native(&[weight]),
+            _ => widened::note(widened::Path::Native(Dtype::Float32)),
+        }
+    }
+
     fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {
         let dtype = x.dtype();
         match self {
@@ -92,6 +136,9 @@ impl Experts {
                 }
                 // MLX's CPU `gather_mm` runs float32 only: the stack is widened per call, a
                 // slice of every expert's output rows at a time (`widened`), never whole.
+                // (`Moe::forward` groups dense experts by expert on the CPU instead; this is
+                // the path of a caller that does not.)
+                widened::note(widened::Path::Widened);
                 widened::sliced(
                     &x.as_dtype(Dtype::Float32)?,
                     weight,

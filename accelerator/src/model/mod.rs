@@ -108,6 +108,9 @@ pub enum ModelError {
     /// An internal shape invariant failed.
     #[error("internal shape error: {0}")]
     Shape(&'static str),
+    /// The router's expert choice could not be read on the host.
+    #[error("reading the router's choice: {0}")]
+    RouterChoice(String),
     /// The raw NVFP4 call failed.
     #[error("nvfp4: {0}")]
     Nvfp4(String),

@@ -2,7 +2,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::{experts::Experts, fused, linear::Linear, norm::RmsNorm, ModelError};
+use super::{experts::Experts, fused, linear::Linear, norm::RmsNorm, widened, ModelError};
 
 /// (token, expert) pairs from which the expert dispatch is sorted by expert (mlx-lm's SwitchGLU
 /// uses the same figure).
@@ -103,13 +103,25 @@ impl Moe {
     /// the expert matmuls and put back in token order after them, as mlx-lm's SwitchGLU does:
     /// each pair's product is the same computation either way, but a GPU then runs grouped
     /// GEMMs instead of one matrix-vector product per pair.
+    ///
+    /// On MLX's CPU backend dense experts are grouped on the host instead
+    /// ([`Moe::grouped_on_host`]): one product per chosen expert over all its tokens.
     pub fn forward(&self, h: &Array, e_in: &Array) -> Result<Array, ModelError> {
         let dtype = e_in.dtype();
         let (idx, weights) = self.router.route(h)?;
         let n = e_in.dim(0);
         let k = idx.dim(1);
         let hidden = e_in.dim(1);
-        let y = if n * k >= SORT_THRESHOLD {
+        let grouped = match (
+            self.gate_up.cpu_dense_matrices()?,
+            self.down.cpu_dense_matrices()?,
+        ) {
+            (Some(gate_up), Some(down)) => Some(self.grouped_on_host(e_in, &idx, &gate_up, &down)?),
+            _ => None,
+        };
+        let y = if let Some(y) = grouped {
+            y
+        } else if n * k >= SORT_THRESHOLD {
             let flat = idx.flatten(None, None)?;
             let order = ops::argsort_axis(&flat, 0)?;
             let back = ops::argsort_axis(&order, 0)?;
@@ -129,11 +141,210 @@ impl Moe {
         Ok(ops::multiply(y, w)?.sum_axis(1, false)?)
     }
 
+    /// The experts' outputs `[N·k, hidden]` in (token, slot) order, computed one expert at a
+    /// time: the router's choice is read on the host, the pairs grouped by expert
+    /// ([`Dispatch`]), and each chosen expert's `gate_up` and `down` run as one product each
+    /// over all its tokens (`widened::dense_matmul`: a bfloat16 matrix widened per call in
+    /// cache-sized slices). Each pair's output is the same sum over the same values as in
+    /// `gather_mm`'s per-pair product; only the number of rows of the product changes.
+    ///
+    /// Reading the choice blocks until this layer's routing is computed. On the CPU the graph
+    /// runs on the calling thread's stream anyway, so nothing that could overlap is lost.
+    /// The experts run one after the other (each one's input waits for the previous one's
+    /// output): otherwise MLX's breadth-first order would widen every expert's first slice at
+    /// once.
+    fn grouped_on_host(
+        &self,
+        e_in: &Array,
+        idx: &Array,
+        gate_up: &[Array],
+        down: &[Array],
+    ) -> Result<Array, ModelError> {
+        let k = idx.dim(1);
+        let chosen = idx.contiguous()?;
+        let chosen = chosen
+            .try_as_slice::<u32>()
+            .map_err(|e| ModelError::RouterChoice(e.to_string()))?;
+        let dispatch = Dispatch::new(chosen, k as usize, gate_up.len().min(down.len()))?;
+        let pairs = dispatch.tokens.len() as i32;
+        let x = e_in.take_axis(Array::from_slice(&dispatch.tokens, &[pairs]), 0)?;
+        let bounds = dispatch.run_bounds();
+        let parts = if bounds.is_empty() {
+            vec![x.clone()]
+        } else {
+            x.split_at_indices(&bounds, 0)?
+        };
+        self.gate_up.note_product();
+        self.down.note_product();
+        let mut previous = x;
+        let mut outputs = Vec::with_capacity(parts.len());
+        for (&(expert, _), part) in dispatch.runs.iter().zip(&parts) {
+            let expert = expert as usize;
+            let part = widened::after(part, &previous)?;
+            let act = self.activation(&widened::dense_matmul_uncounted(
+                &part,
+                &gate_up[expert],
+                true,
+            )?)?;
+            let y = widened::dense_matmul_uncounted(&act, &down[expert], true)?;
+            previous = y.clone();
+            outputs.push(y);
+        }
+        let grouped = if outputs.len() == 1 {
+            outputs.swap_remove(0)
+        } else {
+            ops::concatenate(&outputs, 0)?
+        };
+        Ok(grouped.take_axis(Array::from_slice(&dispatch.back, &[pairs]), 0)?)
+    }
+
     /// GeGLU of the fused gate+up output (`[…, 2I]` → `[…, I]`).
     fn activation(&self, gate_up: &Array) -> Result<Array, ModelError> {
         let mut parts = gate_up.split_at_indices(&[self.moe_intermediate_size], -1)?;
         let up = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
         let gate = parts.pop().ok_or(ModelError::Shape("gate_up split"))?;
         fused::geglu(&gate, &up)
+    }
+}
+
+/// The (token, expert) pairs of one MoE layer grouped by expert, worked out on the host from the
+/// router's choice.
+#[derive(Debug, PartialEq, Eq)]
+struct Dispatch {
+    /// Each pair's token row, pairs in grouped order (by expert, then by token and slot).
+    tokens: Vec<u32>,
+    /// For each pair in (token, slot) order, its place in grouped order.
+    back: Vec<u32>,
+    /// Each chosen expert and how many pairs it has, in ascending expert order.
+    runs: Vec<(u32, i32)>,
+}
+
+impl Dispatch {
+    /// From the expert ids in (token, slot) order, `k` per token, `experts` in the stack.
+    fn new(chosen: &[u32], k: usize, experts: usize) -> Result<Self, ModelError> {
+        let mut counts = vec![0usize; experts];
+        for &e in chosen {
+            *counts
+                .get_mut(e as usize)
+                .ok_or(ModelError::Shape("the router chose an expert outside the stack"))? += 1;
+        }
+        let mut start = Vec::with_capacity(experts);
+        let mut next = 0usize;
+        for &c in &counts {
+            start.push(next);
+            next += c;
+        }
+        let mut tokens = vec![0u32; chosen.len()];
+        let mut back = vec![0u32; chosen.len()];
+        for (pair, &e) in chosen.iter().enumerate() {
+            let place = start[e as usize];
+            start[e as usize] += 1;
+            tokens[place] = (pair / k.max(1)) as u32;
+            back[pair] = place as u32;
+        }
+        let runs = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(e, &c)| (e as u32, c as i32))
+            .collect();
+        Ok(Self { tokens, back, runs })
+    }
+
+    /// Where the grouped pairs split into runs (every run's start but the first).
+    fn run_bounds(&self) -> Vec<i32> {
+        self.runs
+            .iter()
+            .scan(0, |end, &(_, c)| {
+                *end += c;
+                Some(*end)
+            })
+            .take(self.runs.len().saturating_sub(1))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mlx_rs::{ops, random, Array, Dtype};
+
+    use super::*;
+
+    #[test]
+    fn dispatch_groups_pairs_by_expert_and_puts_them_back() -> Result<(), ModelError> {
+        // 3 tokens, 2 slots each, 4 experts (expert 2 unused).
+        let chosen = [3u32, 0, 0, 1, 3, 1];
+        let d = Dispatch::new(&chosen, 2, 4)?;
+        // Grouped: expert 0 (pairs 1, 2), 1 (pairs 3, 5), 3 (pairs 0, 4).
+        assert_eq!(d.runs, vec![(0, 2), (1, 2), (3, 2)]);
+        assert_eq!(d.tokens, vec![0, 1, 1, 2, 0, 2]);
+        assert_eq!(d.back, vec![4, 0, 1, 2, 5, 3]);
+        assert_eq!(d.run_bounds(), vec![2, 4]);
+        // Every pair's place holds its own token.
+        for (pair, &place) in d.back.iter().enumerate() {
+            assert_eq!(d.tokens[place as usize] as usize, pair / 2);
+        }
+        assert!(Dispatch::new(&[4], 1, 4).is_err(), "expert outside the stack");
+        let one = Dispatch::new(&[2, 2], 1, 4)?;
+        assert_eq!((one.run_bounds(), one.runs), (vec![], vec![(2, 2)]));
+        Ok(())
+    }
+
+    fn moe(dtype: Dtype) -> Result<Moe, ModelError> {
+        let (experts, hidden, inner, k) = (6, 32, 16, 2);
+        let normal = |shape: &[i32], seed: u64| -> Result<Array, ModelError> {
+            Ok(random::normal::<f32>(shape, None, 0.1, &random::key(seed)?)?.as_dtype(dtype)?)
+        };
+        let router = Router::new(
+            Linear::dense(normal(&[experts, hidden], 1)?),
+            ops::ones::<f32>(&[hidden])?.as_dtype(dtype)?,
+            ops::ones::<f32>(&[experts])?.as_dtype(dtype)?,
+            1e-6,
+            hidden,
+            k,
+        );
+        Ok(Moe::new(
+            router,
+            Experts::dense(normal(&[experts, 2 * inner, hidden], 2)?)?,
+            Experts::dense(normal(&[experts, hidden, inner], 3)?)?,
+            inner,
+        ))
+    }
+
+    /// Grouped on the host, the experts give the outputs of the per-pair `gather_mm` path:
+    /// in float32 to the BLAS's rounding (the sum order per element may depend on the number
+    /// of rows), in bfloat16 to one bfloat16 rounding of it.
+    #[test]
+    fn experts_grouped_on_the_host_match_the_per_pair_products() -> Result<(), ModelError> {
+        if !widened::cpu_backend()? {
+            return Ok(());
+        }
+        for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1.0 / 64.0)] {
+            let m = moe(dtype)?;
+            for tokens in [1, 5, 40] {
+                let h = random::normal::<f32>(&[tokens, 32][..], None, None, &random::key(9)?)?
+                    .as_dtype(dtype)?;
+                let got = m.forward(&h, &h)?;
+                assert_eq!(got.dtype(), dtype);
+                // The per-pair path: `gather_mm` over the same routing.
+                let (idx, weights) = m.router.route(&h)?;
+                let x = h.reshape(&[tokens, 1, 1, 32])?;
+                let act = m.activation(&m.gate_up.forward(&x, &idx)?)?;
+                let y = m.down.forward(&act, &idx)?.reshape(&[tokens, 2, 32])?;
+                let want = ops::multiply(y, weights.as_dtype(dtype)?.expand_dims(-1)?)?
+                    .sum_axis(1, false)?;
+                let wide = |a: &Array| a.as_dtype(Dtype::Float32);
+                let d = ops::abs(ops::subtract(wide(&got)?, wide(&want)?)?)?
+                    .max(None)?
+                    .item_exact::<f32>();
+                let scale = ops::abs(wide(&want)?)?.max(None)?.item_exact::<f32>();
+                assert!(scale > 0.0);
+                assert!(
+                    d <= tolerance * scale,
+                    "{dtype:?}, {tokens} tokens: grouped vs per pair {d} (max {scale})"
+                );
+            }
+        }
+        Ok(())
     }
 }

@@ -97,7 +97,6 @@ pub(crate) fn sliced(
     result: Dtype,
     product: impl Fn(&Array, &Array) -> Result<Array, ModelError>,
 ) -> Result<Array, ModelError> {
-    note(Path::Widened);
     let shape = weight.shape();
     let axis_index = if axis < 0 {
         shape.len() as i32 + axis
@@ -134,8 +133,23 @@ pub(crate) fn dense_matmul(
     weight: &Array,
     transpose: bool,
 ) -> Result<Array, ModelError> {
-    if !widens(weight.dtype())? {
+    if widens(weight.dtype())? {
+        note(Path::Widened);
+    } else {
         note_native(&[x, weight]);
+    }
+    dense_matmul_uncounted(x, weight, transpose)
+}
+
+/// [`dense_matmul`] without counting the product in [`take_product_paths`]: for a caller that
+/// runs one logical product as several (the experts grouped by expert, `model::moe`) and counts
+/// it once itself.
+pub(crate) fn dense_matmul_uncounted(
+    x: &Array,
+    weight: &Array,
+    transpose: bool,
+) -> Result<Array, ModelError> {
+    if !widens(weight.dtype())? {
         return Ok(if transpose {
             ops::matmul(x, weight.t())?
         } else {
