@@ -75,20 +75,23 @@ impl Experts {
         self.gather(x, idx, true)
     }
 
-    /// On MLX's CPU backend, each dense expert's matrix `[out, in]` (views of the stack, nothing
-    /// copied), for products grouped by expert on the host (`Moe::forward`); `None` for
-    /// quantised stacks and on a GPU, whose grouped kernels take the stack as it is.
+    /// For a dense stack narrower than float32 on MLX's CPU backend, each expert's matrix
+    /// `[out, in]` (views of the stack, nothing copied), for products grouped by expert on the
+    /// host (`Moe::forward`); `None` for float32 and quantised stacks and on a GPU, whose
+    /// grouped kernels take the stack as it is.
     ///
-    /// Why: MLX's CPU `gather_mm` runs one matrix-vector product per (token, expert) pair, so
-    /// an expert chosen by m tokens has its weights read m times, and a bfloat16 stack must be
-    /// widened whole (every expert, used or not) before it; one product per used expert over
-    /// all its tokens reads (and widens) each used expert once (docs/checkpoint-layouts.md,
-    /// "Experts grouped on the CPU").
+    /// Why: MLX's CPU `gather_mm` runs float32 only, one matrix-vector product per (token,
+    /// expert) pair, so a bfloat16 stack must be widened whole (every expert, used or not) for
+    /// it, at every pass; one product per used expert over all its tokens widens each used
+    /// expert once, in cache-sized slices (docs/checkpoint-layouts.md, "Experts grouped on the
+    /// CPU"). Float32 stacks keep the per-pair products: their rows are summed the same way
+    /// whatever else is in the pass on every BLAS, which grouped products are not on OpenBLAS
+    /// (the same docs say what that costs and why bf16 accepts it).
     pub(crate) fn cpu_dense_matrices(&self) -> Result<Option<Vec<Array>>, ModelError> {
         let Experts::Dense { weight } = self else {
             return Ok(None);
         };
-        if !widened::cpu_backend()? {
+        if !widened::widens(weight.dtype())? {
             return Ok(None);
         }
         let shape = weight.shape();
@@ -107,16 +110,10 @@ impl Experts {
             .map(Some)
     }
 
-    /// Counts one product of this stack in `widened::take_product_paths` (the grouped products
-    /// of one stack are one product there, as one `gather_mm` is).
-    pub(crate) fn note_product(&self) {
-        match self {
-            Experts::Dense { weight } if matches!(widened::widens(weight.dtype()), Ok(true)) => {
-                widened::note(widened::Path::Widened)
-            }
-            Experts::Dense { weight } => widened::note_native(&[weight]),
-            _ => widened::note(widened::Path::Native(Dtype::Float32)),
-        }
+    /// Counts one widened product of this stack in `widened::take_product_paths` (the grouped
+    /// products of one stack are one product there, as one `gather_mm` is).
+    pub(crate) fn note_grouped_product(&self) {
+        widened::note(widened::Path::Widened);
     }
 
     fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {

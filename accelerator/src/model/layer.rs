@@ -56,6 +56,7 @@ impl Layer {
         x: &Array,
         attn_out: &Array,
         scalar: &Array,
+        segments: &[i32],
     ) -> Result<Array, ModelError> {
         let n = &self.norms;
         let h = ops::add(x, n.post_attention_layernorm.forward(attn_out)?)?;
@@ -69,7 +70,7 @@ impl Layer {
         let hidden = shape[shape.len() - 1];
         let flat = h.reshape(&[-1, hidden])?;
         let e_in = n.pre_feedforward_layernorm_2.forward(&flat)?;
-        let m = self.moe.forward(&flat, &e_in)?.reshape(&shape)?;
+        let m = self.moe.forward(&flat, &e_in, segments)?.reshape(&shape)?;
         let m = n.post_feedforward_layernorm_2.forward(&m)?;
         let out = ops::add(&h, n.post_feedforward_layernorm.forward(&ops::add(d, m)?)?)?;
         Ok(ops::multiply(out, scalar)?)
@@ -106,7 +107,8 @@ impl Layer {
                 .collect::<Result<Vec<_>, _>>()?;
             ops::concatenate(&columns, 1)?
         };
-        Ok((self.feed_forward(x, &attn, &scalar)?, kvs))
+        let rows: Vec<i32> = segments.iter().map(|s| s.rows).collect();
+        Ok((self.feed_forward(x, &attn, &scalar, &rows)?, kvs))
     }
 
     /// Whether the layer's attention is sliding-window.

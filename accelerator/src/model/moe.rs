@@ -104,9 +104,18 @@ impl Moe {
     /// each pair's product is the same computation either way, but a GPU then runs grouped
     /// GEMMs instead of one matrix-vector product per pair.
     ///
-    /// On MLX's CPU backend dense experts are grouped on the host instead
+    /// On MLX's CPU backend, dense bfloat16 experts are grouped on the host instead
     /// ([`Moe::grouped_on_host`]): one product per chosen expert over all its tokens.
-    pub fn forward(&self, h: &Array, e_in: &Array) -> Result<Array, ModelError> {
+    ///
+    /// `segments` are the row counts of the segments laid end to end in `h` (a prompt chunk, a
+    /// read's canvases; `Attention::forward`), summing to N: grouped products never mix rows of
+    /// two segments, so a segment's outputs do not depend on what shares its pass.
+    pub fn forward(
+        &self,
+        h: &Array,
+        e_in: &Array,
+        segments: &[i32],
+    ) -> Result<Array, ModelError> {
         let dtype = e_in.dtype();
         let (idx, weights) = self.router.route(h)?;
         let n = e_in.dim(0);
@@ -116,7 +125,9 @@ impl Moe {
             self.gate_up.cpu_dense_matrices()?,
             self.down.cpu_dense_matrices()?,
         ) {
-            (Some(gate_up), Some(down)) => Some(self.grouped_on_host(e_in, &idx, &gate_up, &down)?),
+            (Some(gate_up), Some(down)) => {
+                Some(self.grouped_on_host(e_in, &idx, segments, &gate_up, &down)?)
+            }
             _ => None,
         };
         let y = if let Some(y) = grouped {
@@ -142,11 +153,17 @@ impl Moe {
     }
 
     /// The experts' outputs `[N·k, hidden]` in (token, slot) order, computed one expert at a
-    /// time: the router's choice is read on the host, the pairs grouped by expert
+    /// time: the router's choice is read on the host, the pairs grouped by segment and expert
     /// ([`Dispatch`]), and each chosen expert's `gate_up` and `down` run as one product each
-    /// over all its tokens (`widened::dense_matmul`: a bfloat16 matrix widened per call in
-    /// cache-sized slices). Each pair's output is the same sum over the same values as in
-    /// `gather_mm`'s per-pair product; only the number of rows of the product changes.
+    /// over all its tokens of the segment (`widened::dense_matmul`: a bfloat16 matrix widened
+    /// per call in cache-sized slices). Each pair's output is the same sum over the same values
+    /// as in `gather_mm`'s per-pair product; only the number of rows of the product changes.
+    ///
+    /// Per segment, because some BLAS (OpenBLAS) sum a row differently depending on how many
+    /// rows the product has (a one-row product goes to its matrix-vector kernel): grouped over
+    /// the whole pass, a prompt chunk's K/V would depend on whether another chunk or read shared
+    /// its pass, and a warm prefix cache would no longer give the cold answer's bits
+    /// (docs/batching.md).
     ///
     /// Reading the choice blocks until this layer's routing is computed. On the CPU the graph
     /// runs on the calling thread's stream anyway, so nothing that could overlap is lost.
@@ -157,6 +174,7 @@ impl Moe {
         &self,
         e_in: &Array,
         idx: &Array,
+        segments: &[i32],
         gate_up: &[Array],
         down: &[Array],
     ) -> Result<Array, ModelError> {
@@ -165,7 +183,12 @@ impl Moe {
         let chosen = chosen
             .try_as_slice::<u32>()
             .map_err(|e| ModelError::RouterChoice(e.to_string()))?;
-        let dispatch = Dispatch::new(chosen, k as usize, gate_up.len().min(down.len()))?;
+        let dispatch = Dispatch::new(
+            chosen,
+            k as usize,
+            gate_up.len().min(down.len()),
+            segments,
+        )?;
         let pairs = dispatch.tokens.len() as i32;
         let x = e_in.take_axis(Array::from_slice(&dispatch.tokens, &[pairs]), 0)?;
         let bounds = dispatch.run_bounds();
@@ -174,8 +197,8 @@ impl Moe {
         } else {
             x.split_at_indices(&bounds, 0)?
         };
-        self.gate_up.note_product();
-        self.down.note_product();
+        self.gate_up.note_grouped_product();
+        self.down.note_grouped_product();
         let mut previous = x;
         let mut outputs = Vec::with_capacity(parts.len());
         for (&(expert, _), part) in dispatch.runs.iter().zip(&parts) {
@@ -207,47 +230,69 @@ impl Moe {
     }
 }
 
-/// The (token, expert) pairs of one MoE layer grouped by expert, worked out on the host from the
-/// router's choice.
+/// The (token, expert) pairs of one MoE layer grouped by segment and expert, worked out on the
+/// host from the router's choice.
 #[derive(Debug, PartialEq, Eq)]
 struct Dispatch {
-    /// Each pair's token row, pairs in grouped order (by expert, then by token and slot).
+    /// Each pair's token row, pairs in grouped order (by segment, expert, then token and slot).
     tokens: Vec<u32>,
     /// For each pair in (token, slot) order, its place in grouped order.
     back: Vec<u32>,
-    /// Each chosen expert and how many pairs it has, in ascending expert order.
+    /// Each segment's chosen experts and how many pairs each has, segment by segment, experts
+    /// ascending within a segment.
     runs: Vec<(u32, i32)>,
 }
 
 impl Dispatch {
-    /// From the expert ids in (token, slot) order, `k` per token, `experts` in the stack.
-    fn new(chosen: &[u32], k: usize, experts: usize) -> Result<Self, ModelError> {
-        let mut counts = vec![0usize; experts];
-        for &e in chosen {
-            *counts
-                .get_mut(e as usize)
-                .ok_or(ModelError::Shape("the router chose an expert outside the stack"))? += 1;
-        }
-        let mut start = Vec::with_capacity(experts);
-        let mut next = 0usize;
-        for &c in &counts {
-            start.push(next);
-            next += c;
+    /// From the expert ids in (token, slot) order, `k` per token, `experts` in the stack, and
+    /// the row counts of the segments laid end to end (summing to the tokens).
+    fn new(
+        chosen: &[u32],
+        k: usize,
+        experts: usize,
+        segments: &[i32],
+    ) -> Result<Self, ModelError> {
+        let k = k.max(1);
+        let rows: usize = segments.iter().map(|&r| r.max(0) as usize).sum();
+        if rows * k != chosen.len() {
+            return Err(ModelError::Shape(
+                "the segments' rows do not match the router's choice",
+            ));
         }
         let mut tokens = vec![0u32; chosen.len()];
         let mut back = vec![0u32; chosen.len()];
-        for (pair, &e) in chosen.iter().enumerate() {
-            let place = start[e as usize];
-            start[e as usize] += 1;
-            tokens[place] = (pair / k.max(1)) as u32;
-            back[pair] = place as u32;
+        let mut runs = Vec::new();
+        let mut first_pair = 0usize;
+        for &segment_rows in segments {
+            let pairs = first_pair..first_pair + segment_rows.max(0) as usize * k;
+            let mut counts = vec![0usize; experts];
+            for &e in &chosen[pairs.clone()] {
+                *counts.get_mut(e as usize).ok_or(ModelError::Shape(
+                    "the router chose an expert outside the stack",
+                ))? += 1;
+            }
+            // Each expert's first place in grouped order.
+            let mut next = Vec::with_capacity(experts);
+            let mut place = first_pair;
+            for &c in &counts {
+                next.push(place);
+                place += c;
+            }
+            for pair in pairs.clone() {
+                let e = chosen[pair] as usize;
+                tokens[next[e]] = (pair / k) as u32;
+                back[pair] = next[e] as u32;
+                next[e] += 1;
+            }
+            runs.extend(
+                counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &c)| c > 0)
+                    .map(|(e, &c)| (e as u32, c as i32)),
+            );
+            first_pair = pairs.end;
         }
-        let runs = counts
-            .iter()
-            .enumerate()
-            .filter(|(_, &c)| c > 0)
-            .map(|(e, &c)| (e as u32, c as i32))
-            .collect();
         Ok(Self { tokens, back, runs })
     }
 
@@ -274,7 +319,7 @@ mod tests {
     fn dispatch_groups_pairs_by_expert_and_puts_them_back() -> Result<(), ModelError> {
         // 3 tokens, 2 slots each, 4 experts (expert 2 unused).
         let chosen = [3u32, 0, 0, 1, 3, 1];
-        let d = Dispatch::new(&chosen, 2, 4)?;
+        let d = Dispatch::new(&chosen, 2, 4, &[3])?;
         // Grouped: expert 0 (pairs 1, 2), 1 (pairs 3, 5), 3 (pairs 0, 4).
         assert_eq!(d.runs, vec![(0, 2), (1, 2), (3, 2)]);
         assert_eq!(d.tokens, vec![0, 1, 1, 2, 0, 2]);
@@ -284,9 +329,18 @@ mod tests {
         for (pair, &place) in d.back.iter().enumerate() {
             assert_eq!(d.tokens[place as usize] as usize, pair / 2);
         }
-        assert!(Dispatch::new(&[4], 1, 4).is_err(), "expert outside the stack");
-        let one = Dispatch::new(&[2, 2], 1, 4)?;
+        assert!(Dispatch::new(&[4], 1, 4, &[1]).is_err(), "expert outside the stack");
+        assert!(Dispatch::new(&[1, 2], 1, 4, &[1]).is_err(), "rows do not match");
+        let one = Dispatch::new(&[2, 2], 1, 4, &[2])?;
         assert_eq!((one.run_bounds(), one.runs), (vec![], vec![(2, 2)]));
+        // Two segments (tokens 0-1, token 2): each grouped on its own, expert 3 twice.
+        let two = Dispatch::new(&chosen, 2, 4, &[2, 1])?;
+        assert_eq!(two.runs, vec![(0, 2), (1, 1), (3, 1), (1, 1), (3, 1)]);
+        assert_eq!(two.tokens, vec![0, 1, 1, 0, 2, 2]);
+        assert_eq!(two.back, vec![3, 0, 1, 2, 5, 4]);
+        for (pair, &place) in two.back.iter().enumerate() {
+            assert_eq!(two.tokens[place as usize] as usize, pair / 2);
+        }
         Ok(())
     }
 
@@ -311,20 +365,22 @@ mod tests {
         ))
     }
 
-    /// Grouped on the host, the experts give the outputs of the per-pair `gather_mm` path:
-    /// in float32 to the BLAS's rounding (the sum order per element may depend on the number
-    /// of rows), in bfloat16 to one bfloat16 rounding of it.
+    /// Grouped on the host, bfloat16 experts give the outputs of the per-pair `gather_mm` path
+    /// (which widens the whole stack) to about one bfloat16 rounding: the float32 sums may
+    /// round differently with the number of rows of a product on some BLAS, and a different
+    /// float32 sum can round to the neighbouring bfloat16.
     #[test]
     fn experts_grouped_on_the_host_match_the_per_pair_products() -> Result<(), ModelError> {
         if !widened::cpu_backend()? {
             return Ok(());
         }
-        for (dtype, tolerance) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 1.0 / 64.0)] {
+        for (dtype, tolerance) in [(Dtype::Bfloat16, 1.0 / 64.0)] {
             let m = moe(dtype)?;
-            for tokens in [1, 5, 40] {
+            for segments in [&[1][..], &[5], &[25, 15]] {
+                let tokens: i32 = segments.iter().sum();
                 let h = random::normal::<f32>(&[tokens, 32][..], None, None, &random::key(9)?)?
                     .as_dtype(dtype)?;
-                let got = m.forward(&h, &h)?;
+                let got = m.forward(&h, &h, segments)?;
                 assert_eq!(got.dtype(), dtype);
                 // The per-pair path: `gather_mm` over the same routing.
                 let (idx, weights) = m.router.route(&h)?;
@@ -341,9 +397,32 @@ mod tests {
                 assert!(scale > 0.0);
                 assert!(
                     d <= tolerance * scale,
-                    "{dtype:?}, {tokens} tokens: grouped vs per pair {d} (max {scale})"
+                    "{dtype:?}, segments {segments:?}: grouped vs per pair {d} (max {scale})"
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// A segment's outputs are the same bits alone and beside another segment in one pass,
+    /// whatever the BLAS: its rows are never grouped with another segment's.
+    #[test]
+    fn a_segment_gets_the_same_bits_alone_and_sharing_a_pass() -> Result<(), ModelError> {
+        for dtype in [Dtype::Float32, Dtype::Bfloat16] {
+            let m = moe(dtype)?;
+            let h = random::normal::<f32>(&[30, 32][..], None, None, &random::key(11)?)?
+                .as_dtype(dtype)?;
+            let shared = m.forward(&h, &h, &[12, 18])?;
+            let parts = h.split_at_indices(&[12], 0)?;
+            let alone = ops::concatenate(
+                &[
+                    m.forward(&parts[0], &parts[0], &[12])?,
+                    m.forward(&parts[1], &parts[1], &[18])?,
+                ],
+                0,
+            )?;
+            let same = ops::array_eq(&shared, &alone, None)?.item::<bool>();
+            assert!(same, "{dtype:?}: a segment's MoE outputs changed when sharing a pass");
         }
         Ok(())
     }
