@@ -20,8 +20,10 @@ pub const NVFP4_GLOBAL_SCALE_DIVISOR: f32 = 2688.0;
 pub enum Experts {
     /// Dense float weights, held in the dtype the loader gives them (the activation dtype: a
     /// bf16 checkpoint stays bf16 with bf16 activations). MLX's CPU `gather_mm` only runs
-    /// float32, so on the CPU narrower weights are widened per call, in bounded slices
-    /// (`model::widened`), instead of once at load.
+    /// float32, so on the CPU narrower weights are widened per call instead of once at load:
+    /// `Moe::forward` groups the pairs by expert and widens only the chosen experts
+    /// ([`Experts::cpu_dense_matrices`]); [`Experts::forward`] widens the stack in bounded
+    /// slices (`model::widened`).
     Dense {
         /// `[E, out, in]`.
         weight: Array,

@@ -22,7 +22,9 @@
 //! matters most to a product with few rows (a decoder pass over one canvas, the head at the
 //! label slots), bound by reading its weight. Slices of 64 MiB went through main memory twice
 //! more (written, then read): at full width a decoder pass with the 262k-row head took 16% more
-//! CPU time with them (docs/benchmarks.md). Expert stacks take larger slices
+//! CPU time with them (docs/benchmarks.md). `Moe::forward` groups bf16 experts by expert on the
+//! CPU, so each chosen expert's matrices are dense weights here, in dense slices. A whole stack
+//! through `Experts::forward` (`gather_mm`) takes larger slices
 //! ([`EXPERT_SLICE_VALUES`], 16 MiB): they are cut along each expert's output rows, and
 //! `gather_mm` runs one product per (token, expert) pair and slice, so the smaller the slice the
 //! more and narrower the calls. At full width (128 experts) a 16 MiB slice holds 11 rows of each
