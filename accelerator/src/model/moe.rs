@@ -421,7 +421,7 @@ mod tests {
                 ],
                 0,
             )?;
-            let same = ops::array_eq(&shared, &alone, None)?.item::<bool>();
+            let same = ops::array_eq(&shared, &alone, None)?.item_exact::<bool>();
             assert!(same, "{dtype:?}: a segment's MoE outputs changed when sharing a pass");
         }
         Ok(())
