@@ -110,12 +110,7 @@ impl Moe {
     /// `segments` are the row counts of the segments laid end to end in `h` (a prompt chunk, a
     /// read's canvases; `Attention::forward`), summing to N: grouped products never mix rows of
     /// two segments, so a segment's outputs do not depend on what shares its pass.
-    pub fn forward(
-        &self,
-        h: &Array,
-        e_in: &Array,
-        segments: &[i32],
-    ) -> Result<Array, ModelError> {
+    pub fn forward(&self, h: &Array, e_in: &Array, segments: &[i32]) -> Result<Array, ModelError> {
         let dtype = e_in.dtype();
         let (idx, weights) = self.router.route(h)?;
         let n = e_in.dim(0);
@@ -183,12 +178,7 @@ impl Moe {
         let chosen = chosen
             .try_as_slice::<u32>()
             .map_err(|e| ModelError::RouterChoice(e.to_string()))?;
-        let dispatch = Dispatch::new(
-            chosen,
-            k as usize,
-            gate_up.len().min(down.len()),
-            segments,
-        )?;
+        let dispatch = Dispatch::new(chosen, k as usize, gate_up.len().min(down.len()), segments)?;
         let pairs = dispatch.tokens.len() as i32;
         let x = e_in.take_axis(Array::from_slice(&dispatch.tokens, &[pairs]), 0)?;
         let bounds = dispatch.run_bounds();
@@ -246,12 +236,7 @@ struct Dispatch {
 impl Dispatch {
     /// From the expert ids in (token, slot) order, `k` per token, `experts` in the stack, and
     /// the row counts of the segments laid end to end (summing to the tokens).
-    fn new(
-        chosen: &[u32],
-        k: usize,
-        experts: usize,
-        segments: &[i32],
-    ) -> Result<Self, ModelError> {
+    fn new(chosen: &[u32], k: usize, experts: usize, segments: &[i32]) -> Result<Self, ModelError> {
         let k = k.max(1);
         let rows: usize = segments.iter().map(|&r| r.max(0) as usize).sum();
         if rows * k != chosen.len() {
@@ -329,8 +314,14 @@ mod tests {
         for (pair, &place) in d.back.iter().enumerate() {
             assert_eq!(d.tokens[place as usize] as usize, pair / 2);
         }
-        assert!(Dispatch::new(&[4], 1, 4, &[1]).is_err(), "expert outside the stack");
-        assert!(Dispatch::new(&[1, 2], 1, 4, &[1]).is_err(), "rows do not match");
+        assert!(
+            Dispatch::new(&[4], 1, 4, &[1]).is_err(),
+            "expert outside the stack"
+        );
+        assert!(
+            Dispatch::new(&[1, 2], 1, 4, &[1]).is_err(),
+            "rows do not match"
+        );
         let one = Dispatch::new(&[2, 2], 1, 4, &[2])?;
         assert_eq!((one.run_bounds(), one.runs), (vec![], vec![(2, 2)]));
         // Two segments (tokens 0-1, token 2): each grouped on its own, expert 3 twice.
@@ -422,7 +413,10 @@ mod tests {
                 0,
             )?;
             let same = ops::array_eq(&shared, &alone, None)?.item_exact::<bool>();
-            assert!(same, "{dtype:?}: a segment's MoE outputs changed when sharing a pass");
+            assert!(
+                same,
+                "{dtype:?}: a segment's MoE outputs changed when sharing a pass"
+            );
         }
         Ok(())
     }
