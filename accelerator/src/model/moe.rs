@@ -154,15 +154,17 @@ impl Moe {
     /// per call in cache-sized slices). Each pair's output is the same sum over the same values
     /// as in `gather_mm`'s per-pair product; only the number of rows of the product changes.
     ///
-    /// Per segment, because some BLAS (OpenBLAS) sum a row differently depending on how many
-    /// rows the product has (a one-row product goes to its matrix-vector kernel): grouped over
-    /// the whole pass, a prompt chunk's K/V would depend on whether another chunk or read shared
-    /// its pass, and a warm prefix cache would no longer give the cold answer's bits
-    /// (docs/batching.md).
+    /// Per segment, because some BLAS (OpenBLAS) round a row differently depending on how many
+    /// rows the product has (measured: the rows of a 128 × 64 product change their last bits
+    /// once it has 10 rows or more): grouped over the whole pass, a prompt chunk's K/V would
+    /// depend on whether another chunk or read shared its pass, and a warm prefix cache would
+    /// no longer give the cold answer's bits (docs/batching.md).
     ///
-    /// Reading the choice blocks until this layer's routing is computed. On the CPU the graph
-    /// runs on the calling thread's stream anyway, so nothing that could overlap is lost.
-    /// The experts run one after the other (each one's input waits for the previous one's
+    /// Reading the choice blocks until this layer's routing is computed. The CPU computes the
+    /// pass in order either way; what is lost is building the rest of the graph while this
+    /// layer computes, small next to a layer's products (docs/benchmarks.md, "Experts grouped
+    /// by expert", has the `small` preset, where it shows most). The experts run one after the
+    /// other (each one's input waits for the previous one's
     /// output): otherwise MLX's breadth-first order would widen every expert's first slice at
     /// once.
     fn grouped_on_host(
