@@ -302,15 +302,11 @@ async fn a_rewritten_calibration_file_is_swapped_in_while_serving_and_a_broken_o
     let mut edited: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     edited["questions"] = json!([]);
     std::fs::write(&served, serde_json::to_vec(&edited).unwrap()).unwrap();
-    let now = eventually(Duration::from_secs(20), || async {
-        let now = hunch_e2e::http::get_json(&models).await["x_calibration"].clone();
-        if now["id"] != first {
-            Ok(now)
-        } else {
-            Err("never reloaded")
-        }
+    let now = until_json(&models, "never reloaded", |m| {
+        m["x_calibration"]["id"] != first
     })
-    .await;
+    .await["x_calibration"]
+        .clone();
     assert_eq!(now["questions"], json!(0));
     // A broken file leaves the served calibration in place.
     std::fs::write(&served, b"{ not a calibration").unwrap();
@@ -378,15 +374,24 @@ async fn decision_events(path: &Path, n: usize) -> Vec<hunch::decision::event::D
         .collect()
 }
 
+/// Polls the JSON at `url` until `done` holds of it, and returns it; gives up saying `what`
+/// with the last body.
+async fn until_json(url: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(Duration::from_secs(20), || async {
+        let body = hunch_e2e::http::get_json(url).await;
+        if done(&body) {
+            Ok(body)
+        } else {
+            Err(format!("{what}: {body}"))
+        }
+    })
+    .await
+}
+
 /// Polls `GET /v1/policies/p` until its calibration's id is `id` (the policy reloaded).
 async fn until_policy_calibration(url: &str, id: Option<&str>) -> Value {
-    eventually(Duration::from_secs(20), || async {
-        let summary = hunch_e2e::http::get_json(url).await;
-        if summary["calibration"]["id"].as_str() == id {
-            Ok(summary)
-        } else {
-            Err(format!("never reloaded to {id:?}: {summary}"))
-        }
+    until_json(url, &format!("never reloaded to {id:?}"), |summary| {
+        summary["calibration"]["id"].as_str() == id
     })
     .await
 }
@@ -581,13 +586,8 @@ async fn a_policys_reads_are_calibrated_like_systemone_and_its_own_calibration_o
     )
     .unwrap();
     std::fs::write(policies.join("p.candidate.wasm"), &wasm).unwrap();
-    let summary = eventually(Duration::from_secs(20), || async {
-        let summary = hunch_e2e::http::get_json(&policy_url).await;
-        if summary["candidate"]["calibration"]["id"] == json!(next_id) {
-            Ok(summary)
-        } else {
-            Err(format!("no candidate: {summary}"))
-        }
+    let summary = until_json(&policy_url, "no candidate", |summary| {
+        summary["candidate"]["calibration"]["id"] == json!(next_id)
     })
     .await;
     assert_eq!(

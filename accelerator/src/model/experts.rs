@@ -112,12 +112,6 @@ impl Experts {
             .map(Some)
     }
 
-    /// Counts one widened product of this stack in `widened::take_product_paths` (the grouped
-    /// products of one stack are one product there, as one `gather_mm` is).
-    pub(crate) fn note_grouped_product(&self) {
-        widened::note(widened::Path::Widened);
-    }
-
     fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {
         let dtype = x.dtype();
         match self {

@@ -189,8 +189,9 @@ impl Moe {
         } else {
             x.split_at_indices(&bounds, 0)?
         };
-        self.gate_up.note_grouped_product();
-        self.down.note_grouped_product();
+        // One widened product per stack, as one `gather_mm` counts (`take_product_paths`).
+        widened::note(widened::Path::Widened);
+        widened::note(widened::Path::Widened);
         let mut previous = x;
         let mut outputs = Vec::with_capacity(parts.len());
         for (&(expert, _), part) in dispatch.runs.iter().zip(&parts) {
