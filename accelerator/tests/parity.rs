@@ -3,12 +3,13 @@
 //! see docs/model.md), in float32.
 
 use hunch_accelerator::{
+    checkpoint::Layout,
     checkpoint::{
         arrays,
         tensors::{PlannedTensor, SafetensorsFile},
         LoadError, MappedLayout,
     },
-    tools::writer::SafetensorsWriter,
+    tools::{write_random_checkpoint, writer::SafetensorsWriter, Preset, RandomSpec},
     ActivationDtype, Array, DiffusionGemma, LoadOptions,
 };
 
@@ -242,5 +243,74 @@ fn bfloat16_activations_run() -> TestResult {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(d <= 1e-4, "bf16 batched vs serial: {d}");
+    Ok(())
+}
+
+/// On the CPU, bfloat16 is the float32 model over the same bf16 weights: they are held as stored
+/// and each is widened for its product (`model::widened`), the activations are float32
+/// (`ActivationDtype::compute`), so the logits can differ from a float32 load of the same
+/// checkpoint only by the order of float32 sums (products cut into slices, experts grouped by
+/// expert) — and on the reference BLAS, whose every output is one sequential sum over `k`
+/// whatever the product's shape, not at all. The float32 load widens every weight at load:
+/// twice the memory, the same values.
+#[test]
+fn bfloat16_on_the_cpu_answers_as_float32_over_the_same_weights() -> TestResult {
+    if matches!(
+        mlx_rs::Device::try_default()?.get_type()?,
+        mlx_rs::DeviceType::Gpu
+    ) {
+        return Ok(()); // a GPU computes bf16 natively
+    }
+    pin_reference_blas();
+    let tmp = tempfile::tempdir()?;
+    let mut spec = RandomSpec::new(Preset::Tiny, Layout::Hf);
+    spec.seed = 24;
+    write_random_checkpoint(tmp.path(), &spec)?;
+    let load = |dtype| {
+        DiffusionGemma::load(
+            tmp.path(),
+            &LoadOptions {
+                dtype,
+                progress: false,
+                ..LoadOptions::default()
+            },
+        )
+    };
+    let (f32_model, bf16_model) = (
+        load(ActivationDtype::Float32)?,
+        load(ActivationDtype::Bfloat16)?,
+    );
+    assert_eq!(bf16_model.dtype(), mlx_rs::Dtype::Float32);
+    let prompt: Vec<u32> = (3..60).collect();
+    let canvases: Vec<Vec<u32>> = (0..3)
+        .map(|c| (0..16).map(|i| 100 + 7 * c + i).collect())
+        .collect();
+    let pass =
+        |model: &DiffusionGemma| -> Result<(Vec<f32>, Vec<f32>), Box<dyn std::error::Error>> {
+            let cache = model.prefill(&prompt)?;
+            let first = model.denoise(&cache, &canvases, None)?;
+            let second = model.denoise(&cache, &canvases, Some(&first))?;
+            Ok((
+                first.as_slice::<f32>().to_vec(),
+                second.as_slice::<f32>().to_vec(),
+            ))
+        };
+    let (want, got) = (pass(&f32_model)?, pass(&bf16_model)?);
+    let diff = |a: &[f32], b: &[f32]| {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let (d1, d2) = (diff(&want.0, &got.0), diff(&want.1, &got.1));
+    eprintln!(
+        "bf16 vs f32 over the same weights: max |logit diff| {d1:e}, self-conditioned {d2:e}"
+    );
+    assert_eq!(
+        (d1, d2),
+        (0.0, 0.0),
+        "bf16 on the CPU is not float32 over the same weights"
+    );
     Ok(())
 }

@@ -42,10 +42,11 @@ struct ServeArgs {
     /// Model name reported to clients.
     #[arg(long)]
     name: Option<String>,
-    /// Activation dtype: `auto` (bfloat16 on a GPU, float32 on the CPU), float32 (the float32
-    /// model's answers; twice a bf16 checkpoint's memory) or bfloat16 (the checkpoint's bytes
-    /// in memory; on the CPU no slower than float32 at the real model's width, 10-35% slower
-    /// on small models; docs/mlx-on-linux.md).
+    /// Model dtype: `auto` (bfloat16 on a GPU, float32 on the CPU), float32 (float32 weights and
+    /// activations; twice a bf16 checkpoint's memory) or bfloat16 (the checkpoint's bf16 bytes in
+    /// memory; on a GPU bf16 activations, on the CPU float32 activations over the bf16 weights,
+    /// so a bf16 checkpoint answers as in float32 up to the last bits, at about float32's time;
+    /// docs/mlx-on-linux.md).
     #[arg(long, default_value = "auto", value_parser = parse_dtype)]
     dtype: DtypeArg,
     /// Widest read canvas in tokens (multiple of 16; at most 128 and the checkpoint's

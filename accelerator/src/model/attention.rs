@@ -1,7 +1,7 @@
 //! Self-attention of one layer: sliding or full, GQA, q/k norms, weightless v norm, K=V on full
 //! layers, RoPE, score scale 1.0 (the q/k norms stand in for 1/√d).
 
-use mlx_rs::{fast, ops, Array, Dtype};
+use mlx_rs::{fast, ops, Array};
 
 use super::{
     config::{AttentionKind, LayerConfig},
@@ -218,28 +218,20 @@ impl Attention {
     }
 }
 
-/// Scaled dot-product attention (scale 1). MLX's CPU backend computes it from its matmuls,
-/// which run bfloat16 in a portable loop several times slower than float32 (`model::widened`):
-/// there, narrow queries, keys and values are widened for the call (this layer's keys only, a
-/// transient the size of its K/V) and the output cast back, so the K/V cache stays narrow.
+/// Scaled dot-product attention (scale 1), in the activation dtype. On MLX's CPU backend that
+/// is float32 (`ActivationDtype::compute`): its bf16 matmuls run in a portable loop several
+/// times slower than float32 (`model::widened`), so a bf16 model computes its activations, and
+/// keeps its K/V, in float32 there.
 fn sdpa(
     q: &Array,
     keys: &Array,
     values: &Array,
     mask: Option<fast::ScaledDotProductAttentionMask<'_>>,
 ) -> Result<Array, ModelError> {
-    let dtype = q.dtype();
-    if !widened::widens(dtype)? {
-        widened::note_native(&[q, keys, values]);
-        return Ok(fast::scaled_dot_product_attention(
-            q, keys, values, 1.0, mask, None,
-        )?);
-    }
-    widened::note(widened::Path::Widened);
-    let wide = |a: &Array| a.as_dtype(Dtype::Float32);
-    let out =
-        fast::scaled_dot_product_attention(wide(q)?, wide(keys)?, wide(values)?, 1.0, mask, None)?;
-    Ok(out.as_dtype(dtype)?)
+    widened::note_native(&[q, keys, values]);
+    Ok(fast::scaled_dot_product_attention(
+        q, keys, values, 1.0, mask, None,
+    )?)
 }
 
 /// What one segment of a batched forward attends to (one layer's view).

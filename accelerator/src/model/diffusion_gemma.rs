@@ -45,7 +45,7 @@ impl DiffusionGemma {
         self_conditioning: SelfConditioning,
         dtype: ActivationDtype,
     ) -> Result<Self, ModelError> {
-        let dtype = dtype.dtype();
+        let dtype = dtype.compute()?;
         let embed_scale = Array::from_f32((config.hidden_size as f32).sqrt())
             .as_dtype(stored_dtype)?
             .as_dtype(dtype)?;
@@ -66,7 +66,7 @@ impl DiffusionGemma {
         &self.config
     }
 
-    /// The activation dtype.
+    /// The dtype the activations are computed in ([`ActivationDtype::compute`]).
     pub fn dtype(&self) -> Dtype {
         self.dtype
     }

@@ -10,34 +10,49 @@ use super::reduce::SlotSummary;
 
 use super::{attention::LayerKv, reduce::SlotReduction, ModelError};
 
-/// Activation dtype (`--dtype`). Parity tests use float32; on the CPU bf16 products run in
-/// float32 too, widened per call (`model::widened`), so bf16 there costs about float32's time
-/// with half the weights' memory (docs/benchmarks.md).
+/// The model's dtype (`--dtype`): what its dense weights are held in and, where MLX has fast
+/// kernels for it, what its activations are computed in ([`ActivationDtype::compute`]). Parity
+/// tests use float32. On MLX's CPU backend bfloat16 holds the weights in bf16 (half float32's
+/// memory) and computes in float32, widening each weight per call (`model::widened`): MLX's CPU
+/// has no fast bf16 kernels, neither for products nor for elementwise work, so bf16 activations
+/// there cost 1.2–1.6× float32's time on small models, while float32 activations over bf16
+/// weights take about float32's time (docs/mlx-on-linux.md, "bfloat16 on the CPU").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ActivationDtype {
     /// float32 activations and weights.
     #[default]
     Float32,
-    /// bfloat16 activations and weights (router softmax and logits stay float32).
+    /// bfloat16 weights; bfloat16 activations on a GPU, float32 ones on the CPU (router softmax
+    /// and logits are float32 everywhere).
     Bfloat16,
 }
 
 impl ActivationDtype {
-    /// The MLX dtype.
+    /// The MLX dtype the dense weights are held in.
     pub fn dtype(self) -> Dtype {
         match self {
             ActivationDtype::Float32 => Dtype::Float32,
             ActivationDtype::Bfloat16 => Dtype::Bfloat16,
         }
     }
+
+    /// The MLX dtype the activations (and the prompt's K/V) are computed in on MLX's default
+    /// device: the held dtype, except bfloat16 on the CPU, which computes in float32.
+    pub fn compute(self) -> Result<Dtype, ModelError> {
+        Ok(match self {
+            ActivationDtype::Bfloat16 if super::widened::cpu_backend()? => Dtype::Float32,
+            other => other.dtype(),
+        })
+    }
 }
 
 impl ActivationDtype {
     /// The default where none is asked for: bfloat16 when MLX's default device is a GPU (CUDA,
     /// Metal: tensor-core kernels, half the memory traffic, and batching there measured
-    /// bit-exact, docs/batching.md), float32 on the CPU: what the parity goldens check, and at
-    /// the real model's width bf16 took 1.4–1.6× float32's CPU time there (its expert stacks are
-    /// widened every pass) for half the memory (docs/mlx-on-linux.md, issue 24).
+    /// bit-exact, docs/batching.md), float32 on the CPU: what the parity goldens check, and its
+    /// experts keep `gather_mm`'s per-pair products, whose bits do not depend on what else a
+    /// request reads. On the CPU bf16 computes in float32 too, over bf16 weights: half the
+    /// memory at about float32's time (docs/mlx-on-linux.md, issue 24).
     pub fn for_default_device() -> ActivationDtype {
         let gpu = mlx_rs::Device::try_default()
             .and_then(|d| d.get_type())

@@ -67,9 +67,11 @@ fn load(dir: &std::path::Path, dtype: ActivationDtype) -> DiffusionGemma {
     .expect("load")
 }
 
-/// On the CPU no product of a bfloat16 model runs in MLX's narrow kernels: each is widened to
-/// float32 for the call (NVFP4 experts run their own kernel on float32 activations), in every
-/// layout and every kind of pass. A float32 model widens nothing.
+/// On the CPU no product of a bfloat16 model runs in MLX's narrow kernels: activations are
+/// float32 there (`ActivationDtype::compute`), so every product with a bf16 weight is widened
+/// for the call, and the attention (activations only) and NVFP4 experts (their own kernel) run
+/// natively in float32 — in every layout and every kind of pass. A float32 model widens
+/// nothing.
 #[test]
 fn every_product_of_a_bf16_model_is_widened_on_the_cpu() {
     if !widened::cpu_backend().expect("device") {
@@ -82,14 +84,19 @@ fn every_product_of_a_bf16_model_is_widened_on_the_cpu() {
         write_random_checkpoint(tmp.path(), &spec).expect("write");
 
         let model = load(tmp.path(), ActivationDtype::Bfloat16);
-        let experts = 2 * model.config().layers.len() as u32;
+        assert_eq!(model.dtype(), mlx_rs::Dtype::Float32, "{layout:?}");
+        let layers = model.config().layers.len() as u32;
         for (pass, paths, total) in passes(&model) {
             let what = format!("{layout:?} bf16 {pass}: {paths:?}");
             assert_eq!(paths.narrow, 0, "{what}");
             assert_eq!(paths.widened + paths.float32, total, "{what}");
-            // Only NVFP4 experts are float32 already (their activations are widened).
-            let native = if layout == Layout::Nvfp4 { experts } else { 0 };
-            assert_eq!(paths.float32, native, "{what}");
+            // One attention per layer; NVFP4's two expert stacks per layer.
+            let experts = if layout == Layout::Nvfp4 {
+                2 * layers
+            } else {
+                0
+            };
+            assert_eq!(paths.float32, layers + experts, "{what}");
         }
 
         let model = load(tmp.path(), ActivationDtype::Float32);
