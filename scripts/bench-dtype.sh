@@ -4,7 +4,8 @@
 # times so that a busy machine slows both alike. Prints, per round, both medians and the ratio
 # bfloat16 / float32 of the wall time and of the process's CPU time (which does not grow while it
 # waits for a core on a shared machine; with OPENBLAS_NUM_THREADS=1 no idle BLAS thread spins
-# into it either), and the memory each side holds: anonymous memory after the load and the
+# into it either), the ratio of the fastest repetitions (steadier than medians where the
+# machine's speed moves between processes), and the memory each side holds: anonymous memory after the load and the
 # sampled peak above it (docs/benchmarks.md, "bfloat16 against float32 on the CPU"). Not a test.
 #
 #   scripts/bench-dtype.sh [PRESET=small]          # or CKPT=DIR scripts/bench-dtype.sh
@@ -41,14 +42,16 @@ def rows(path):
             out[f"decode P={e['P']} B={e['B']} W={e['W']}"] = e
     return load, out
 (l32, f32), (l16, b16) = rows(sys.argv[1]), rows(sys.argv[2])
-print("| measurement | float32 ms | bfloat16 ms | bf16 / f32 | float32 CPU ms | bfloat16 CPU ms | CPU bf16 / f32 |")
-print("|---|---|---|---|---|---|---|")
+print("| measurement | float32 ms | bfloat16 ms | bf16 / f32 | float32 CPU ms | bfloat16 CPU ms | CPU bf16 / f32 "
+      "| fastest f32 / bf16 ms | fastest bf16 / f32 |")
+print("|---|---|---|---|---|---|---|---|---|")
 for k, a in f32.items():
     b = b16.get(k)
     if b:
         ca, cb = a.get("cpu_median_ms", float("nan")), b.get("cpu_median_ms", float("nan"))
         print(f"| {k} | {a['median_ms']:.0f} | {b['median_ms']:.0f} | {b['median_ms'] / a['median_ms']:.2f} "
-              f"| {ca:.0f} | {cb:.0f} | {cb / ca:.2f} |")
+              f"| {ca:.0f} | {cb:.0f} | {cb / ca:.2f} "
+              f"| {a['min_ms']:.0f} / {b['min_ms']:.0f} | {b['min_ms'] / a['min_ms']:.2f} |")
 for name, l in (("float32", l32), ("bfloat16", l16)):
     peaks = [e.get("anon_peak_over_mb", 0) for e in {**(f32 if name == "float32" else b16)}.values()]
     print(f"| {name}: anonymous MiB after load, peak above it (load / reads), largest tensor | "
