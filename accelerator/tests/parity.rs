@@ -206,11 +206,14 @@ fn load_without_a_tensor_names_it() -> TestResult {
     }
 }
 
-/// bfloat16 activations run the same graph. There is no bf16 golden output, and this random tiny
-/// model is too chaotic for the f32 one to judge bf16 by: rounding only its *weights* to bf16
-/// (f32 activations) already moves logits by up to 9.5 and changes the top token at 25% of
-/// positions (measured while writing this test). So this checks what bf16 must guarantee:
-/// float32 softcapped logits of the right shape, finite, and batched == serial.
+/// `--dtype bfloat16` runs the same graph over the golden checkpoint's float32 weights rounded to
+/// bf16 (with float32 activations on the CPU, bf16 ones on a GPU). There is no bf16 golden
+/// output, and this random tiny model is too chaotic for the f32 one to judge bf16 by: rounding
+/// only its *weights* to bf16 moves logits by up to 9.5–25 and changes the top token at a
+/// quarter of positions (measured while writing this test and again on the CPU's float32
+/// activations). So this checks what bf16 must guarantee: float32 softcapped logits of the
+/// right shape, finite, and batched == serial. Over bf16 weights the CPU's bf16 is checked
+/// against float32 exactly (`bfloat16_on_the_cpu_answers_as_float32_over_the_same_weights`).
 #[test]
 fn bfloat16_activations_run() -> TestResult {
     pin_reference_blas();
