@@ -5,8 +5,9 @@
 # bfloat16 / float32 of the wall time and of the process's CPU time (which does not grow while it
 # waits for a core on a shared machine; with OPENBLAS_NUM_THREADS=1 no idle BLAS thread spins
 # into it either), the ratio of the fastest repetitions (steadier than medians where the
-# machine's speed moves between processes), and the memory each side holds: anonymous memory after the load and the
-# sampled peak above it (docs/benchmarks.md, "bfloat16 against float32 on the CPU"). Not a test.
+# machine's speed moves between processes), and the memory each side holds: anonymous memory
+# after the load and the sampled peak above it (docs/benchmarks.md, "bfloat16 against float32 on
+# the CPU"). Not a test.
 #
 #   scripts/bench-dtype.sh [PRESET=small]          # or CKPT=DIR scripts/bench-dtype.sh
 # Env: ROUNDS (3), BENCH_ARGS (default "--prompt-lens 256 --batches 1,4 --widths 32,64 --reps 3
