@@ -98,7 +98,8 @@ impl std::fmt::Display for LimitSource {
 pub struct TooLarge {
     /// The checkpoint.
     pub dir: PathBuf,
-    /// `float32` or `bfloat16`.
+    /// The `--dtype` the load asked for: `float32` or `bfloat16` (on the CPU bfloat16 holds
+    /// bf16 weights under float32 activations, so the dtype is named, not the activations').
     pub activation: &'static str,
     /// What the load would take.
     pub plan: MemoryPlan,
@@ -113,7 +114,7 @@ impl std::fmt::Display for TooLarge {
         let p = &self.plan;
         write!(
             f,
-            "{}: with {} activations the loaded model would take {} ({} as stored, {} converted \
+            "{}: with --dtype {} the loaded model would take {} ({} as stored, {} converted \
              from {} on disk, plus {} while converting), more than {} of {}; refused before \
              allocating. Use --dtype bfloat16 to keep the weights as stored ({} on disk), a \
              quantised checkpoint, or a larger --memory-limit",
