@@ -1,0 +1,34 @@
+//! GGUF files (llama.cpp, Ollama, LM Studio): metadata, tensor infos and their weights as MLX arrays.
+//!
+//! - `file`: the header (magic, version 2 or 3, metadata, tensor infos) over one private
+//!   mapping, every tensor checked to lie inside the file when it opens;
+//! - `types`: ggml's tensor types and their block sizes;
+//! - `blocks`: Q4_0, Q4_1 and Q8_0 repacked exactly into MLX's affine layout (group 32), and
+//!   Q5_0, Q5_1 and Q8_1 dequantised;
+//! - `kquants`: Q2_K to Q8_K dequantised;
+//! - `load`: the arrays of one tensor ([`GgufFile::load`]) and what they will take
+//!   ([`GgufFile::resident_bytes`]).
+//!
+//! GGUF lists dims fastest-varying first; everything handed out here is row-major (an
+//! `[out, in]` weight stored with dims `[in, out]` loads as `[out, in]`). Names stay llama.cpp's
+//! (`blk.0.attn_q.weight`), and so does its permutation of the q and k rows: both are the
+//! model loaders' to undo.
+
+mod blocks;
+mod error;
+mod file;
+mod kquants;
+mod load;
+mod meta;
+mod types;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod writer;
+
+pub use error::GgufError;
+pub use file::{GgufFile, GgufTensorInfo};
+pub use load::{GgufWeight, GROUP_SIZE};
+pub use meta::MetaValue;
+pub use types::{FloatDtype, GgmlType, QK_K};
