@@ -11,6 +11,7 @@
 //! device) without touching it.
 
 pub mod draws;
+pub mod logits;
 /// The one-read-at-a-time path the scheduler's answers are checked against (tests only).
 #[cfg(any(test, feature = "testing"))]
 mod one_at_a_time;
