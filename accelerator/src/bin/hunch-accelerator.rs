@@ -1,9 +1,11 @@
-//! `hunch-accelerator`: the sidecar that loads one DiffusionGemma checkpoint and serves System One
-//! reads to the Hunch host over loopback HTTP (docs/accelerator-protocol.md).
+//! `hunch-accelerator`: the sidecar that loads one checkpoint (a DiffusionGemma folder, or a chat
+//! model as a GGUF file or Hugging Face folder) and serves System One reads to the Hunch host over
+//! loopback HTTP (docs/accelerator-protocol.md).
 
 use clap::{Parser, Subcommand};
 use hunch_accelerator::blas::{select as select_blas, BlasChoice};
-use hunch_accelerator::engine::{EngineOptions, MlxEngine};
+use hunch_accelerator::checkpoint::causal::AffineWeights;
+use hunch_accelerator::engine::{load_engine, CausalEngineOptions, EngineOptions};
 use hunch_accelerator::model::ActivationDtype;
 use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
@@ -30,7 +32,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Checkpoint directory (HF, super-decider NVFP4 or mlx-community affine layout).
+    /// The checkpoint: a chat model (Llama, Qwen3 or Gemma 3) as a GGUF file or a Hugging Face
+    /// folder (safetensors, or mlx-community's affine 4/8-bit), or a DiffusionGemma folder (HF,
+    /// super-decider NVFP4 or mlx-community affine layout). Told apart by content.
     #[arg(long, conflicts_with = "demo")]
     model: Option<PathBuf>,
     /// Serve the generated demo checkpoint (random weights: answers carry no meaning).
@@ -80,9 +84,10 @@ struct ServeArgs {
     /// Memory budget (MiB) for the prompt K/V of reads in flight; reads beyond it wait.
     #[arg(long, default_value_t = 2048)]
     kv_budget_mb: u64,
-    /// Prefill chunk length in tokens (the prefix cache reuses whole chunks).
-    #[arg(long, default_value_t = hunch_accelerator::model::DEFAULT_PREFILL_CHUNK)]
-    prefill_chunk: usize,
+    /// Prefill chunk length in tokens (the prefix cache reuses whole chunks). Default: 64 for
+    /// DiffusionGemma, 128 for chat models.
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
     /// Prefix KV cache capacity (MiB); 0 turns it off.
     #[arg(long, default_value_t = 1024)]
     prefix_cache_mb: u64,
@@ -98,6 +103,13 @@ struct ServeArgs {
     /// before allocating. Default: the memory the machine has available.
     #[arg(long, env = "HUNCH_MEMORY_LIMIT", value_parser = parse_memory_limit)]
     memory_limit: Option<u64>,
+    /// Chat models' affine-quantised weights (GGUF Q4_0/Q4_1/Q8_0, mlx-community 4/8-bit):
+    /// `auto` widens them to dense float32 at load on the CPU when the model takes at most 6 GiB
+    /// that way (MLX's CPU quantized products are scalar; float32 ones use the BLAS, 12x faster
+    /// on SmolLM2) and keeps them quantised otherwise; `quantized` always keeps them; `dense`
+    /// always widens.
+    #[arg(long, env = "HUNCH_AFFINE_WEIGHTS", default_value = "auto", value_parser = parse_affine)]
+    affine_weights: AffineWeights,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -129,6 +141,15 @@ fn parse_canvas_cap(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(cap)
+}
+
+fn parse_affine(s: &str) -> Result<AffineWeights, String> {
+    match s {
+        "auto" => Ok(AffineWeights::Auto),
+        "quantized" => Ok(AffineWeights::Quantized),
+        "dense" => Ok(AffineWeights::Dense),
+        other => Err(format!("{other:?}: use auto, quantized or dense")),
+    }
 }
 
 fn parse_memory_limit(s: &str) -> Result<u64, String> {
@@ -170,7 +191,7 @@ fn main() -> std::process::ExitCode {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     for (flag, value) in [
-        ("--prefill-chunk", args.prefill_chunk),
+        ("--prefill-chunk", args.prefill_chunk.unwrap_or(1)),
         ("--batch-requests", args.batch_requests),
         ("--batch-rows", args.batch_rows),
         ("--queue", args.queue),
@@ -196,6 +217,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .local_addr()
             .map_err(|e| format!("reading the bound address: {e}"))?;
         let name = args.name.clone().unwrap_or_else(|| match &args.model {
+            // A GGUF file is named by its stem (`SmolLM2-135M-Instruct.Q4_1.gguf` →
+            // `SmolLM2-135M-Instruct.Q4_1`), a folder by its name.
+            Some(path) if path.is_file() => path
+                .file_stem()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "model".into()),
             Some(dir) => dir
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -221,12 +248,23 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 batching: args.batching,
                 max_rows: args.batch_rows,
                 kv_budget_bytes: args.kv_budget_mb << 20,
-                prefill_chunk: args.prefill_chunk,
+                prefill_chunk: args
+                    .prefill_chunk
+                    .unwrap_or(hunch_accelerator::model::DEFAULT_PREFILL_CHUNK),
                 cache_bytes: args.prefix_cache_mb << 20,
             },
             probe_batching: !args.no_batch_probe,
             count_operations: args.count_ops,
             memory_limit: args.memory_limit,
+        };
+        let causal = CausalEngineOptions {
+            max_prompt_tokens: args.max_prompt_tokens,
+            prefill_chunk: args
+                .prefill_chunk
+                .unwrap_or(hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK),
+            prefix_cache_bytes: args.prefix_cache_mb << 20,
+            max_requests: args.batch_requests,
+            affine: args.affine_weights,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();
@@ -247,7 +285,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 h.message = format!("loading {}", dir.display());
             });
             tracing::info!(dir = %dir.display(), demo, "loading model");
-            MlxEngine::load(&dir, &options).map_err(|e| e.to_string())
+            load_engine(&dir, &options, &causal).map_err(|e| e.to_string())
         });
         let app = router(health, jobs, args.max_request_bytes);
         axum::serve(listener, app)

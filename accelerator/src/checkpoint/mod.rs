@@ -16,11 +16,13 @@
 
 pub mod arrays;
 pub mod assemble;
+pub mod causal;
 pub mod dims;
 mod error;
 mod file_error;
 pub mod files;
 pub mod format;
+pub mod gguf;
 pub mod layout;
 pub mod mapped;
 pub mod memory;

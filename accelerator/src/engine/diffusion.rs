@@ -1,4 +1,4 @@
-//! The MLX read engine: a loaded checkpoint, its tokenizer and read planner, answering
+//! DiffusionGemma's read engine: a loaded checkpoint, its tokenizer and read planner, answering
 //! [`ReadRequest`]s. Lives on the sidecar's engine thread.
 
 use crate::checkpoint::LoadOptions;
@@ -196,29 +196,10 @@ impl MlxEngine {
     }
 }
 
-/// Only with the `fault-injection` feature, which only the test command turns on
-/// (`scripts/test.sh`), so that no build of the sidecar a user runs can reach it: with
-/// `HUNCH_TEST_ENGINE_PANIC_ONCE=PATH` set, the engine thread panics at its first request unless
-/// PATH exists, creating PATH first (so the restarted sidecar serves). The end-to-end test of
-/// the host's supervisor uses it (`tests/tests/real_faults.rs`); a panic is how a bug in the
-/// model code would kill the thread.
-#[cfg(feature = "fault-injection")]
-fn injected_panic_once() {
-    if let Some(path) = std::env::var_os("HUNCH_TEST_ENGINE_PANIC_ONCE") {
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path);
-        if created.is_ok() {
-            panic!("injected engine fault (HUNCH_TEST_ENGINE_PANIC_ONCE)");
-        }
-    }
-}
-
 impl ReadEngine for MlxEngine {
     fn submit(&mut self, request: ReadRequest, reply: Reply) {
         #[cfg(feature = "fault-injection")]
-        injected_panic_once();
+        super::injected_panic_once();
         let vocab = self.model.config().vocab_size as u32;
         self.scheduler
             .submit(&self.planner, &self.settings, vocab, &request, reply);

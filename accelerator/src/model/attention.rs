@@ -280,6 +280,16 @@ pub struct ChunkMasks {
 }
 
 impl ChunkMasks {
+    /// Index of the first earlier chunk a sliding layer attends to.
+    pub fn sliding_first(&self) -> usize {
+        self.sliding_first
+    }
+
+    /// The sliding layers' mask, where the window cuts some query's keys.
+    pub fn sliding_mask(&self) -> Option<&Array> {
+        self.sliding.as_ref()
+    }
+
     /// For a chunk of `len` tokens starting at `start`, after earlier chunks of `past_lens`
     /// tokens (in order), with a sliding window of `window`.
     pub fn new(start: i32, past_lens: &[i32], len: i32, window: i32) -> Self {

@@ -2,6 +2,7 @@
 //! the checkpoint module; these types only hold arrays and compute.
 
 pub mod attention;
+pub mod causal;
 pub mod config;
 pub mod diffusion_gemma;
 pub mod experts;

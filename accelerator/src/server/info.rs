@@ -103,27 +103,47 @@ pub fn checkpoint_digest(dir: &Path) -> u64 {
     for name in names {
         hash.write(name.as_encoded_bytes());
         hash.write(&[0]);
-        let path = dir.join(&name);
-        let Ok(mut file) = std::fs::File::open(&path) else {
-            continue;
-        };
-        let meta = file.metadata().ok();
-        let size = meta.as_ref().map_or(0, |m| m.len());
-        hash.write(&size.to_le_bytes());
-        if let Some(modified) = meta
-            .and_then(|m| m.modified().ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        {
-            hash.write(&modified.as_nanos().to_le_bytes());
-        }
-        let mut sample = Vec::new();
-        let _ = (&mut file).take(SAMPLE_BYTES).read_to_end(&mut sample);
-        if size > SAMPLE_BYTES && file.seek(SeekFrom::Start(size - SAMPLE_BYTES)).is_ok() {
-            let _ = (&mut file).take(SAMPLE_BYTES).read_to_end(&mut sample);
-        }
-        hash.write(&sample);
+        hash_file(&mut hash, &dir.join(&name));
     }
     hash.0
+}
+
+/// [`checkpoint_digest`] of a directory, or of one file (a GGUF): its name and the same
+/// size, time and samples.
+pub fn file_or_dir_digest(path: &Path) -> u64 {
+    if !path.is_file() {
+        return checkpoint_digest(path);
+    }
+    let mut hash = Fnv::new();
+    if let Some(name) = path.file_name() {
+        hash.write(name.as_encoded_bytes());
+        hash.write(&[0]);
+    }
+    hash_file(&mut hash, path);
+    hash.0
+}
+
+/// A file's size, modification time and first and last [`SAMPLE_BYTES`] into `hash` (nothing
+/// when it cannot be opened).
+fn hash_file(hash: &mut Fnv, path: &Path) {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return;
+    };
+    let meta = file.metadata().ok();
+    let size = meta.as_ref().map_or(0, |m| m.len());
+    hash.write(&size.to_le_bytes());
+    if let Some(modified) = meta
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+    {
+        hash.write(&modified.as_nanos().to_le_bytes());
+    }
+    let mut sample = Vec::new();
+    let _ = (&mut file).take(SAMPLE_BYTES).read_to_end(&mut sample);
+    if size > SAMPLE_BYTES && file.seek(SeekFrom::Start(size - SAMPLE_BYTES)).is_ok() {
+        let _ = (&mut file).take(SAMPLE_BYTES).read_to_end(&mut sample);
+    }
+    hash.write(&sample);
 }
 
 /// Normalizers that map each character to one or more characters (a `Replace` only when its

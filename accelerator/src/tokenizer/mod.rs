@@ -3,6 +3,7 @@
 //!
 //! [`tiny`] builds a small Gemma-style tokenizer for random test checkpoints.
 
+pub mod chat;
 pub mod tiny;
 
 use std::path::{Path, PathBuf};

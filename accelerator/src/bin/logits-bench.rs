@@ -1,0 +1,290 @@
+//! `logits-bench`: the label-logit read against llama.cpp on the same GGUF and cores, measured
+//! in one run (docs/benchmarks.md, "Chat models against llama.cpp").
+//!
+//! Plans `--requests` requests of three questions sharing a support-ticket state (simple-jev v1
+//! prompts through the model's own template), reads them through [`CausalEngine`] (prefix cache
+//! on, as served), then hands the very same token ids to llama-cpp-python
+//! (`scripts/bench_logits_peer.py`, run by `--peer-python`), which reuses its KV cache over the
+//! common prefix of consecutive sequences. Prints per-question latency (p50 of the warm rounds),
+//! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
+//!
+//!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
+//!                  [--chunk 32] [--peer-python PY] [--threads N]
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
+use hunch_core::{ChoiceOption, Question, QuestionKind, QuestionMode, ReadOptions, ReadRequest};
+
+struct Args {
+    model: PathBuf,
+    requests: usize,
+    rounds: usize,
+    mode: QuestionMode,
+    chunk: usize,
+    peer_python: Option<String>,
+    threads: usize,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        model: PathBuf::new(),
+        requests: 12,
+        rounds: 3,
+        mode: QuestionMode::Isolated,
+        chunk: hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK,
+        peer_python: None,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--model" => args.model = PathBuf::from(value()?),
+            "--requests" => args.requests = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--chunk" => args.chunk = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--peer-python" => args.peer_python = Some(value()?),
+            "--mode" => {
+                args.mode = match value()?.as_str() {
+                    "isolated" => QuestionMode::Isolated,
+                    "joint" => QuestionMode::Joint,
+                    other => return Err(format!("--mode {other:?}: isolated or joint")),
+                }
+            }
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if args.model.as_os_str().is_empty() {
+        return Err("--model PATH is required".into());
+    }
+    Ok(args)
+}
+
+/// Request `n`: a ticket of about 300 tokens (distinct from its first sentence, so requests share
+/// only the fixed system text) and three questions.
+fn request(n: usize, mode: QuestionMode) -> ReadRequest {
+    let ticket = format!(
+        "Ticket #{n}. From: customer {n}. Subject: charged twice. Hello, I have been a subscriber \
+         for three years and this month I noticed two identical charges of 9.99 on my card, one \
+         on the 3rd and one on the 4th. The second one is still pending. I only have one account \
+         and I did not change my plan. I tried the self-service refund page but it says the \
+         charge is not eligible because it is pending. I also called the hotline twice and was \
+         put on hold for forty minutes each time before the call dropped. I am travelling next \
+         week and need the money on my card. Please refund the duplicate charge, confirm by \
+         email, and tell me why this happened so that it does not happen again. My invoice \
+         numbers are INV-{n}-001 and INV-{n}-002. I would also like to know whether my loyalty \
+         discount still applies after this. Thank you, and sorry for the long message."
+    );
+    let option = |name: &str, description: Option<&str>| ChoiceOption {
+        name: name.into(),
+        description: description.map(str::to_owned),
+    };
+    ReadRequest {
+        state: ticket,
+        questions: vec![
+            Question {
+                instructions: "Is this message about billing?".into(),
+                kind: QuestionKind::Noul {
+                    yes: None,
+                    no: None,
+                },
+            },
+            Question {
+                instructions: "Which team should handle it?".into(),
+                kind: QuestionKind::Choice {
+                    options: vec![
+                        option("billing", Some("Payments and refunds")),
+                        option("technical", None),
+                        option("sales team", Some("New purchases")),
+                    ],
+                },
+            },
+            Question {
+                instructions: "How urgent is it?".into(),
+                kind: QuestionKind::Score {
+                    levels: vec!["Can wait".into(), "This week".into(), "Today".into()],
+                },
+            },
+        ],
+        options: ReadOptions {
+            questions: mode,
+            ..ReadOptions::default()
+        },
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!(
+        "{cpu}, {} cores, BLAS {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        hunch_accelerator::blas::active().name()
+    )
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("logits-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse()?;
+    let load_started = Instant::now();
+    let options = CausalEngineOptions {
+        prefill_chunk: args.chunk,
+        ..CausalEngineOptions::default()
+    };
+    let mut engine = CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?;
+    let load_seconds = load_started.elapsed().as_secs_f64();
+    eprintln!("loaded in {load_seconds:.2} s");
+    let requests: Vec<ReadRequest> = (0..args.requests).map(|n| request(n, args.mode)).collect();
+
+    // The sequences, for the peer: exactly the ids Hunch reads.
+    let mut planned = Vec::new();
+    for r in &requests {
+        let plan = engine.planner().plan(r).map_err(|e| e.to_string())?;
+        let seqs: Vec<serde_json::Value> = plan
+            .sequences
+            .iter()
+            .map(|s| serde_json::json!({"tokens": s.tokens, "labels": s.labels}))
+            .collect();
+        planned.push(seqs);
+    }
+    let questions: usize = planned.iter().map(Vec::len).sum();
+    let prompt_tokens: usize = planned
+        .iter()
+        .flatten()
+        .map(|s| s["tokens"].as_array().map_or(0, Vec::len))
+        .sum();
+
+    // Hunch: round 0 warms (and fills the prefix cache as a server's first requests would);
+    // each later round starts from an empty cache so it pays the same prefills.
+    let mut hunch_rounds: Vec<(f64, u64)> = Vec::new();
+    for round in 0..=args.rounds {
+        engine = if round == 0 {
+            engine
+        } else {
+            CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?
+        };
+        let started = Instant::now();
+        let mut computed = 0u64;
+        for r in &requests {
+            let one = Instant::now();
+            let outcome = engine.read(r).map_err(|e| e.to_string())?;
+            eprintln!(
+                "round {round}: {:.2} s, {} prompt tokens, {} reused",
+                one.elapsed().as_secs_f64(),
+                outcome.stats.prompt_tokens,
+                outcome.stats.reused_tokens
+            );
+            computed += outcome.stats.prompt_tokens - outcome.stats.reused_tokens;
+        }
+        if round > 0 {
+            hunch_rounds.push((started.elapsed().as_secs_f64(), computed));
+        }
+    }
+    let hunch_per_question = median(
+        hunch_rounds
+            .iter()
+            .map(|(s, _)| s / questions as f64)
+            .collect(),
+    );
+    let hunch_computed = hunch_rounds.first().map_or(0, |r| r.1);
+
+    println!("logits-bench: {}", args.model.display());
+    println!("machine: {}", machine());
+    println!(
+        "read: {} requests x 3 questions ({:?}), {prompt_tokens} prompt tokens, chunk {}, \
+         load {load_seconds:.2} s",
+        args.requests, args.mode, args.chunk
+    );
+    println!(
+        "hunch      : {:.1} ms/question (p50 of {} rounds), {hunch_computed} tokens computed, \
+         {:.0} computed tokens/s",
+        hunch_per_question * 1e3,
+        args.rounds,
+        hunch_computed as f64 / (hunch_per_question * questions as f64)
+    );
+
+    let Some(python) = args.peer_python else {
+        println!("llama.cpp  : not run (--peer-python PY, a Python with llama-cpp-python)");
+        return Ok(());
+    };
+    let dir = std::env::temp_dir().join(format!("logits-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let path = dir.join("sequences.json");
+    std::fs::write(&path, serde_json::json!({"requests": planned}).to_string())
+        .map_err(|e| e.to_string())?;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/bench_logits_peer.py"
+    );
+    let output = std::process::Command::new(&python)
+        .arg(script)
+        .arg(&path)
+        .arg(&args.model)
+        .arg(args.threads.to_string())
+        .arg((args.rounds + 1).to_string())
+        .output()
+        .map_err(|e| format!("running {python}: {e}"))?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if !output.status.success() {
+        return Err(format!(
+            "the llama.cpp peer failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let peer: serde_json::Value =
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("peer output: {e}"))?;
+    let rounds = peer["rounds"].as_array().cloned().unwrap_or_default();
+    let warm: Vec<f64> = rounds
+        .iter()
+        .skip(1)
+        .map(|rows| {
+            rows.as_array().map_or(0.0, |r| {
+                r.iter().filter_map(|x| x["seconds"].as_f64()).sum()
+            }) / questions as f64
+        })
+        .collect();
+    let peer_per_question = median(warm);
+    let peer_evaluated: u64 = rounds.get(1).and_then(|r| r.as_array()).map_or(0, |r| {
+        r.iter().filter_map(|x| x["evaluated"].as_u64()).sum()
+    });
+    println!(
+        "llama.cpp  : {:.1} ms/question (p50 of {} rounds), {peer_evaluated} tokens evaluated, \
+         {:.0} evaluated tokens/s, llama-cpp-python {}, {} threads",
+        peer_per_question * 1e3,
+        rounds.len().saturating_sub(1),
+        peer_evaluated as f64 / (peer_per_question * questions as f64),
+        peer["llama_cpp_version"].as_str().unwrap_or("?"),
+        args.threads
+    );
+    println!(
+        "ratio hunch / llama.cpp (time per question): {:.2}x",
+        hunch_per_question / peer_per_question
+    );
+    Ok(())
+}

@@ -1,0 +1,363 @@
+//! A chat model in one GGUF file: the configuration from `{arch}.*` metadata, the weights by
+//! llama.cpp's names (`token_embd`, `blk.N.attn_q`, …).
+//!
+//! Two conventions of llama.cpp's converter are undone here. Llama-architecture files have the
+//! rows of `attn_q` and `attn_k` permuted per head so that rotary pairs sit side by side (its
+//! interleaved rope); they are put back in Hugging Face's order, which the model's rotate-half
+//! RoPE expects (Qwen3 and Gemma 3 files keep that order). Gemma norms are stored with the one of
+//! `1 + w` already added, so they are used as stored.
+
+use mlx_rs::{Array, Dtype};
+
+use super::{norm_weight, CausalLoadError, CausalWeights};
+use crate::checkpoint::gguf::{FloatDtype, GgufFile, GgufWeight};
+use crate::model::causal::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
+use crate::model::linear::Linear;
+use crate::model::ModelError;
+
+pub(super) struct GgufWeights {
+    file: GgufFile,
+    config: CausalConfig,
+}
+
+impl GgufWeights {
+    pub fn new(file: GgufFile) -> Result<GgufWeights, CausalLoadError> {
+        let config = config_from_metadata(&file)?;
+        Ok(GgufWeights { file, config })
+    }
+
+    /// Bytes the tensors take once loaded.
+    pub fn loaded_bytes(&self) -> u64 {
+        self.file
+            .tensors()
+            .map(|info| {
+                self.file
+                    .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
+            })
+            .sum()
+    }
+
+    /// llama.cpp's name of a Hugging Face module.
+    fn gguf_name(&self, module: &str) -> Option<String> {
+        let gemma = self.config.architecture == Architecture::Gemma3;
+        let name = match module {
+            "model.embed_tokens" => "token_embd".to_owned(),
+            "model.norm" => "output_norm".to_owned(),
+            "lm_head" => "output".to_owned(),
+            _ => {
+                let rest = module.strip_prefix("model.layers.")?;
+                let (index, sub) = rest.split_once('.')?;
+                let part = match sub {
+                    "self_attn.q_proj" => "attn_q",
+                    "self_attn.k_proj" => "attn_k",
+                    "self_attn.v_proj" => "attn_v",
+                    "self_attn.o_proj" => "attn_output",
+                    "self_attn.q_norm" => "attn_q_norm",
+                    "self_attn.k_norm" => "attn_k_norm",
+                    "mlp.gate_proj" => "ffn_gate",
+                    "mlp.up_proj" => "ffn_up",
+                    "mlp.down_proj" => "ffn_down",
+                    "input_layernorm" => "attn_norm",
+                    "post_attention_layernorm" if gemma => "post_attention_norm",
+                    "post_attention_layernorm" => "ffn_norm",
+                    "pre_feedforward_layernorm" => "ffn_norm",
+                    "post_feedforward_layernorm" => "post_ffw_norm",
+                    _ => return None,
+                };
+                format!("blk.{index}.{part}")
+            }
+        };
+        Some(format!("{name}.weight"))
+    }
+
+    fn name_of(&self, module: &str) -> Result<String, CausalLoadError> {
+        self.gguf_name(module)
+            .ok_or_else(|| CausalLoadError::Tensor {
+                path: self.file.path().to_path_buf(),
+                name: module.to_owned(),
+                why: "has no GGUF counterpart".into(),
+            })
+    }
+
+    fn tensor_error(&self, name: &str, why: String) -> CausalLoadError {
+        CausalLoadError::Tensor {
+            path: self.file.path().to_path_buf(),
+            name: name.to_owned(),
+            why,
+        }
+    }
+
+    /// The heads whose rows llama.cpp permuted in `module`, if it did.
+    fn permuted_heads(&self, module: &str) -> Option<i32> {
+        if self.config.architecture != Architecture::Llama {
+            return None;
+        }
+        if module.ends_with("self_attn.q_proj") {
+            Some(self.config.num_heads)
+        } else if module.ends_with("self_attn.k_proj") {
+            Some(self.config.num_kv_heads)
+        } else {
+            None
+        }
+    }
+}
+
+/// The float dtype a tensor's load computes in: float32 scales for the affine types (MLX's CPU
+/// kernels run float32 at full speed), float16 for dequantised ones (as MLX's own GGUF loader
+/// does; the products widen it on the CPU).
+fn float_for(affine_bits: Option<i32>) -> FloatDtype {
+    if affine_bits.is_some() {
+        FloatDtype::F32
+    } else {
+        FloatDtype::F16
+    }
+}
+
+/// Row `r` of the Hugging Face order is row `order[r]` of llama.cpp's: the converter wrote each
+/// head's rows as `reshape(2, d/2).T`, so rotary pair `(j, j + d/2)` became rows `(2j, 2j + 1)`.
+fn unpermute_order(heads: i32, rows: i32) -> Vec<i32> {
+    let d = rows / heads.max(1);
+    let half = d / 2;
+    (0..rows)
+        .map(|r| {
+            let (h, within) = (r / d, r % d);
+            let (s, j) = (within / half, within % half);
+            h * d + 2 * j + s
+        })
+        .collect()
+}
+
+impl CausalWeights for GgufWeights {
+    fn config(&self) -> &CausalConfig {
+        &self.config
+    }
+
+    fn contains(&self, module: &str) -> bool {
+        self.gguf_name(module)
+            .is_some_and(|name| self.file.tensor(&name).is_some())
+    }
+
+    fn linear(&self, module: &str, out: i32, input: i32) -> Result<Linear, CausalLoadError> {
+        let name = self.name_of(module)?;
+        let info = self
+            .file
+            .tensor(&name)
+            .ok_or_else(|| self.tensor_error(&name, "not in the file".into()))?;
+        if info.shape() != [out, input] {
+            return Err(self.tensor_error(
+                &name,
+                format!(
+                    "has shape {:?} (row-major), the config implies [{out}, {input}]",
+                    info.shape()
+                ),
+            ));
+        }
+        let float = float_for(info.ggml_type.affine_bits());
+        let mut linear = match self.file.load(&name, float)? {
+            GgufWeight::Dense(weight) => Linear::dense(weight),
+            GgufWeight::Affine {
+                weight,
+                scales,
+                biases,
+                bits,
+                group_size,
+            } => Linear::affine(weight, scales, biases, group_size, bits),
+        };
+        if let Some(heads) = self.permuted_heads(module) {
+            if out % heads != 0 || (out / heads) % 2 != 0 {
+                return Err(self.tensor_error(
+                    &name,
+                    format!("{out} rows do not split into {heads} heads of rotary pairs"),
+                ));
+            }
+            let order = unpermute_order(heads, out);
+            let order = Array::from_slice(&order, &[out]);
+            let rows = |a: &Array| -> Result<Array, CausalLoadError> {
+                Ok(a.take_axis(&order, 0).map_err(ModelError::from)?)
+            };
+            linear = match linear {
+                Linear::Dense { weight } => Linear::dense(rows(&weight)?),
+                Linear::Affine(q) => Linear::affine(
+                    rows(&q.weight)?,
+                    rows(&q.scales)?,
+                    rows(&q.biases)?,
+                    q.group_size,
+                    q.bits,
+                ),
+            };
+        }
+        Ok(linear)
+    }
+
+    fn norm(&self, module: &str, len: i32) -> Result<Array, CausalLoadError> {
+        let name = self.name_of(module)?;
+        let info = self
+            .file
+            .tensor(&name)
+            .ok_or_else(|| self.tensor_error(&name, "not in the file".into()))?;
+        if info.shape() != [len] {
+            return Err(self.tensor_error(
+                &name,
+                format!(
+                    "has shape {:?}, a norm over {len} values was expected",
+                    info.shape()
+                ),
+            ));
+        }
+        let stored = match self.file.load(&name, FloatDtype::F32)? {
+            GgufWeight::Dense(w) => w,
+            GgufWeight::Affine { .. } => {
+                return Err(self.tensor_error(&name, "a norm weight is quantised".into()))
+            }
+        };
+        norm_weight(stored, false)
+    }
+}
+
+/// The configuration from a GGUF's metadata, as llama.cpp reads it.
+fn config_from_metadata(file: &GgufFile) -> Result<CausalConfig, CausalLoadError> {
+    let path = file.path().to_path_buf();
+    let bad = |why: String| CausalLoadError::Config {
+        path: path.clone(),
+        why,
+    };
+    let arch_name = file
+        .architecture()
+        .ok_or_else(|| bad("no general.architecture".into()))?;
+    let architecture = Architecture::from_gguf(arch_name).ok_or_else(|| {
+        bad(format!(
+            "general.architecture is {arch_name:?}; chat models of llama, qwen3 and gemma3 \
+             are served"
+        ))
+    })?;
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let int = |k: &str| -> Result<i32, CausalLoadError> {
+        file.uint(&key(k))
+            .and_then(|v| i32::try_from(v).ok())
+            .ok_or_else(|| bad(format!("no integer {}", key(k))))
+    };
+    let int_or = |k: &str, default: i32| -> Result<i32, CausalLoadError> {
+        match file.get(&key(k)) {
+            None => Ok(default),
+            Some(_) => int(k),
+        }
+    };
+    let float_or = |k: &str, default: f32| file.float(&key(k)).map_or(default, |v| v as f32);
+    let hidden_size = int("embedding_length")?;
+    let num_layers = int("block_count")?;
+    let num_heads = int("attention.head_count")?;
+    let head_dim = int_or("attention.key_length", hidden_size / num_heads.max(1))?;
+    let embed = file
+        .tensor("token_embd.weight")
+        .ok_or_else(|| bad("no tensor token_embd.weight".into()))?;
+    let vocab_size = embed.shape().first().copied().unwrap_or(0);
+    let scaling = match file.string(&key("rope.scaling.type")) {
+        None | Some("none") => RopeScaling::None,
+        Some("linear") => RopeScaling::Linear {
+            factor: float_or("rope.scaling.factor", 1.0),
+        },
+        Some(other) => {
+            return Err(bad(format!(
+                "{} is {other:?}; none and linear are supported",
+                key("rope.scaling.type")
+            )))
+        }
+    };
+    // Llama 3.1's adjustment arrives computed, as a tensor of per-pair factors.
+    let scaling = match file.tensor("rope_freqs.weight") {
+        Some(_) => match file.load("rope_freqs.weight", FloatDtype::F32)? {
+            GgufWeight::Dense(factors) => {
+                let factors = factors.as_dtype(Dtype::Float32).map_err(ModelError::from)?;
+                factors.eval().map_err(ModelError::from)?;
+                RopeScaling::Factors(factors.as_slice::<f32>().to_vec())
+            }
+            GgufWeight::Affine { .. } => return Err(bad("rope_freqs.weight is quantised".into())),
+        },
+        None => scaling,
+    };
+    let rope = RopeSpec {
+        theta: float_or("rope.freq_base", 10_000.0),
+        scaling,
+    };
+    let gemma = architecture == Architecture::Gemma3;
+    // llama.cpp fixes Gemma 3's layer pattern (five local layers, then a global one) and its
+    // local base; the window comes from the file.
+    let sliding_layers: Vec<bool> = (0..num_layers).map(|i| gemma && (i + 1) % 6 != 0).collect();
+    let attention_scale = if gemma && num_layers == 62 {
+        // Gemma 3 27B scales by `query_pre_attn_scalar` = hidden / heads, not the head dim.
+        ((hidden_size / num_heads.max(1)) as f32).powf(-0.5)
+    } else {
+        (head_dim as f32).powf(-0.5)
+    };
+    let config = CausalConfig {
+        architecture,
+        vocab_size,
+        hidden_size,
+        intermediate_size: int("feed_forward_length")?,
+        num_layers,
+        num_heads,
+        num_kv_heads: int_or("attention.head_count_kv", num_heads)?,
+        head_dim,
+        rms_norm_eps: float_or("attention.layer_norm_rms_epsilon", 1e-6),
+        rope_local: if gemma {
+            RopeSpec {
+                theta: 10_000.0,
+                scaling: RopeScaling::None,
+            }
+        } else {
+            rope.clone()
+        },
+        rope,
+        sliding_layers,
+        sliding_window: if gemma {
+            int_or("attention.sliding_window", 4096)?
+        } else {
+            0
+        },
+        attention_scale,
+        activation: if gemma {
+            Activation::GeluTanh
+        } else {
+            Activation::Silu
+        },
+        tie_word_embeddings: file.tensor("output.weight").is_none(),
+        final_logit_softcapping: file
+            .float(&key("final_logit_softcapping"))
+            .map(|v| v as f32),
+        max_position_embeddings: file
+            .uint(&key("context_length"))
+            .and_then(|v| i32::try_from(v).ok()),
+    };
+    config.validate().map_err(bad)?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unpermute_order;
+
+    /// llama.cpp's `permute`: `w.reshape(heads, 2, d/2, …).swapaxes(1, 2).reshape(w.shape)`.
+    fn permute(rows: &[i32], heads: usize) -> Vec<i32> {
+        let d = rows.len() / heads;
+        let mut out = Vec::new();
+        for h in 0..heads {
+            for j in 0..d / 2 {
+                for s in 0..2 {
+                    out.push(rows[h * d + s * d / 2 + j]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn unpermuting_undoes_llama_cpp_permutation() {
+        let hf: Vec<i32> = (0..24).collect();
+        for heads in [1, 2, 3] {
+            let gguf = permute(&hf, heads);
+            let order = unpermute_order(heads as i32, 24);
+            let back: Vec<i32> = order.iter().map(|&r| gguf[r as usize]).collect();
+            assert_eq!(back, hf, "heads {heads}");
+        }
+    }
+}

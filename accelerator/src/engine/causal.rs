@@ -1,0 +1,418 @@
+//! The chat-model read engine: a loaded [`CausalLm`], its tokenizer's [`LogitPlanner`] and a
+//! prefix cache of prompt chunks, answering [`ReadRequest`]s from next-token label logits
+//! (docs/logit-read.md).
+//!
+//! Requests are read one at a time, each question's sequence alone: every answer is the same
+//! bits whether its prompt's chunks were computed now or restored from the cache, and whatever
+//! else was queued (the chunks' shapes depend only on their positions; `model::causal::blocks`).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use hunch_core::protocol::ModelInfo;
+use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, Usage};
+
+use crate::checkpoint::causal::{load, AffineWeights, CausalFormat, CausalLoadError};
+use crate::model::causal::{CausalChunk, CausalLm, DEFAULT_CAUSAL_CHUNK};
+use crate::read::logits::{LogitPlanner, ScoringSequence};
+use crate::scheduler::{Reply, StepOutcome};
+use crate::server::info::build_backend;
+use crate::server::ReadEngine;
+use crate::tokenizer::chat::ChatTokenizer;
+
+/// The name of this read in fingerprints (the v1 prompt structure over label logits).
+pub const LOGIT_READ_VERSION: &str = "logits-v1";
+
+/// How to serve a chat model.
+#[derive(Debug, Clone)]
+pub struct CausalEngineOptions {
+    /// Longest sequence a question may take; longer requests are refused before any work.
+    pub max_prompt_tokens: usize,
+    /// Prompt tokens per chunk (the unit of prefix sharing).
+    pub prefill_chunk: usize,
+    /// Bytes the prefix cache may hold; 0 turns it off.
+    pub prefix_cache_bytes: u64,
+    /// Requests the engine takes before it reports no room.
+    pub max_requests: usize,
+    /// Affine-quantised weights kept quantised or widened at load.
+    pub affine: AffineWeights,
+}
+
+impl Default for CausalEngineOptions {
+    fn default() -> Self {
+        CausalEngineOptions {
+            max_prompt_tokens: 12_288,
+            prefill_chunk: DEFAULT_CAUSAL_CHUNK,
+            prefix_cache_bytes: 1 << 30,
+            max_requests: 16,
+            affine: AffineWeights::Auto,
+        }
+    }
+}
+
+/// Why a chat model could not be made ready.
+#[derive(Debug, thiserror::Error)]
+pub enum CausalEngineError {
+    #[error(transparent)]
+    Load(#[from] CausalLoadError),
+    #[error("{path}: the tokenizer cannot spell the answer labels: {why}")]
+    Labels { path: PathBuf, why: String },
+}
+
+/// A chat model ready to read.
+pub struct CausalEngine {
+    model: CausalLm,
+    planner: LogitPlanner<ChatTokenizer>,
+    cache: ChunkCache,
+    chunk: usize,
+    max_requests: usize,
+    waiting: VecDeque<Waiting>,
+    queued_outside: usize,
+    info: ModelInfo,
+    format: CausalFormat,
+}
+
+struct Waiting {
+    request: ReadRequest,
+    reply: Reply,
+}
+
+impl CausalEngine {
+    /// Loads the GGUF file or Hugging Face folder at `path`.
+    pub fn load(path: &Path, options: &CausalEngineOptions) -> Result<Self, CausalEngineError> {
+        let blas = crate::blas::active();
+        tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
+        let started = Instant::now();
+        let loaded = load(path, options.affine)?;
+        let planner =
+            LogitPlanner::new(loaded.tokenizer, options.max_prompt_tokens).map_err(|e| {
+                CausalEngineError::Labels {
+                    path: path.to_path_buf(),
+                    why: e.to_string(),
+                }
+            })?;
+        let chunk = options.prefill_chunk.max(1);
+        let config = loaded.model.config();
+        tracing::info!(
+            architecture = config.architecture.name(),
+            format = loaded.format.name(),
+            layers = config.num_layers,
+            hidden = config.hidden_size,
+            vocab = config.vocab_size,
+            weight_mib = loaded.weight_bytes >> 20,
+            seconds = started.elapsed().as_secs_f64(),
+            "chat model loaded"
+        );
+        let info = model_info(
+            path,
+            &loaded.model,
+            &loaded.format,
+            &planner,
+            options,
+            chunk,
+        );
+        Ok(CausalEngine {
+            cache: ChunkCache::new(options.prefix_cache_bytes),
+            model: loaded.model,
+            planner,
+            chunk,
+            max_requests: options.max_requests.max(1),
+            waiting: VecDeque::new(),
+            queued_outside: 0,
+            info,
+            format: loaded.format,
+        })
+    }
+
+    pub fn model(&self) -> &CausalLm {
+        &self.model
+    }
+
+    pub fn planner(&self) -> &LogitPlanner<ChatTokenizer> {
+        &self.planner
+    }
+
+    pub fn format(&self) -> &CausalFormat {
+        &self.format
+    }
+
+    /// Bytes the prefix cache holds now.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.bytes
+    }
+
+    /// Answers one request now (tests, tools, and the engine thread's step).
+    pub fn read(&mut self, request: &ReadRequest) -> Result<ReadOutcome, ReadError> {
+        let started = Instant::now();
+        let plan = self.planner.plan(request)?;
+        let mut stats = ReadStats {
+            tokenize_seconds: started.elapsed().as_secs_f64(),
+            max_batch_requests: 1,
+            ..ReadStats::default()
+        };
+        let prefill_started = Instant::now();
+        let mut distributions = Vec::with_capacity(plan.sequences.len());
+        let mut input_tokens = 0u64;
+        for sequence in &plan.sequences {
+            let logits = self.sequence_logits(sequence, &mut stats)?;
+            distributions.push(sequence.distribution(&logits)?);
+            input_tokens += sequence.tokens.len() as u64;
+        }
+        stats.prefill_seconds = prefill_started.elapsed().as_secs_f64();
+        stats.reads = plan.sequences.len() as u32;
+        stats.evaluations = stats.forwards;
+        Ok(ReadOutcome {
+            distributions,
+            usage: Usage {
+                input_tokens,
+                output_tokens: 0,
+            },
+            stats,
+        })
+    }
+
+    /// The label logits after one sequence: its longest cached run of whole chunks restored,
+    /// the rest computed chunk by chunk (each whole chunk kept for later prompts).
+    fn sequence_logits(
+        &mut self,
+        sequence: &ScoringSequence,
+        stats: &mut ReadStats,
+    ) -> Result<Vec<f32>, ReadError> {
+        let tokens = &sequence.tokens;
+        let model_error = |e: crate::model::ModelError| {
+            ReadError::internal(format!("question {}: forward pass: {e}", sequence.question))
+        };
+        let mut chunks = self.cache.restore(tokens, self.chunk);
+        let reused = chunks.len() * self.chunk;
+        let mut hidden = None;
+        let mut at = reused;
+        while at < tokens.len() {
+            let end = (at + self.chunk).min(tokens.len());
+            let (chunk, h) = self
+                .model
+                .forward_chunk(&tokens[at..end], &chunks)
+                .map_err(model_error)?;
+            stats.forwards += 1;
+            if end - at == self.chunk {
+                self.cache.store(&tokens[..end], chunk.clone());
+            }
+            chunks.push(chunk);
+            hidden = Some(h);
+            at = end;
+        }
+        let hidden = hidden.ok_or_else(|| ReadError::internal("an empty sequence"))?;
+        stats.prompt_tokens += tokens.len() as u64;
+        stats.reused_tokens += reused as u64;
+        if reused > 0 {
+            stats.cache_hits += 1;
+        }
+        self.model
+            .label_logits(&hidden, &sequence.labels)
+            .map_err(model_error)
+    }
+}
+
+impl ReadEngine for CausalEngine {
+    fn submit(&mut self, request: ReadRequest, reply: Reply) {
+        #[cfg(feature = "fault-injection")]
+        super::injected_panic_once();
+        self.waiting.push_back(Waiting { request, reply });
+    }
+
+    fn has_room(&self) -> bool {
+        self.waiting.len() < self.max_requests
+    }
+
+    fn set_queued(&mut self, queued: usize) {
+        self.queued_outside = queued;
+    }
+
+    fn step(&mut self) -> StepOutcome {
+        let Some(Waiting { request, reply }) = self.waiting.pop_front() else {
+            return StepOutcome::Idle;
+        };
+        if reply.is_abandoned() {
+            return StepOutcome::Worked;
+        }
+        let outcome = self.read(&request);
+        reply.send(outcome);
+        StepOutcome::Worked
+    }
+
+    fn info(&self) -> Option<ModelInfo> {
+        Some(self.info.clone())
+    }
+}
+
+/// The model's limits and fingerprint: the checkpoint's digest, the family and layout, the MLX
+/// build and BLAS, the read's version and its settings (the chunk length decides the bits of an
+/// answer, since chunks are the unit of computation).
+fn model_info(
+    path: &Path,
+    model: &CausalLm,
+    format: &CausalFormat,
+    planner: &LogitPlanner<ChatTokenizer>,
+    options: &CausalEngineOptions,
+    chunk: usize,
+) -> ModelInfo {
+    let digest = crate::server::info::file_or_dir_digest(path);
+    let config = model.config();
+    let weights = if options.affine.dense_for(config) {
+        "dense"
+    } else {
+        "as-stored"
+    };
+    let fingerprint = format!(
+        "{digest:016x}/{}-{}-{weights}/{}/{}/float32/{LOGIT_READ_VERSION}/chunk{chunk}/prompt{}",
+        config.architecture.name(),
+        format.name(),
+        build_backend(),
+        crate::blas::active().name(),
+        options.max_prompt_tokens,
+    );
+    let max_prompt_tokens = match config.max_position_embeddings {
+        Some(context) if (context as usize) < options.max_prompt_tokens => context as usize,
+        _ => options.max_prompt_tokens,
+    };
+    ModelInfo {
+        fingerprint,
+        limits: ReaderLimits {
+            questions: planner.question_limits(),
+            max_prompt_tokens: Some(max_prompt_tokens as u64),
+            max_token_bytes: None,
+            max_request_bytes: None,
+        },
+        blas_libraries: crate::blas::mapped_libraries(),
+    }
+}
+
+/// Whole prompt chunks by the exact tokens from position 0 through their end, least recently
+/// used evicted first once the budget is passed.
+struct ChunkCache {
+    budget: u64,
+    bytes: u64,
+    clock: u64,
+    entries: HashMap<Vec<u32>, CacheEntry>,
+}
+
+struct CacheEntry {
+    chunk: CausalChunk,
+    bytes: u64,
+    used: u64,
+}
+
+impl ChunkCache {
+    fn new(budget: u64) -> Self {
+        ChunkCache {
+            budget,
+            bytes: 0,
+            clock: 0,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The cached chunks that begin `tokens`, in order, leaving at least one token to compute
+    /// (the last position's hidden state is what the read needs).
+    fn restore(&mut self, tokens: &[u32], chunk: usize) -> Vec<CausalChunk> {
+        let mut found = Vec::new();
+        let mut end = chunk;
+        while end < tokens.len() {
+            self.clock += 1;
+            match self.entries.get_mut(&tokens[..end]) {
+                Some(entry) => {
+                    entry.used = self.clock;
+                    found.push(entry.chunk.clone());
+                }
+                None => break,
+            }
+            end += chunk;
+        }
+        found
+    }
+
+    /// Keeps `chunk`, the last chunk of `prefix`.
+    fn store(&mut self, prefix: &[u32], chunk: CausalChunk) {
+        if self.budget == 0 || self.entries.contains_key(prefix) {
+            return;
+        }
+        let bytes = chunk.nbytes() as u64 + 4 * prefix.len() as u64;
+        if bytes > self.budget {
+            return;
+        }
+        while self.bytes + bytes > self.budget {
+            let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some(gone) = self.entries.remove(&oldest) {
+                self.bytes -= gone.bytes;
+            }
+        }
+        self.clock += 1;
+        self.bytes += bytes;
+        self.entries.insert(
+            prefix.to_vec(),
+            CacheEntry {
+                chunk,
+                bytes,
+                used: self.clock,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::attention::LayerKv;
+    use mlx_rs::Array;
+
+    fn chunk(tokens: &[u32]) -> CausalChunk {
+        let kv = LayerKv {
+            keys: Array::zeros::<f32>(&[1, 1, tokens.len() as i32, 4]).expect("zeros"),
+            values: Array::zeros::<f32>(&[1, 1, tokens.len() as i32, 4]).expect("zeros"),
+        };
+        CausalChunk {
+            tokens: tokens.to_vec(),
+            kv: vec![kv],
+        }
+    }
+
+    #[test]
+    fn whole_chunks_are_restored_by_exact_prefix_leaving_a_token_to_compute() {
+        let mut cache = ChunkCache::new(1 << 20);
+        let tokens: Vec<u32> = (0..10).collect();
+        cache.store(&tokens[..4], chunk(&tokens[..4]));
+        cache.store(&tokens[..8], chunk(&tokens[4..8]));
+        assert_eq!(cache.restore(&tokens, 4).len(), 2);
+        // A prompt that ends at a chunk bound keeps its last chunk to compute.
+        assert_eq!(cache.restore(&tokens[..8], 4).len(), 1);
+        // Another first chunk: nothing, even though the second chunk's tokens match.
+        let mut other = tokens.clone();
+        other[0] = 99;
+        assert!(cache.restore(&other, 4).is_empty());
+    }
+
+    #[test]
+    fn the_least_recently_used_chunk_goes_first_past_the_budget() {
+        let one = chunk(&[1, 2, 3, 4]).nbytes() as u64 + 16;
+        let mut cache = ChunkCache::new(2 * one);
+        cache.store(&[1, 2, 3, 4], chunk(&[1, 2, 3, 4]));
+        cache.store(&[5, 6, 7, 8], chunk(&[5, 6, 7, 8]));
+        // Using the first makes the second the oldest.
+        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], 4).len(), 1);
+        cache.store(&[9, 10, 11, 12], chunk(&[9, 10, 11, 12]));
+        assert!(cache.bytes <= 2 * one);
+        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], 4).len(), 1);
+        assert!(cache.restore(&[5, 6, 7, 8, 0], 4).is_empty());
+        // A budget of 0 keeps nothing.
+        let mut off = ChunkCache::new(0);
+        off.store(&[1, 2, 3, 4], chunk(&[1, 2, 3, 4]));
+        assert!(off.restore(&[1, 2, 3, 4, 0], 4).is_empty());
+    }
+}

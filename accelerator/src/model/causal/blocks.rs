@@ -1,0 +1,243 @@
+//! The blocks the causal architectures share: RoPE with the configs' frequency adjustments,
+//! attention over a prompt chunk and the chunks before it, the gated MLP, and the decoder layer
+//! that joins them with its norms.
+//!
+//! A prompt runs as chunks whose bounds sit at fixed absolute positions (multiples of the
+//! chunk length from position 0). Each chunk's computation has shapes that depend only on its
+//! index, so its keys and values are the same bits whether the chunks before it were computed
+//! just now or restored from the prefix cache (docs/logit-read.md, "Exactness").
+
+use mlx_rs::{fast, ops, Array};
+
+use super::config::{Activation, CausalConfig, RopeScaling, RopeSpec};
+use crate::model::attention::{ChunkMasks, LayerKv};
+use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
+
+/// Rotary embedding, rotate-half convention (Hugging Face's order of the q/k rows).
+#[derive(Clone, Debug)]
+pub struct CausalRope {
+    dims: i32,
+    base: Option<f32>,
+    scale: f32,
+    /// Periods per pair when the config adjusts frequencies (Llama 3).
+    periods: Option<Array>,
+}
+
+impl CausalRope {
+    pub fn new(spec: &RopeSpec, head_dim: i32) -> Self {
+        match &spec.scaling {
+            RopeScaling::None => CausalRope {
+                dims: head_dim,
+                base: Some(spec.theta),
+                scale: 1.0,
+                periods: None,
+            },
+            RopeScaling::Linear { factor } => CausalRope {
+                dims: head_dim,
+                base: Some(spec.theta),
+                scale: 1.0 / factor,
+                periods: None,
+            },
+            RopeScaling::Factors(factors) => {
+                let periods: Vec<f32> = (0..head_dim / 2)
+                    .map(|i| {
+                        let period = spec.theta.powf(2.0 * i as f32 / head_dim as f32);
+                        period * factors.get(i as usize).copied().unwrap_or(1.0)
+                    })
+                    .collect();
+                CausalRope {
+                    dims: head_dim,
+                    base: None,
+                    scale: 1.0,
+                    periods: Some(Array::from_slice(&periods, &[head_dim / 2])),
+                }
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings: context,
+            } => {
+                // As Llama 3.1's reference (and mlx-lm) compute it, in float32: wavelengths past
+                // the original context's low-frequency bound are stretched by `factor`, those
+                // between the bounds interpolated smoothly, the short ones kept.
+                let low_wavelen = context / low_freq_factor;
+                let high_wavelen = context / high_freq_factor;
+                let periods: Vec<f32> = (0..head_dim / 2)
+                    .map(|i| {
+                        let period = spec.theta.powf(2.0 * i as f32 / head_dim as f32);
+                        let wavelen = 2.0 * std::f32::consts::PI * period;
+                        if wavelen > low_wavelen {
+                            period * factor
+                        } else if wavelen > high_wavelen {
+                            let smooth = (context / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            period / ((1.0 - smooth) / factor + smooth)
+                        } else {
+                            period
+                        }
+                    })
+                    .collect();
+                CausalRope {
+                    dims: head_dim,
+                    base: None,
+                    scale: 1.0,
+                    periods: Some(Array::from_slice(&periods, &[head_dim / 2])),
+                }
+            }
+        }
+    }
+
+    /// Rotates `x` `[B, heads, L, head_dim]` for positions `offset .. offset + L`.
+    pub fn forward(&self, x: &Array, offset: i32) -> Result<Array, ModelError> {
+        Ok(fast::rope(
+            x,
+            self.dims,
+            false,
+            self.base,
+            self.scale,
+            offset,
+            self.periods.as_ref(),
+        )?)
+    }
+}
+
+/// One layer's grouped-query attention.
+#[derive(Clone, Debug)]
+pub struct CausalAttention {
+    pub q_proj: Linear,
+    pub k_proj: Linear,
+    pub v_proj: Linear,
+    pub o_proj: Linear,
+    /// Per-head norms of queries and keys (Qwen3, Gemma 3), before RoPE.
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    pub rope: CausalRope,
+    pub num_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub scale: f32,
+    /// `Some(window)` on sliding-window layers.
+    pub window: Option<i32>,
+}
+
+impl CausalAttention {
+    /// Attention of one chunk `x` `[1, L, hidden]` (already input-normed) starting at absolute
+    /// position `start`, over `past` (this layer's K/V of the earlier chunks, in order) and
+    /// itself. Returns the output and the chunk's own K/V.
+    pub fn forward(
+        &self,
+        x: &Array,
+        start: i32,
+        past: &[&LayerKv],
+        masks: &ChunkMasks,
+    ) -> Result<(Array, LayerKv), ModelError> {
+        let len = x.dim(1);
+        let heads = |t: Array, n: i32| t.reshape(&[1, len, n, self.head_dim]);
+        let mut q = heads(self.q_proj.forward(x)?, self.num_heads)?;
+        let mut k = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
+        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads)?.swap_axes(1, 2)?;
+        if let Some(norm) = &self.q_norm {
+            q = norm.forward(&q)?;
+        }
+        if let Some(norm) = &self.k_norm {
+            k = norm.forward(&k)?;
+        }
+        let q = self.rope.forward(&q.swap_axes(1, 2)?, start)?;
+        let k = self.rope.forward(&k.swap_axes(1, 2)?, start)?;
+        let (used, mask) = match self.window {
+            None => (past, None),
+            Some(_) => (
+                past.get(masks.sliding_first()..).unwrap_or_default(),
+                masks.sliding_mask(),
+            ),
+        };
+        let (keys, values) = if used.is_empty() {
+            (k.clone(), v.clone())
+        } else {
+            let mut keys: Vec<&Array> = used.iter().map(|kv| &kv.keys).collect();
+            keys.push(&k);
+            let mut values: Vec<&Array> = used.iter().map(|kv| &kv.values).collect();
+            values.push(&v);
+            (ops::concatenate(&keys, 2)?, ops::concatenate(&values, 2)?)
+        };
+        let mask = match mask {
+            Some(mask) if mask.dim(3) != keys.dim(2) => {
+                return Err(ModelError::Shape("chunk mask and keys disagree"));
+            }
+            Some(mask) => fast::ScaledDotProductAttentionMask::Array(mask),
+            None => fast::ScaledDotProductAttentionMask::Causal,
+        };
+        let out =
+            fast::scaled_dot_product_attention(&q, &keys, &values, self.scale, Some(mask), None)?;
+        let out = out
+            .swap_axes(1, 2)?
+            .reshape(&[1, len, self.num_heads * self.head_dim])?;
+        Ok((self.o_proj.forward(&out)?, LayerKv { keys: k, values: v }))
+    }
+}
+
+/// `down(act(gate(x)) ⊙ up(x))`.
+#[derive(Clone, Debug)]
+pub struct GatedMlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub activation: Activation,
+}
+
+impl GatedMlp {
+    pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
+        let g = self.gate.forward(x)?;
+        let u = self.up.forward(x)?;
+        let h = match self.activation {
+            Activation::Silu => ops::multiply(&ops::multiply(&g, &ops::sigmoid(&g)?)?, &u)?,
+            Activation::GeluTanh => fused::geglu(&g, &u)?,
+        };
+        self.down.forward(&h)
+    }
+}
+
+/// One decoder layer: pre-norm attention and MLP with residuals; Gemma's sandwich norms
+/// (after each block, before its residual add) where present.
+#[derive(Clone, Debug)]
+pub struct DecoderLayer {
+    pub input_norm: RmsNorm,
+    pub attention: CausalAttention,
+    pub post_attention_norm: Option<RmsNorm>,
+    pub pre_mlp_norm: RmsNorm,
+    pub mlp: GatedMlp,
+    pub post_mlp_norm: Option<RmsNorm>,
+}
+
+impl DecoderLayer {
+    pub fn forward(
+        &self,
+        x: &Array,
+        start: i32,
+        past: &[&LayerKv],
+        masks: &ChunkMasks,
+    ) -> Result<(Array, LayerKv), ModelError> {
+        let (mut r, kv) =
+            self.attention
+                .forward(&self.input_norm.forward(x)?, start, past, masks)?;
+        if let Some(norm) = &self.post_attention_norm {
+            r = norm.forward(&r)?;
+        }
+        let h = ops::add(x, &r)?;
+        let mut r = self.mlp.forward(&self.pre_mlp_norm.forward(&h)?)?;
+        if let Some(norm) = &self.post_mlp_norm {
+            r = norm.forward(&r)?;
+        }
+        Ok((ops::add(&h, &r)?, kv))
+    }
+}
+
+/// The attention settings of layer `index` under `config`.
+pub fn layer_attention_geometry(config: &CausalConfig, index: usize) -> (RopeSpec, Option<i32>) {
+    if config.sliding_layers.get(index).copied().unwrap_or(false) {
+        (config.rope_local.clone(), Some(config.sliding_window))
+    } else {
+        (config.rope.clone(), None)
+    }
+}

@@ -1,0 +1,200 @@
+//! Causal chat models (Llama, Qwen3, Gemma 3 text) over shared blocks, for the label-logit
+//! read (docs/logit-read.md).
+//!
+//! - [`config`]: the flattened configuration and the architectures;
+//! - [`llama`], [`qwen3`], [`gemma3`]: each architecture's `config.json` and what sets it apart;
+//! - [`blocks`]: RoPE, attention over prompt chunks, the gated MLP, the decoder layer;
+//! - this file: [`CausalLm`], the stack, run one prompt chunk at a time, and the label logits.
+//!
+//! Loading (Hugging Face folders, GGUF files) lives in `checkpoint::causal`; these types only
+//! hold arrays and compute. Activations are float32: the read is one pass over a short prompt,
+//! and MLX's CPU backend runs narrower products in a slow portable loop (`model::widened`).
+
+pub mod blocks;
+pub mod config;
+pub mod gemma3;
+pub mod llama;
+pub mod qwen3;
+
+use mlx_rs::{ops, Array, Dtype};
+
+use crate::model::attention::{ChunkMasks, LayerKv};
+use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
+pub use blocks::{CausalAttention, CausalRope, DecoderLayer, GatedMlp};
+pub use config::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
+
+/// Prompt tokens per chunk unless the sidecar is told otherwise (`--prefill-chunk`): the unit
+/// of prefix sharing. Smaller chunks share more of two prompts, larger ones make better use of
+/// the BLAS (on SmolLM2's v1 prompts, 2 cores: 128 read 15% faster than 64, 30% than 32;
+/// docs/benchmarks.md).
+pub const DEFAULT_CAUSAL_CHUNK: usize = 128;
+
+/// The K/V one prompt chunk left in every layer, with the tokens it covers. Cloning shares the
+/// arrays (MLX handles), so a cached chunk is restored without a copy.
+#[derive(Clone, Debug)]
+pub struct CausalChunk {
+    /// The chunk's tokens (its position is the sum of the earlier chunks' lengths).
+    pub tokens: Vec<u32>,
+    /// Per layer, `[1, kv_heads, len, head_dim]` keys and values (normed and rotated).
+    pub kv: Vec<LayerKv>,
+}
+
+impl CausalChunk {
+    /// Bytes its arrays hold.
+    pub fn nbytes(&self) -> usize {
+        self.kv
+            .iter()
+            .map(|kv| kv.keys.nbytes() + kv.values.nbytes())
+            .sum()
+    }
+}
+
+/// A loaded causal language model.
+pub struct CausalLm {
+    config: CausalConfig,
+    embedding: Linear,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `None`: the head is the embedding (tied).
+    head: Option<Linear>,
+}
+
+impl CausalLm {
+    /// From its parts (built by `checkpoint::causal`).
+    pub fn new(
+        config: CausalConfig,
+        embedding: Linear,
+        layers: Vec<DecoderLayer>,
+        norm: RmsNorm,
+        head: Option<Linear>,
+    ) -> Result<Self, ModelError> {
+        if layers.len() != config.num_layers as usize {
+            return Err(ModelError::Shape("layer count differs from the config"));
+        }
+        Ok(CausalLm {
+            config,
+            embedding,
+            layers,
+            norm,
+            head,
+        })
+    }
+
+    pub fn config(&self) -> &CausalConfig {
+        &self.config
+    }
+
+    /// Runs one chunk of `tokens` after the chunks `past` (in order, the same prompt's earlier
+    /// chunks) and returns the chunk's K/V and its last position's hidden state after the final
+    /// norm (`[hidden]`, float32), everything evaluated.
+    pub fn forward_chunk(
+        &self,
+        tokens: &[u32],
+        past: &[CausalChunk],
+    ) -> Result<(CausalChunk, Array), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let past_lens: Vec<i32> = past.iter().map(|c| c.tokens.len() as i32).collect();
+        let start: i32 = past_lens.iter().sum();
+        let len = tokens.len() as i32;
+        let window = if self.config.sliding_layers.iter().any(|&s| s) {
+            self.config.sliding_window
+        } else {
+            i32::MAX
+        };
+        let masks = ChunkMasks::new(start, &past_lens, len, window);
+        let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let ids = Array::from_slice(&ids, &[1, len]);
+        let mut x = self.embedding.rows(&ids)?.as_dtype(Dtype::Float32)?;
+        if let Some(scale) = self.config.embedding_scale() {
+            x = ops::multiply(&x, Array::from_f32(scale))?;
+        }
+        let mut kv = Vec::with_capacity(self.layers.len());
+        for (index, layer) in self.layers.iter().enumerate() {
+            let layer_past: Vec<&LayerKv> = past.iter().map(|c| &c.kv[index]).collect();
+            let (next, layer_kv) = layer.forward(&x, start, &layer_past, &masks)?;
+            x = next;
+            kv.push(layer_kv);
+        }
+        let last = x
+            .take_axis(Array::from_slice(&[len - 1], &[1]), 1)?
+            .reshape(&[self.config.hidden_size])?;
+        let hidden = self.norm.forward(&last)?;
+        let mut outputs: Vec<&Array> = vec![&hidden];
+        for layer_kv in &kv {
+            outputs.push(&layer_kv.keys);
+            outputs.push(&layer_kv.values);
+        }
+        mlx_rs::transforms::eval(outputs)?;
+        Ok((
+            CausalChunk {
+                tokens: tokens.to_vec(),
+                kv,
+            },
+            hidden,
+        ))
+    }
+
+    /// The prompt `tokens` in chunks of `chunk` from position 0, without a cache (tests, tools):
+    /// its chunks and the last position's normed hidden state.
+    pub fn prefill(
+        &self,
+        tokens: &[u32],
+        chunk: usize,
+    ) -> Result<(Vec<CausalChunk>, Array), ModelError> {
+        let mut chunks: Vec<CausalChunk> = Vec::new();
+        let mut hidden = None;
+        for piece in tokens.chunks(chunk.max(1)) {
+            let (done, h) = self.forward_chunk(piece, &chunks)?;
+            chunks.push(done);
+            hidden = Some(h);
+        }
+        let hidden = hidden.ok_or(ModelError::EmptyPrompt)?;
+        Ok((chunks, hidden))
+    }
+
+    /// The logits of `ids` at a position whose normed hidden state is `hidden` (`[hidden]`):
+    /// only those rows of the head are read, so a label read costs a few dot products, not a
+    /// pass over the vocabulary.
+    pub fn label_logits(&self, hidden: &Array, ids: &[u32]) -> Result<Vec<f32>, ModelError> {
+        if ids.iter().any(|&id| id as i32 >= self.config.vocab_size) {
+            return Err(ModelError::Shape("a label id is outside the vocabulary"));
+        }
+        let rows = Array::from_slice(
+            &ids.iter().map(|&i| i as i32).collect::<Vec<_>>(),
+            &[ids.len() as i32],
+        );
+        let head = self.head.as_ref().unwrap_or(&self.embedding);
+        let weights = head.rows(&rows)?.as_dtype(Dtype::Float32)?;
+        let logits = ops::matmul(&weights, hidden)?;
+        self.finish(logits)
+    }
+
+    /// Every logit at that position (`[vocab]`): tests and tools compare the whole head.
+    pub fn all_logits(&self, hidden: &Array) -> Result<Vec<f32>, ModelError> {
+        let head = self.head.as_ref().unwrap_or(&self.embedding);
+        let logits = head
+            .forward(&hidden.reshape(&[1, self.config.hidden_size])?)?
+            .as_dtype(Dtype::Float32)?
+            .reshape(&[self.config.vocab_size])?;
+        self.finish(logits)
+    }
+
+    fn finish(&self, logits: Array) -> Result<Vec<f32>, ModelError> {
+        let logits = match self.config.final_logit_softcapping {
+            Some(cap) => fused::softcap(&logits, cap)?,
+            None => logits,
+        };
+        logits.eval()?;
+        Ok(logits
+            .try_as_slice::<f32>()
+            .map_err(|_| ModelError::Shape("logits are not contiguous float32"))?
+            .to_vec())
+    }
+
+    /// Bytes of K/V one prompt token takes across the layers (for cache budgets).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.layers.len() * (self.config.num_kv_heads * self.config.head_dim) as usize * 4
+    }
+}
