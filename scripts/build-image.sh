@@ -11,7 +11,9 @@
 #    reuses what `cargo test --workspace` built, which is how CI builds the image once per run),
 #    MLX's CPU wheel from .mlx/cpu (scripts/fetch-mlx.sh). With --cuda13 the sidecar is built
 #    against MLX's CUDA 13 wheel (scripts/build-cuda.sh) and the wheel is installed with the
-#    NVIDIA libraries it depends on, from PyPI.
+#    NVIDIA libraries it depends on, from PyPI. The default model (SmolLM2-135M-Instruct, a 98 MB
+#    GGUF) is copied from the models cache (scripts/fetch-default-model.sh fetches it when it is
+#    not there) into the image's /usr/share/hunch/models/, where HUNCH_DEFAULT_MODEL points.
 # 3. `docker build` with BINARIES=context: the image takes those binaries from the build context
 #    (docs/deploy.md says why the Rust build does not run inside the image here), with the
 #    engine's classic builder.
@@ -82,7 +84,10 @@ fi
 # --- 2. The binaries and MLX ---------------------------------------------------------------
 context="${HUNCH_IMAGE_CONTEXT:-$PWD/target/image-context}"
 rm -rf "$context"
-mkdir -p "$context/prebuilt/bin" "$context/deploy"
+mkdir -p "$context/prebuilt/bin" "$context/prebuilt/models" "$context/deploy"
+# The default model first: a registry that cannot be reached fails the build before the compile.
+default_model="$(scripts/fetch-default-model.sh)"
+cp "$default_model" "$context/prebuilt/models/"
 MLX_VERSION="$(tr -d '[:space:]' < accelerator/mlx-sys/MLX_VERSION)"
 if [ "$backend" = cpu ]; then
   scripts/fetch-mlx.sh >/dev/null

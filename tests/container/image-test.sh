@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end test of the container image (scripts/build-image.sh): runs it as Kubernetes would
 # (read-only root file system, writable volumes for the cache, a mounted TOML file and policy
-# directory, no capabilities), asks it a question and runs a policy over HTTP, reads the gauges
-# and the probes, then stops it and checks that it drained and exited 0.
+# directory, no capabilities) on the default model it ships (SmolLM2-135M-Instruct), asks it a
+# question and runs a policy over HTTP, reads the gauges and the probes, then stops it and checks
+# that it drained and exited 0. Then it runs the image once more with HUNCH_DEMO=1, the one check
+# that needs the demo model: that it is made in the cache volume under a read-only root and
+# answers.
 #
 #   tests/container/image-test.sh [IMAGE]          (default hunch:latest)
 #
@@ -20,7 +23,7 @@ check() { # check "what" command...
   else failed=$((failed + 1)); echo "FAILED: $what" >&2; fi
 }
 cleanup() {
-  docker rm -f "$name" >/dev/null 2>&1
+  docker rm -f "$name" "$name-demo" >/dev/null 2>&1
   docker volume rm -f "$name-cache" "$name-data" >/dev/null 2>&1
   rm -rf "$work"
 }
@@ -52,7 +55,7 @@ port="$(docker port "$name" 8080/tcp | head -n1 | sed 's/.*://')"
 url="http://127.0.0.1:$port"
 echo "image-test: $image as $name on $url"
 
-# Ready: the demo model is generated into the cache volume, then the sidecar loads it.
+# Ready: the sidecar loads the default model from the image's /usr/share/hunch/models.
 ready=0
 for _ in $(seq 1 300); do
   if curl -fsS -o /dev/null "$url/readyz" 2>/dev/null; then ready=1; break; fi
@@ -66,8 +69,13 @@ check "it runs as the non-root user hunch (uid 10001)" \
   test "$(docker exec "$name" id -u 2>/dev/null)" = 10001
 check "its root file system is read-only" \
   test "$(docker inspect -f '{{.HostConfig.ReadonlyRootfs}}' "$name")" = true
-check "the demo model was made in the cache volume" \
-  docker exec "$name" test -f /var/cache/hunch/demo-v1/.complete
+check "it serves the default model shipped in the image as jev-latest" python3 - "$url" <<'PY'
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/models",
+                             headers={"authorization": "Bearer image-test-key"})
+names = [m["name"] for m in json.load(urllib.request.urlopen(req, timeout=10))["models"]]
+assert "smollm2-135m-instruct" in names and "jev-latest" in names, names
+PY
 check "the sidecar runs on OpenBLAS" \
   sh -c "docker logs '$name' 2>&1 | grep -qiE 'blas[^a-z]*openblas'"
 
@@ -132,6 +140,30 @@ docker logs "$name" > "$work/logs" 2>&1
 check "it drained as the mounted TOML says: unready for 2 s, then the decision log flushed" \
   sh -c "grep 'still serving for the drain delay' '$work/logs' | grep -q 'drain_delay=2s' && grep -q 'decision log flushed' '$work/logs'"
 if [ "$failed" -gt 0 ]; then tail -30 "$work/logs" >&2; fi
+
+# The demo model, asked for explicitly (HUNCH_DEMO=1): generated into the cache volume at first
+# start, which is the only place a read-only root lets it be written.
+docker run -d --name "$name-demo" \
+  --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges \
+  -v "$name-cache:/var/cache/hunch" -e HUNCH_DEMO=1 \
+  -p 127.0.0.1::8080 "$image" >/dev/null || { echo "image-test: docker run (demo) failed" >&2; exit 1; }
+demo_url="http://127.0.0.1:$(docker port "$name-demo" 8080/tcp | head -n1 | sed 's/.*://')"
+demo_ready=0
+for _ in $(seq 1 300); do
+  if curl -fsS -o /dev/null "$demo_url/readyz" 2>/dev/null; then demo_ready=1; break; fi
+  if [ "$(docker inspect -f '{{.State.Running}}' "$name-demo")" != true ]; then break; fi
+  sleep 1
+done
+check "with HUNCH_DEMO=1 the container becomes ready on the demo model" test "$demo_ready" = 1
+if [ "$demo_ready" != 1 ]; then docker logs "$name-demo" 2>&1 | tail -40 >&2; fi
+check "the demo model was made in the cache volume" \
+  docker exec "$name-demo" test -f /var/cache/hunch/demo-v1/.complete
+status=$(curl -s -o "$work/demo.json" -w '%{http_code}' "$demo_url/v1/systemone" \
+  -H 'content-type: application/json' -d "$body")
+check "the demo model answers (200, got $status)" test "$status" = 200
+check "the demo model is hunch-demo" python3 -c \
+  'import json, sys; assert json.load(open(sys.argv[1]))["model"] == "hunch-demo"' "$work/demo.json"
+docker rm -f "$name-demo" >/dev/null 2>&1
 
 echo "container: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -57,6 +57,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--shutdown-grace", "HUNCH_SHUTDOWN_GRACE", "shutdown_grace"),
     ("--drain-delay", "HUNCH_DRAIN_DELAY", "drain_delay"),
     ("--no-demo", "HUNCH_NO_DEMO", "no_demo"),
+    ("--demo", "HUNCH_DEMO", "demo"),
+    ("--default-model", "HUNCH_DEFAULT_MODEL", "default_model"),
     ("--policies", "HUNCH_POLICIES", "policies"),
     ("--calibration", "HUNCH_CALIBRATION", "calibration"),
     ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
@@ -134,6 +136,9 @@ pub struct Layer {
     pub shutdown_grace: Option<f64>,
     pub drain_delay: Option<f64>,
     pub no_demo: Option<bool>,
+    pub demo: Option<bool>,
+    /// A checkpoint directory or a `.gguf` file.
+    pub default_model: Option<PathBuf>,
     pub policies: Option<PathBuf>,
     pub calibration: Option<PathBuf>,
     pub admin_key: Option<String>,
@@ -158,7 +163,10 @@ pub struct Layer {
 #[serde(deny_unknown_fields)]
 pub struct FileModel {
     pub name: Option<String>,
-    pub dir: PathBuf,
+    /// A checkpoint directory or a `.gguf` file; `dir`, its name when only directories were
+    /// served, is still read.
+    #[serde(alias = "dir")]
+    pub path: PathBuf,
     pub description: Option<String>,
     pub release_date: Option<String>,
 }
@@ -186,10 +194,10 @@ pub struct FileUpstream {
 
 impl FileModel {
     fn from_arg(arg: &str) -> FileModel {
-        let (name, dir) = parse_model_arg(arg);
+        let (name, path) = parse_model_arg(arg);
         FileModel {
             name: Some(name),
-            dir,
+            path,
             description: None,
             release_date: None,
         }
@@ -269,6 +277,8 @@ impl Layer {
             shutdown_grace: args.shutdown_grace,
             drain_delay: args.drain_delay,
             no_demo: args.no_demo,
+            demo: args.demo,
+            default_model: args.default_model.clone(),
             policies: args.policies.clone(),
             calibration: args.calibration.clone(),
             admin_key: args.admin_key.clone(),
@@ -343,6 +353,11 @@ impl Layer {
                 })
                 .transpose()
         }
+        let switch = |name: &str| {
+            var(name)
+                .map(|v| parse_bool(&v).map_err(|e| ConfigError::Invalid(format!("{name}: {e}"))))
+                .transpose()
+        };
         Ok(Layer {
             listen: var("HUNCH_LISTEN"),
             models: list("HUNCH_MODELS")
@@ -371,11 +386,9 @@ impl Layer {
             max_queued_reads: number("HUNCH_MAX_QUEUED_READS", var("HUNCH_MAX_QUEUED_READS"))?,
             shutdown_grace: number("HUNCH_SHUTDOWN_GRACE", var("HUNCH_SHUTDOWN_GRACE"))?,
             drain_delay: number("HUNCH_DRAIN_DELAY", var("HUNCH_DRAIN_DELAY"))?,
-            no_demo: var("HUNCH_NO_DEMO")
-                .map(|v| {
-                    parse_bool(&v).map_err(|e| ConfigError::Invalid(format!("HUNCH_NO_DEMO: {e}")))
-                })
-                .transpose()?,
+            no_demo: switch("HUNCH_NO_DEMO")?,
+            demo: switch("HUNCH_DEMO")?,
+            default_model: var("HUNCH_DEFAULT_MODEL").map(PathBuf::from),
             policies: var("HUNCH_POLICIES").map(PathBuf::from),
             calibration: var("HUNCH_CALIBRATION").map(PathBuf::from),
             admin_key: var("HUNCH_ADMIN_KEY"),
@@ -401,13 +414,7 @@ impl Layer {
                 poll: span("HUNCH_BUNDLE_POLL", var("HUNCH_BUNDLE_POLL"))?,
                 dir: var("HUNCH_BUNDLE_DIR").map(PathBuf::from),
                 stale_after: span("HUNCH_BUNDLE_STALE_AFTER", var("HUNCH_BUNDLE_STALE_AFTER"))?,
-                allow_unsigned: var("HUNCH_BUNDLE_ALLOW_UNSIGNED")
-                    .map(|v| {
-                        parse_bool(&v).map_err(|e| {
-                            ConfigError::Invalid(format!("HUNCH_BUNDLE_ALLOW_UNSIGNED: {e}"))
-                        })
-                    })
-                    .transpose()?,
+                allow_unsigned: switch("HUNCH_BUNDLE_ALLOW_UNSIGNED")?,
             }
             .some(),
         })
@@ -428,9 +435,17 @@ impl Layer {
     /// Each setting from `self` where it is set, else from `lower`.
     pub fn over(self, lower: Layer) -> Layer {
         let bundle = BundleLayer::over(self.bundle, lower.bundle);
+        // `demo` and `no_demo` are two switches for one choice (what to serve with no model): a
+        // source that turns either on decides it whole, so `--demo` is not contradicted by a
+        // file's `no_demo = true`, nor `--no-demo` by `HUNCH_DEMO=1`.
+        let (demo, no_demo) = if self.demo == Some(true) || self.no_demo == Some(true) {
+            (self.demo, self.no_demo)
+        } else {
+            (self.demo.or(lower.demo), self.no_demo.or(lower.no_demo))
+        };
         macro_rules! pick {
             ($($field:ident),* $(,)?) => {
-                Layer { bundle, $($field: self.$field.or(lower.$field)),* }
+                Layer { bundle, demo, no_demo, $($field: self.$field.or(lower.$field)),* }
             };
         }
         pick!(
@@ -451,7 +466,7 @@ impl Layer {
             max_queued_reads,
             shutdown_grace,
             drain_delay,
-            no_demo,
+            default_model,
             policies,
             calibration,
             admin_key,
@@ -482,7 +497,7 @@ mod tests {
             "HUNCH_SIDECAR_ARGS" => "--dtype=bfloat16 --queue 8",
             "HUNCH_MAX_BODY_BYTES" | "HUNCH_MAX_CONCURRENT_READS" | "HUNCH_MAX_QUEUED_READS" => "7",
             "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" | "HUNCH_DRAIN_DELAY" => "2.5",
-            "HUNCH_NO_DEMO" => "1",
+            "HUNCH_NO_DEMO" | "HUNCH_DEMO" => "1",
             "HUNCH_QUESTIONS" => "joint",
             "HUNCH_ANSWER_CACHE_MB" => "64",
             "HUNCH_MEMORY_LIMIT" | "HUNCH_POLICY_MAX_MEMORY" => "48M",
@@ -507,7 +522,7 @@ mod tests {
                 "upstreams" => "[{ name = \"u\", url = \"http://h:1\" }]".to_string(),
                 "api_keys" | "sidecar_args" => "[\"a\"]".to_string(),
                 "aliases" => "{ fast = \"a\" }".to_string(),
-                "no_demo" => "true".to_string(),
+                "no_demo" | "demo" => "true".to_string(),
                 "questions" => "\"joint\"".to_string(),
                 "answer_cache_mb" => "64".to_string(),
                 "memory_limit" | "policy_max_memory" | "policy_max_stack" => "\"48M\"".to_string(),
@@ -557,6 +572,37 @@ mod tests {
         let err = Layer::from_env(&|name| (name == "HUNCH_NO_DEMO").then(|| "maybe".to_string()))
             .unwrap_err();
         assert!(err.to_string().contains("HUNCH_NO_DEMO"), "{err}");
+        let err = Layer::from_env(&|name| (name == "HUNCH_DEMO").then(|| "sure".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("HUNCH_DEMO"), "{err}");
+    }
+
+    #[test]
+    fn a_models_path_is_read_from_the_file_as_path_or_as_dir() {
+        let layer: Layer = toml::from_str(
+            "[[models]]\npath = \"/m/gemma-3-4b-it-Q4_0.gguf\"\n[[models]]\ndir = \"/m/dg\"\n",
+        )
+        .expect("valid TOML");
+        let models = layer.models.expect("models");
+        assert_eq!(models[0].path, PathBuf::from("/m/gemma-3-4b-it-Q4_0.gguf"));
+        assert_eq!(models[1].path, PathBuf::from("/m/dg"));
+        assert!(toml::from_str::<Layer>("[[models]]\npath = \"/a\"\ndir = \"/b\"\n").is_err());
+    }
+
+    #[test]
+    fn the_source_that_turns_demo_or_no_demo_on_decides_both() {
+        let on = |demo, no_demo| Layer {
+            demo,
+            no_demo,
+            ..Layer::default()
+        };
+        let merged = on(Some(true), None).over(on(None, Some(true)));
+        assert_eq!((merged.demo, merged.no_demo), (Some(true), None));
+        let merged = on(None, Some(true)).over(on(Some(true), None));
+        assert_eq!((merged.demo, merged.no_demo), (None, Some(true)));
+        // A source that only turns one off leaves the other to the lower source.
+        let merged = on(Some(false), None).over(on(None, Some(true)));
+        assert_eq!((merged.demo, merged.no_demo), (Some(false), Some(true)));
     }
 
     #[test]

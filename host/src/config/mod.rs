@@ -4,15 +4,19 @@
 //! ([`SETTINGS`]). Precedence, for every setting alike: the flag over the variable over the
 //! file's key over the default; the source that sets a setting decides its whole value (lists
 //! are not merged across sources). Models are registered sidecars (`models`) first, then
-//! `accelerators`, then `upstreams`; the first is the default (`jev-latest`).
+//! `accelerators`, then `upstreams`; the first is the default (`jev-latest`). With none, the
+//! [`Fallback`] decides: the default model, the demo or nothing ([`default_model`]).
 
 pub mod bundle;
 pub mod decision_log;
+pub mod default_model;
 mod layer;
+pub mod model_path;
 mod parse;
 
+pub use default_model::{DefaultModel, Fallback};
 pub use layer::{FileAccelerator, FileModel, FileUpstream, Layer, CONFIG_ENV, SETTINGS};
-pub use parse::model_name_of_dir;
+pub use model_path::{check_model_path, model_name_of_path, ModelPathError};
 
 use crate::api::Limits;
 use crate::reader::sidecar::SIDECAR_BIN;
@@ -30,9 +34,11 @@ pub struct ServeArgs {
     /// [env HUNCH_LISTEN, TOML `listen`]
     #[arg(long)]
     pub listen: Option<String>,
-    /// A model served by an accelerator sidecar this server starts: `NAME=DIR` or `DIR`
-    /// (repeatable). [env HUNCH_MODELS, comma-separated; TOML `models`]
-    #[arg(long = "model", value_name = "[NAME=]DIR")]
+    /// A model served by an accelerator sidecar this server starts: `NAME=PATH` or `PATH`
+    /// (repeatable), PATH a checkpoint directory (Hugging Face, mlx-community, …) or a `.gguf`
+    /// file; without NAME, a directory's name or a file's stem, lower-cased. The first model is
+    /// also `jev-latest`. [env HUNCH_MODELS, comma-separated; TOML `models`, each `{ name, path }`]
+    #[arg(long = "model", value_name = "[NAME=]PATH")]
     pub models: Vec<String>,
     /// A model served by a sidecar started elsewhere: `NAME=URL` or `URL` (repeatable).
     /// [env HUNCH_ACCELERATORS, comma-separated; TOML `accelerators`]
@@ -99,11 +105,26 @@ pub struct ServeArgs {
     /// [env HUNCH_DRAIN_DELAY, TOML `drain_delay`]
     #[arg(long)]
     pub drain_delay: Option<f64>,
-    /// With no model configured, serve nothing instead of the demo model (`--no-demo=false`
-    /// turns a lower layer's setting off). [env HUNCH_NO_DEMO, TOML `no_demo`]
+    /// With no model configured, serve nothing: neither the default model nor the demo (a
+    /// request naming a model then gets 404). `--no-demo=false` turns a lower source's setting off; a source
+    /// that turns `--demo` or `--no-demo` on decides both. [env HUNCH_NO_DEMO, TOML `no_demo`]
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          value_parser = parse_no_demo)]
+          value_parser = parse_switch)]
     pub no_demo: Option<bool>,
+    /// With no model configured, serve the generated DiffusionGemma demo (`hunch-demo`, random
+    /// weights: its answers carry NO meaning) instead of the default model; for tests and for
+    /// trying the diffusion read. No effect when a model is configured. [env HUNCH_DEMO, TOML
+    /// `demo`]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = parse_switch)]
+    pub demo: Option<bool>,
+    /// The model served when no model is configured (and neither `--demo` nor `--no-demo`): a
+    /// checkpoint directory or a `.gguf` file. Default: SmolLM2-135M-Instruct.Q4_1.gguf in the
+    /// models cache ($HUNCH_MODELS_CACHE, else ~/.cache/hunch/models), which
+    /// scripts/fetch-default-model.sh fetches; start-up fails, saying so, when it is missing.
+    /// [env HUNCH_DEFAULT_MODEL, TOML `default_model`]
+    #[arg(long, value_name = "PATH")]
+    pub default_model: Option<PathBuf>,
     /// A directory of decision policies (`NAME.wasm` + optional `NAME.toml`), watched: changes
     /// take effect without a restart. Without it, policies deployed over HTTP live in memory.
     /// [env HUNCH_POLICIES, TOML `policies`]
@@ -181,22 +202,22 @@ pub struct ServeArgs {
     /// URL then decides the policies). [env HUNCH_BUNDLE_ALLOW_UNSIGNED, TOML
     /// `bundle.allow_unsigned`]
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          value_parser = parse_no_demo)]
+          value_parser = parse_switch)]
     pub bundle_allow_unsigned: Option<bool>,
     #[command(flatten)]
     pub decision_log: decision_log::DecisionLogArgs,
 }
 
 /// An on/off flag's value (`--flag` alone is `true`).
-fn parse_no_demo(value: &str) -> Result<bool, ConfigError> {
+fn parse_switch(value: &str) -> Result<bool, ConfigError> {
     parse::parse_bool(value)
 }
 
 /// Where a model's reads go.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
-    /// A sidecar this server starts and supervises.
-    Sidecar { dir: PathBuf },
+    /// A sidecar this server starts and supervises, on a checkpoint directory or a `.gguf` file.
+    Sidecar { path: PathBuf },
     /// A sidecar started elsewhere.
     Accelerator { url: String },
     /// Another System One server.
@@ -234,8 +255,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `--drain-delay`: unready but still serving, after SIGTERM.
     pub drain_delay: Duration,
-    /// Serve the generated demo model when no model is configured.
-    pub demo: bool,
+    /// What is served when no model is configured.
+    pub fallback: Fallback,
     /// `--policies DIR`.
     pub policies: Option<PathBuf>,
     /// `--calibration FILE`.
@@ -385,15 +406,21 @@ impl Settings {
             Some(path) => Layer::from_file(path)?,
             None => Layer::default(),
         };
-        Self::from_layer(flags.over(environment).over(file), &args.decision_log)
+        Self::from_layer(
+            flags.over(environment).over(file),
+            &args.decision_log,
+            default_model::models_cache(env),
+        )
     }
 
     /// The settings one merged layer gives, with the defaults for what it leaves unset. The
     /// decision log's flags (which clap reads with their variables) go over the file's
-    /// `[decision_log]` table.
+    /// `[decision_log]` table. `models_cache` is where the default model is looked for unless
+    /// `default_model` is set ([`default_model::models_cache`]).
     pub fn from_layer(
         layer: Layer,
         decision_log_flags: &decision_log::DecisionLogArgs,
+        models_cache: Option<PathBuf>,
     ) -> Result<Settings, ConfigError> {
         let decision_log = decision_log::resolve(decision_log_flags, layer.decision_log.clone())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -448,10 +475,10 @@ impl Settings {
         let mut models = Vec::new();
         for m in layer.models.unwrap_or_default() {
             models.push(ModelSource {
-                name: Some(m.name.unwrap_or_else(|| model_name_of_dir(&m.dir))),
+                name: Some(m.name.unwrap_or_else(|| model_name_of_path(&m.path))),
                 description: m.description,
                 release_date: m.release_date,
-                source: Source::Sidecar { dir: m.dir },
+                source: Source::Sidecar { path: m.path },
             });
         }
         for a in layer.accelerators.unwrap_or_default() {
@@ -489,7 +516,12 @@ impl Settings {
             memory_limit: layer.memory_limit.map(|size| size.0),
             shutdown_grace,
             drain_delay,
-            demo: !layer.no_demo.unwrap_or(false),
+            fallback: Fallback::resolve(
+                layer.demo,
+                layer.no_demo,
+                layer.default_model,
+                models_cache,
+            )?,
             policies: layer.policies,
             calibration: layer.calibration,
             admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
@@ -586,7 +618,7 @@ mod tests {
         assert_eq!(s.api_keys, vec!["a"]);
         assert_eq!(s.limits.request_timeout, Duration::from_secs(7));
         assert_eq!(s.sidecar_args, vec!["--dtype=bfloat16", "--queue", "8"]);
-        assert!(!s.demo);
+        assert_eq!(s.fallback, Fallback::Nothing, "the file's no_demo = true");
         assert_eq!(s.aliases, vec![("fast".to_string(), "filed".to_string())]);
     }
 
@@ -609,8 +641,113 @@ mod tests {
         assert_eq!(s.api_keys, vec!["b", "c"]);
         assert_eq!(s.sidecar_args, vec!["--queue=2"]);
         assert!(
-            s.demo,
-            "HUNCH_NO_DEMO=false overrides the file's no_demo = true"
+            matches!(s.fallback, Fallback::DefaultModel(_)),
+            "HUNCH_NO_DEMO=false overrides the file's no_demo = true: {:?}",
+            s.fallback
+        );
+    }
+
+    #[test]
+    fn with_no_model_the_default_model_is_looked_for_in_the_models_cache_unless_set() {
+        let cached = |path: &str| {
+            Fallback::DefaultModel(DefaultModel::Cached(
+                PathBuf::from(path).join(default_model::DEFAULT_MODEL_FILE),
+            ))
+        };
+        let s = Settings::resolve(&args(&[]), &env(&[("HOME", "/home/u")])).unwrap();
+        assert_eq!(s.fallback, cached("/home/u/.cache/hunch/models"));
+        let s = Settings::resolve(
+            &args(&[]),
+            &env(&[("HOME", "/home/u"), ("HUNCH_MODELS_CACHE", "/models")]),
+        )
+        .unwrap();
+        assert_eq!(s.fallback, cached("/models"));
+        let s = Settings::resolve(&args(&[]), &env(&[])).unwrap();
+        assert_eq!(s.fallback, Fallback::DefaultModel(DefaultModel::Nowhere));
+
+        // The setting, from each source, in the usual order.
+        let configured =
+            |path: &str| Fallback::DefaultModel(DefaultModel::Configured(PathBuf::from(path)));
+        let (_dir, path) = file("default_model = \"/file/m.gguf\"\n");
+        let home = ("HOME", "/home/u");
+        let s = Settings::resolve(&args(&["--config", &path]), &env(&[home])).unwrap();
+        assert_eq!(s.fallback, configured("/file/m.gguf"));
+        let s = Settings::resolve(
+            &args(&["--config", &path]),
+            &env(&[home, ("HUNCH_DEFAULT_MODEL", "/env/m.gguf")]),
+        )
+        .unwrap();
+        assert_eq!(s.fallback, configured("/env/m.gguf"));
+        let s = Settings::resolve(
+            &args(&["--config", &path, "--default-model", "/flag/Qwen3-4B"]),
+            &env(&[home, ("HUNCH_DEFAULT_MODEL", "/env/m.gguf")]),
+        )
+        .unwrap();
+        assert_eq!(s.fallback, configured("/flag/Qwen3-4B"));
+    }
+
+    #[test]
+    fn demo_serves_the_demo_and_contradicting_no_demo_is_refused_in_one_source() {
+        let s = Settings::resolve(&args(&["--demo"]), &env(&[])).unwrap();
+        assert_eq!(s.fallback, Fallback::Demo);
+        let s = Settings::resolve(&args(&[]), &env(&[("HUNCH_DEMO", "true")])).unwrap();
+        assert_eq!(s.fallback, Fallback::Demo);
+        let (_dir, path) = file("demo = true\n");
+        let s = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap();
+        assert_eq!(s.fallback, Fallback::Demo);
+        // A higher source decides the choice whole: the flag's --demo over the file's no_demo,
+        // the flag's --no-demo over the variable's demo.
+        let (_dir, no_demo) = file(FILE);
+        let s = Settings::resolve(&args(&["--config", &no_demo, "--demo"]), &env(&[])).unwrap();
+        assert_eq!(s.fallback, Fallback::Demo);
+        let s = Settings::resolve(&args(&["--no-demo"]), &env(&[("HUNCH_DEMO", "1")])).unwrap();
+        assert_eq!(s.fallback, Fallback::Nothing);
+        // Both on in one source is a contradiction.
+        let err = Settings::resolve(&args(&["--demo", "--no-demo"]), &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("both on"), "{err}");
+        let (_dir, both) = file("demo = true\nno_demo = true\n");
+        assert!(Settings::resolve(&args(&["--config", &both]), &env(&[])).is_err());
+    }
+
+    #[test]
+    fn a_gguf_file_is_a_model_named_by_its_lower_cased_stem() {
+        let s = Settings::resolve(
+            &args(&[
+                "--model",
+                "/m/gemma-3-4b-it-Q4_0.gguf",
+                "--model",
+                "qwen3=/m/Qwen3-4B",
+            ]),
+            &env(&[]),
+        )
+        .unwrap();
+        let models: Vec<_> = s
+            .models
+            .iter()
+            .map(|m| (m.name.clone(), m.source.clone()))
+            .collect();
+        assert_eq!(
+            models,
+            vec![
+                (
+                    Some("gemma-3-4b-it-q4_0".to_string()),
+                    Source::Sidecar {
+                        path: "/m/gemma-3-4b-it-Q4_0.gguf".into()
+                    }
+                ),
+                (
+                    Some("qwen3".to_string()),
+                    Source::Sidecar {
+                        path: "/m/Qwen3-4B".into()
+                    }
+                ),
+            ]
+        );
+        let (_dir, path) = file("[[models]]\npath = \"/m/SmolLM2-135M-Instruct.Q4_1.gguf\"\n");
+        let s = Settings::resolve(&args(&["--config", &path]), &env(&[])).unwrap();
+        assert_eq!(
+            s.models[0].name.as_deref(),
+            Some("smollm2-135m-instruct.q4_1")
         );
     }
 

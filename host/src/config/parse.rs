@@ -1,26 +1,19 @@
-//! The textual forms of settings shared by flags and environment variables: `[NAME=]DIR`,
+//! The textual forms of settings shared by flags and environment variables: `[NAME=]PATH`,
 //! `[NAME=]URL`, `NAME=[MODEL@]URL`, `ALIAS=MODEL` and on/off switches.
 
+use super::model_path::model_name_of_path;
 use super::ConfigError;
 use std::path::{Path, PathBuf};
 
-/// `NAME=DIR` or `DIR` (the name is then the directory's own name).
+/// `NAME=PATH` or `PATH`, a checkpoint directory or a `.gguf` file (without a name, the model is
+/// named after the path: [`model_name_of_path`]).
 pub fn parse_model_arg(arg: &str) -> (String, PathBuf) {
     match arg.split_once('=') {
-        Some((name, dir)) if !name.is_empty() && !name.contains('/') => {
-            (name.to_string(), PathBuf::from(dir))
+        Some((name, path)) if !name.is_empty() && !name.contains('/') => {
+            (name.to_string(), PathBuf::from(path))
         }
-        _ => (model_name_of_dir(Path::new(arg)), PathBuf::from(arg)),
+        _ => (model_name_of_path(Path::new(arg)), PathBuf::from(arg)),
     }
-}
-
-/// The name a model directory is served under when none is given: its last component.
-pub fn model_name_of_dir(dir: &Path) -> String {
-    let text = dir.to_string_lossy();
-    Path::new(text.trim_end_matches('/'))
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| text.into_owned())
 }
 
 /// `[NAME=]URL`: a name only when what precedes `=` is not part of the URL.
@@ -78,7 +71,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn model_args_name_or_dir() {
+    fn model_args_name_or_path() {
         assert_eq!(
             parse_model_arg("jev=/models/dg"),
             ("jev".to_string(), PathBuf::from("/models/dg"))
@@ -88,6 +81,20 @@ mod tests {
             (
                 "diffusiongemma-1b".to_string(),
                 PathBuf::from("/models/diffusiongemma-1b/")
+            )
+        );
+        assert_eq!(
+            parse_model_arg("gemma=/m/gemma-3-4b-it-Q4_0.gguf"),
+            (
+                "gemma".to_string(),
+                PathBuf::from("/m/gemma-3-4b-it-Q4_0.gguf")
+            )
+        );
+        assert_eq!(
+            parse_model_arg("/m/gemma-3-4b-it-Q4_0.gguf"),
+            (
+                "gemma-3-4b-it-q4_0".to_string(),
+                PathBuf::from("/m/gemma-3-4b-it-Q4_0.gguf")
             )
         );
     }

@@ -1,4 +1,4 @@
-//! The sidecar supervisor: `hunch serve --model [NAME=]DIR` starts `hunch-accelerator serve`,
+//! The sidecar supervisor: `hunch serve --model [NAME=]PATH` starts `hunch-accelerator serve`,
 //! waits until its `/health` says ready (progress in the logs), restarts it with backoff when it
 //! dies or fails, and stops it on shutdown. Reads go through its [`AcceleratorClient`]; while it
 //! is starting, loading or restarting they are refused at once with `Unavailable` (503 +
@@ -31,7 +31,9 @@ const MAX_HEALTH_FAILURES: u32 = 5;
 pub struct SidecarConfig {
     /// The model name the sidecar serves (`--name`).
     pub name: String,
-    pub model_dir: PathBuf,
+    /// A checkpoint directory or a `.gguf` file, passed as it is (`--model`): the sidecar
+    /// recognises which by its content.
+    pub model_path: PathBuf,
     pub binary: PathBuf,
     /// Extra arguments after `serve … --name NAME` (e.g. `--dtype float32`).
     pub extra_args: Vec<String>,
@@ -177,7 +179,7 @@ async fn start_process(config: &SidecarConfig) -> Result<(Child, String), StartE
     command
         .arg("serve")
         .arg("--model")
-        .arg(&config.model_dir)
+        .arg(&config.model_path)
         .arg("--listen")
         .arg("127.0.0.1:0")
         .arg("--name")
@@ -318,7 +320,7 @@ async fn supervise(
         if *shutdown.borrow() {
             break;
         }
-        tracing::info!(model = %config.name, binary = %config.binary.display(), dir = %config.model_dir.display(), "starting sidecar");
+        tracing::info!(model = %config.name, binary = %config.binary.display(), path = %config.model_path.display(), "starting sidecar");
         let started = Instant::now();
         let started_process = tokio::select! {
             started = start_process(&config) => started,

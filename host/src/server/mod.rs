@@ -6,7 +6,8 @@
 pub mod policies;
 
 use crate::api::{router_with, ApiKeys, AppState};
-use crate::config::{ModelSource, Settings, Source};
+use crate::config::default_model::DEFAULT_MODEL_NAME;
+use crate::config::{check_model_path, DefaultModel, Fallback, ModelSource, Settings, Source};
 use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
 use crate::reader::sidecar::{Sidecar, SidecarConfig};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
@@ -29,15 +30,15 @@ pub struct Readers {
 /// The name the demo model is served under.
 pub const DEMO_MODEL: &str = "hunch-demo";
 
-/// With no model configured, `hunch serve` serves the demo checkpoint so that the README's run
-/// command works on a fresh machine: `hunch-accelerator demo` writes it once (deterministic,
-/// real HF layout, cached) and prints its directory.
+/// With no model configured and `--demo`, `hunch serve` serves the demo checkpoint (for tests
+/// and trying the diffusion read without a real checkpoint): `hunch-accelerator demo` writes it
+/// once (deterministic, real HF layout, cached) and prints its directory.
 async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
     let binary = settings.accelerator_bin.clone();
     anyhow::ensure!(
         binary.is_file(),
-        "no model configured and no sidecar binary at {} to make the demo model (build \
-         hunch-accelerator, or give --model DIR)",
+        "--demo and no sidecar binary at {} to make the demo model (build hunch-accelerator, or \
+         set --accelerator-bin / HUNCH_ACCELERATOR_BIN)",
         binary.display()
     );
     let output = tokio::process::Command::new(&binary)
@@ -54,8 +55,8 @@ async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
     let dir = String::from_utf8_lossy(&output.stdout).trim().to_string();
     tracing::warn!(
         dir = %dir,
-        "NO MODEL CONFIGURED: serving the DEMO model {DEMO_MODEL}. Its weights are random and its \
-         answers carry NO meaning. Run a real checkpoint with --model DIR (see README)."
+        "--demo: serving the DEMO model {DEMO_MODEL}. Its weights are random and its answers \
+         carry NO meaning. Serve a real model with --model NAME=PATH (see README)."
     );
     Ok(ModelSource {
         name: Some(DEMO_MODEL.into()),
@@ -63,7 +64,42 @@ async fn demo_model(settings: &Settings) -> anyhow::Result<ModelSource> {
             "DEMO: a small random DiffusionGemma; its answers carry no meaning".into(),
         ),
         release_date: None,
-        source: Source::Sidecar { dir: dir.into() },
+        source: Source::Sidecar { path: dir.into() },
+    })
+}
+
+/// With no model configured and neither `--demo` nor `--no-demo`: the default model, checked
+/// here so that a missing file fails start-up with what to run, not a sidecar restart loop.
+fn default_model(default: &DefaultModel) -> anyhow::Result<ModelSource> {
+    let source = default.source()?;
+    let name = source.name.clone().unwrap_or_default();
+    let path = default
+        .path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    if name == DEFAULT_MODEL_NAME {
+        tracing::info!(
+            model = %name,
+            path = %path,
+            "no model configured: serving the default model {name}, SmolLM2-135M-Instruct, a \
+             135M chat model: its answers carry meaning, but weakly. Serve a better model with \
+             --model NAME=PATH (see README)."
+        );
+    } else {
+        tracing::info!(model = %name, path = %path, "no model configured: serving the default model {name}");
+    }
+    Ok(source)
+}
+
+/// The models to serve: the configured ones, else what the fallback gives.
+async fn models_to_serve(settings: &Settings) -> anyhow::Result<Vec<ModelSource>> {
+    if !settings.models.is_empty() {
+        return Ok(settings.models.clone());
+    }
+    Ok(match &settings.fallback {
+        Fallback::DefaultModel(default) => vec![default_model(default)?],
+        Fallback::Demo => vec![demo_model(settings).await?],
+        Fallback::Nothing => Vec::new(),
     })
 }
 
@@ -87,13 +123,7 @@ fn sidecar_args(settings: &Settings) -> Vec<String> {
 
 pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     let mut registry = Registry::new();
-    let demo;
-    let models: &[ModelSource] = if settings.models.is_empty() && settings.demo {
-        demo = [demo_model(settings).await?];
-        &demo
-    } else {
-        &settings.models
-    };
+    let models = models_to_serve(settings).await?;
     let mut sidecars = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
@@ -102,17 +132,14 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         description,
         release_date,
         source,
-    } in models
+    } in &models
     {
         let (name, reader): (String, Arc<dyn hunch_core::Reader>) = match source {
-            Source::Sidecar { dir } => {
+            Source::Sidecar { path } => {
                 let name = name.clone().unwrap_or_else(|| "default".into());
-                // Fail at startup, not in a restart loop, on what a restart cannot fix.
-                anyhow::ensure!(
-                    dir.is_dir(),
-                    "model {name}: {} is not a directory",
-                    dir.display()
-                );
+                // Fail at startup, not in a restart loop, on what a restart cannot fix. A
+                // directory or a file: which checkpoint it is, the sidecar tells by its content.
+                check_model_path(path).with_context(|| format!("model {name}"))?;
                 let binary = settings.accelerator_bin.clone();
                 anyhow::ensure!(
                     binary.is_file(),
@@ -122,7 +149,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                 );
                 let sidecar = Sidecar::spawn(SidecarConfig {
                     name: name.clone(),
-                    model_dir: dir.clone(),
+                    model_path: path.clone(),
                     binary,
                     extra_args: sidecar_args(settings),
                     read_timeout,
@@ -173,10 +200,9 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             }
         };
         let description = description.clone().unwrap_or_else(|| match source {
-            Source::Sidecar { dir } => {
-                format!("Diffusion LM System One reader ({})", dir.display())
-            }
-            Source::Accelerator { url } => format!("Diffusion LM System One reader at {url}"),
+            // The family (diffusion or chat model) is the sidecar's to recognise, not ours to name.
+            Source::Sidecar { path } => format!("System One reader ({})", path.display()),
+            Source::Accelerator { url } => format!("System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
         registry.add(ModelEntry {
@@ -382,7 +408,7 @@ mod tests {
             sidecar_args: Some(sidecar.iter().map(|s| s.to_string()).collect()),
             ..Layer::default()
         };
-        Settings::from_layer(layer, &Default::default()).expect("settings")
+        Settings::from_layer(layer, &Default::default(), None).expect("settings")
     }
 
     #[test]
