@@ -37,7 +37,10 @@ impl Default for Limits {
         Limits {
             // ~50 ms of tight guest code here; JSON handling of a large input fits easily.
             fuel: 1_000_000_000,
-            timeout_ms: 10_000,
+            // A read of the default chat model on a 2-core CPU takes ~4 s a question (three
+            // questions: ~12 s), and a policy may read several times; the request timeout still
+            // bounds the whole request.
+            timeout_ms: 60_000,
             memory_bytes: 64 << 20,
             max_reads: 16,
             max_questions: 128,
