@@ -231,16 +231,17 @@ struct RealGoldens {
 #[test]
 fn smollm2_matches_the_reference_on_real_prompts() {
     let Some(path) = smollm2() else { return };
-    let loaded = hunch_accelerator::checkpoint::causal::load(&path, AffineWeights::Auto)
-        .expect("SmolLM2 loads");
+    let (model, _, _) = load_model(&path, AffineWeights::Auto).expect("SmolLM2 loads");
+    let file = hunch_accelerator::checkpoint::gguf::GgufFile::open(&path).expect("open");
+    let tokenizer =
+        hunch_accelerator::tokenizer::chat::ChatTokenizer::from_gguf(&file).expect("tokenizer");
     let text = std::fs::read_to_string(data().join("smollm2-goldens.json")).expect("goldens");
     let goldens: RealGoldens = serde_json::from_str(&text).expect("parse");
     for case in &goldens.cases {
-        let ids = loaded.tokenizer.encode(&case.text).expect("encode");
+        let ids = tokenizer.encode(&case.text).expect("encode");
         assert_eq!(ids, case.tokens, "token ids of {:?}", case.text);
-        let (_, hidden) = loaded.model.prefill(&case.tokens, 32).expect("prefill");
-        let logits = loaded
-            .model
+        let (_, hidden) = model.prefill(&case.tokens, 32).expect("prefill");
+        let logits = model
             .label_logits(&hidden, &case.label_ids)
             .expect("labels");
         let softmax = |v: &[f32]| -> Vec<f64> {
@@ -257,7 +258,7 @@ fn smollm2_matches_the_reference_on_real_prompts() {
             .fold(0.0, f64::max);
         eprintln!("smollm2 len {}: max |Δp| {worst:.2e}", case.tokens.len());
         assert!(worst < 2e-3, "probabilities {ours:?} vs {reference:?}");
-        let all = loaded.model.all_logits(&hidden).expect("all");
+        let all = model.all_logits(&hidden).expect("all");
         let argmax = all
             .iter()
             .enumerate()

@@ -13,7 +13,8 @@ use std::time::Instant;
 use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, Usage};
 
-use crate::checkpoint::causal::{load, AffineWeights, CausalFormat, CausalLoadError};
+use crate::checkpoint::causal::{load_model, AffineWeights, CausalFormat, CausalLoadError};
+use crate::checkpoint::gguf::GgufFile;
 use crate::model::causal::{CausalChunk, CausalLm, DEFAULT_CAUSAL_CHUNK};
 use crate::read::logits::{LogitPlanner, ScoringSequence};
 use crate::scheduler::{Reply, StepOutcome};
@@ -56,6 +57,10 @@ impl Default for CausalEngineOptions {
 pub enum CausalEngineError {
     #[error(transparent)]
     Load(#[from] CausalLoadError),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::chat::ChatTokenizerError),
+    #[error(transparent)]
+    Gguf(#[from] crate::checkpoint::gguf::GgufError),
     #[error("{path}: the tokenizer cannot spell the answer labels: {why}")]
     Labels { path: PathBuf, why: String },
 }
@@ -84,44 +89,42 @@ impl CausalEngine {
         let blas = crate::blas::active();
         tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let started = Instant::now();
-        let loaded = load(path, options.affine)?;
-        let planner =
-            LogitPlanner::new(loaded.tokenizer, options.max_prompt_tokens).map_err(|e| {
-                CausalEngineError::Labels {
-                    path: path.to_path_buf(),
-                    why: e.to_string(),
-                }
-            })?;
+        let (model, format, weight_bytes) = load_model(path, options.affine)?;
+        // The tokenizer is the engine's to load: the checkpoint module stays below the
+        // tokenizer and the read (docs/architecture.md).
+        let tokenizer = match &format {
+            CausalFormat::Gguf => ChatTokenizer::from_gguf(&GgufFile::open(path)?)?,
+            CausalFormat::HuggingFace { .. } => ChatTokenizer::from_dir(path)?,
+        };
+        let planner = LogitPlanner::new(tokenizer, options.max_prompt_tokens).map_err(|e| {
+            CausalEngineError::Labels {
+                path: path.to_path_buf(),
+                why: e.to_string(),
+            }
+        })?;
         let chunk = options.prefill_chunk.max(1);
-        let config = loaded.model.config();
+        let config = model.config();
         tracing::info!(
             architecture = config.architecture.name(),
-            format = loaded.format.name(),
+            format = format.name(),
             layers = config.num_layers,
             hidden = config.hidden_size,
             vocab = config.vocab_size,
-            weight_mib = loaded.weight_bytes >> 20,
+            weight_mib = weight_bytes >> 20,
             seconds = started.elapsed().as_secs_f64(),
             "chat model loaded"
         );
-        let info = model_info(
-            path,
-            &loaded.model,
-            &loaded.format,
-            &planner,
-            options,
-            chunk,
-        );
+        let info = model_info(path, &model, &format, &planner, options, chunk);
         Ok(CausalEngine {
             cache: ChunkCache::new(options.prefix_cache_bytes),
-            model: loaded.model,
+            model: model,
             planner,
             chunk,
             max_requests: options.max_requests.max(1),
             waiting: VecDeque::new(),
             queued_outside: 0,
             info,
-            format: loaded.format,
+            format: format,
         })
     }
 

@@ -22,7 +22,6 @@ use crate::model::causal::{
     CausalAttention, CausalConfig, CausalLm, CausalRope, DecoderLayer, GatedMlp,
 };
 use crate::model::{linear::Linear, norm::RmsNorm, ModelError};
-use crate::tokenizer::chat::{ChatTokenizer, ChatTokenizerError};
 
 /// Why a chat model could not be loaded; each names the file and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
@@ -44,8 +43,6 @@ pub enum CausalLoadError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Tensors(#[from] crate::checkpoint::LoadError),
-    #[error(transparent)]
-    Tokenizer(#[from] ChatTokenizerError),
     #[error("building the model: {0}")]
     Model(#[from] ModelError),
 }
@@ -84,15 +81,6 @@ impl CausalFormat {
             CausalFormat::HuggingFace { .. } => "hf",
         }
     }
-}
-
-/// A loaded chat model with its tokenizer.
-pub struct LoadedCausal {
-    pub model: CausalLm,
-    pub tokenizer: ChatTokenizer,
-    pub format: CausalFormat,
-    /// Bytes the weights hold in memory once loaded.
-    pub weight_bytes: u64,
 }
 
 /// Whether affine-quantised weights are kept quantised or widened to dense float32 at load.
@@ -141,21 +129,6 @@ pub fn parameters(config: &CausalConfig) -> u64 {
     };
     let layer = h * (2 * q + 2 * kv) + 3 * h * i;
     embedding + head + config.num_layers as u64 * layer
-}
-
-/// Loads the chat model at `path` (a GGUF file or a Hugging Face folder) and its tokenizer.
-pub fn load(path: &Path, affine: AffineWeights) -> Result<LoadedCausal, CausalLoadError> {
-    let (model, format, weight_bytes) = load_model(path, affine)?;
-    let tokenizer = match &format {
-        CausalFormat::Gguf => ChatTokenizer::from_gguf(&GgufFile::open(path)?)?,
-        CausalFormat::HuggingFace { .. } => ChatTokenizer::from_dir(path)?,
-    };
-    Ok(LoadedCausal {
-        model,
-        tokenizer,
-        format,
-        weight_bytes,
-    })
 }
 
 /// The model alone, without its tokenizer: its layout and the bytes its weights hold.
