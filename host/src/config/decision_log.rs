@@ -1,5 +1,7 @@
 //! The decision log's server settings: flags (`--decision-log…`), `HUNCH_DECISION_LOG…`
-//! variables and the `[decision_log]` table of the TOML file, merged flags first.
+//! variables and the `[decision_log]` table of the TOML file. Each source is read into a
+//! [`DecisionLogFile`] and merged key by key with the same precedence as every other setting
+//! (`config/layer.rs`): the flag over the variable over the file.
 
 use crate::decision::settings::DecisionLogSettings;
 use crate::decision::sink::file::Fsync;
@@ -87,79 +89,79 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
 pub struct DecisionLogArgs {
     /// Write one JSON line per decision to this file (`-`: stdout). Rotated by size and age.
     /// [env HUNCH_DECISION_LOG, TOML `decision_log.path`]
-    #[arg(long = "decision-log", env = "HUNCH_DECISION_LOG", value_name = "PATH")]
+    #[arg(long = "decision-log", value_name = "PATH")]
     pub decision_log: Option<PathBuf>,
     /// Rotate the decision log file when it would grow past this many bytes. Default 100 MiB.
     /// [env HUNCH_DECISION_LOG_MAX_BYTES, TOML `decision_log.max_bytes`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_MAX_BYTES", value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES")]
     pub decision_log_max_bytes: Option<u64>,
     /// Rotate the decision log file when it is this many seconds old (0: never). Default 0.
     /// [env HUNCH_DECISION_LOG_ROTATE_SECONDS, TOML `decision_log.rotate_seconds`]
-    #[arg(
-        long,
-        env = "HUNCH_DECISION_LOG_ROTATE_SECONDS",
-        value_name = "SECONDS"
-    )]
+    #[arg(long, value_name = "SECONDS")]
     pub decision_log_rotate_seconds: Option<u64>,
     /// Rotated decision log files kept; older ones are deleted. Default 10.
     /// [env HUNCH_DECISION_LOG_KEEP, TOML `decision_log.keep`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_KEEP", value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub decision_log_keep: Option<usize>,
     /// Answer 503 (with Retry-After) for a decision whose event cannot be written and flushed to
     /// the file, within `--decision-log-write-timeout`, before the response. The collector gets
     /// only events the file took. A policy's `drop = true` is overridden: every decision is
     /// recorded.
+    /// `--decision-log-required=false` turns a lower source's `true` off.
     /// [env HUNCH_DECISION_LOG_REQUIRED, TOML `decision_log.required`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_REQUIRED")]
-    pub decision_log_required: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = super::parse_switch)]
+    pub decision_log_required: Option<bool>,
     /// Leave state text out of decision events (its sha256 stays, enough to replay).
+    /// `--decision-log-omit-state=false` turns a lower source's `true` off.
     /// [env HUNCH_DECISION_LOG_OMIT_STATE, TOML `decision_log.omit_state`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_OMIT_STATE")]
-    pub decision_log_omit_state: bool,
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_parser = super::parse_switch)]
+    pub decision_log_omit_state: Option<bool>,
     /// POST decision events as gzip JSON arrays to this URL (http:// or https://).
     /// [env HUNCH_DECISION_LOG_URL, TOML `decision_log.url`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_URL", value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     pub decision_log_url: Option<String>,
     /// Bearer key sent to `--decision-log-url`.
     /// [env HUNCH_DECISION_LOG_URL_KEY, TOML `decision_log.url_key`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_URL_KEY", hide_env_values = true)]
+    #[arg(long)]
     pub decision_log_url_key: Option<String>,
     /// Largest batch POSTed to the URL, in bytes of JSON before gzip. Default 1 MiB.
     /// [env HUNCH_DECISION_LOG_BATCH_BYTES, TOML `decision_log.batch_bytes`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_BATCH_BYTES", value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES")]
     pub decision_log_batch_bytes: Option<usize>,
     /// Events held for the URL (or the file) while it is slow or down; more are dropped and
     /// counted. Default 10000.
     /// [env HUNCH_DECISION_LOG_BUFFER, TOML `decision_log.buffer`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER", value_name = "EVENTS")]
+    #[arg(long, value_name = "EVENTS")]
     pub decision_log_buffer: Option<usize>,
     /// Bytes of events held for the URL (and, apart, for the file) while it is slow or down;
     /// more are dropped and counted. Default 64 MiB each.
     /// [env HUNCH_DECISION_LOG_BUFFER_BYTES, TOML `decision_log.buffer_bytes`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_BUFFER_BYTES", value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES")]
     pub decision_log_buffer_bytes: Option<usize>,
     /// With `--decision-log-required`: how long a decision waits for its event to be written
     /// before it is answered 503 (a hung disk). Keep it below `--request-timeout`. Default 2.
     /// [env HUNCH_DECISION_LOG_WRITE_TIMEOUT, TOML `decision_log.write_timeout`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_WRITE_TIMEOUT", value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS")]
     pub decision_log_write_timeout: Option<f64>,
     /// `always`: fsync the file after each write, before a required decision is answered
     /// (survives a power loss), and the spool after each append and cursor update; `off`:
     /// flushed to the operating system only. Default off.
     /// [env HUNCH_DECISION_LOG_FSYNC, TOML `decision_log.fsync`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_FSYNC", value_name = "WHEN")]
+    #[arg(long, value_name = "WHEN")]
     pub decision_log_fsync: Option<Fsync>,
     /// Spool the collector's events on disk in this directory (one process per directory, locked): a
     /// decision waits for its event's append, unsent events survive a crash or restart and are
     /// sent again (at-least-once; collectors deduplicate by `decision_id`), and a failing
     /// collector is retried without dropping. Needs `--decision-log-url`.
     /// [env HUNCH_DECISION_LOG_SPOOL, TOML `decision_log.spool`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_SPOOL", value_name = "DIR")]
+    #[arg(long, value_name = "DIR")]
     pub decision_log_spool: Option<PathBuf>,
     /// Bytes of unsent events the spool holds at most; more are dropped and counted
     /// (`spool_full`). Default 256 MiB.
     /// [env HUNCH_DECISION_LOG_SPOOL_BYTES, TOML `decision_log.spool_bytes`]
-    #[arg(long, env = "HUNCH_DECISION_LOG_SPOOL_BYTES", value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES")]
     pub decision_log_spool_bytes: Option<u64>,
 }
 
@@ -188,44 +190,167 @@ pub struct DecisionLogFile {
 #[error("decision log: {0}")]
 pub struct DecisionLogSettingsError(pub String);
 
-/// The decision log's settings: its flags (and their variables) over the file's
-/// `[decision_log]` over the defaults.
+impl DecisionLogArgs {
+    /// The flags as one source of `[decision_log]`.
+    pub fn layer(&self) -> Option<DecisionLogFile> {
+        DecisionLogFile {
+            path: self.decision_log.clone(),
+            max_bytes: self.decision_log_max_bytes,
+            rotate_seconds: self.decision_log_rotate_seconds,
+            keep: self.decision_log_keep,
+            required: self.decision_log_required,
+            omit_state: self.decision_log_omit_state,
+            url: self.decision_log_url.clone(),
+            url_key: self.decision_log_url_key.clone(),
+            batch_bytes: self.decision_log_batch_bytes,
+            buffer: self.decision_log_buffer,
+            buffer_bytes: self.decision_log_buffer_bytes,
+            write_timeout: self.decision_log_write_timeout,
+            fsync: self.decision_log_fsync,
+            spool: self.decision_log_spool.clone(),
+            spool_bytes: self.decision_log_spool_bytes,
+        }
+        .some()
+    }
+}
+
+/// `value` parsed, or an error naming the variable.
+fn parsed<T: std::str::FromStr>(
+    name: &str,
+    value: Option<String>,
+) -> Result<Option<T>, DecisionLogSettingsError> {
+    value
+        .map(|v| {
+            v.parse()
+                .map_err(|_| DecisionLogSettingsError(format!("{name}={v:?} is not valid")))
+        })
+        .transpose()
+}
+
+impl DecisionLogFile {
+    /// `None` when no key is set, so a source that sets nothing stays `None`.
+    fn some(self) -> Option<DecisionLogFile> {
+        (self != DecisionLogFile::default()).then_some(self)
+    }
+
+    /// The `HUNCH_DECISION_LOG…` variables, through `lookup`; an empty variable is unset.
+    pub fn from_env(
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<DecisionLogFile>, DecisionLogSettingsError> {
+        let var = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let switch = |name: &str| {
+            var(name)
+                .map(|v| {
+                    super::parse::parse_bool(&v)
+                        .map_err(|e| DecisionLogSettingsError(format!("{name}: {e}")))
+                })
+                .transpose()
+        };
+        let fsync = var("HUNCH_DECISION_LOG_FSYNC")
+            .map(|v| {
+                <Fsync as clap::ValueEnum>::from_str(&v, true).map_err(|_| {
+                    DecisionLogSettingsError(format!(
+                        "HUNCH_DECISION_LOG_FSYNC={v:?} is not always or off"
+                    ))
+                })
+            })
+            .transpose()?;
+        Ok(DecisionLogFile {
+            path: var("HUNCH_DECISION_LOG").map(PathBuf::from),
+            max_bytes: parsed(
+                "HUNCH_DECISION_LOG_MAX_BYTES",
+                var("HUNCH_DECISION_LOG_MAX_BYTES"),
+            )?,
+            rotate_seconds: parsed(
+                "HUNCH_DECISION_LOG_ROTATE_SECONDS",
+                var("HUNCH_DECISION_LOG_ROTATE_SECONDS"),
+            )?,
+            keep: parsed("HUNCH_DECISION_LOG_KEEP", var("HUNCH_DECISION_LOG_KEEP"))?,
+            required: switch("HUNCH_DECISION_LOG_REQUIRED")?,
+            omit_state: switch("HUNCH_DECISION_LOG_OMIT_STATE")?,
+            url: var("HUNCH_DECISION_LOG_URL"),
+            url_key: var("HUNCH_DECISION_LOG_URL_KEY"),
+            batch_bytes: parsed(
+                "HUNCH_DECISION_LOG_BATCH_BYTES",
+                var("HUNCH_DECISION_LOG_BATCH_BYTES"),
+            )?,
+            buffer: parsed(
+                "HUNCH_DECISION_LOG_BUFFER",
+                var("HUNCH_DECISION_LOG_BUFFER"),
+            )?,
+            buffer_bytes: parsed(
+                "HUNCH_DECISION_LOG_BUFFER_BYTES",
+                var("HUNCH_DECISION_LOG_BUFFER_BYTES"),
+            )?,
+            write_timeout: parsed(
+                "HUNCH_DECISION_LOG_WRITE_TIMEOUT",
+                var("HUNCH_DECISION_LOG_WRITE_TIMEOUT"),
+            )?,
+            fsync,
+            spool: var("HUNCH_DECISION_LOG_SPOOL").map(PathBuf::from),
+            spool_bytes: parsed(
+                "HUNCH_DECISION_LOG_SPOOL_BYTES",
+                var("HUNCH_DECISION_LOG_SPOOL_BYTES"),
+            )?,
+        }
+        .some())
+    }
+
+    /// Each key from `upper` where it is set, else from `lower`: a higher source that sets
+    /// `required = false` turns a lower source's `true` off.
+    pub fn over(
+        upper: Option<DecisionLogFile>,
+        lower: Option<DecisionLogFile>,
+    ) -> Option<DecisionLogFile> {
+        let (u, l) = (upper.unwrap_or_default(), lower.unwrap_or_default());
+        DecisionLogFile {
+            path: u.path.or(l.path),
+            max_bytes: u.max_bytes.or(l.max_bytes),
+            rotate_seconds: u.rotate_seconds.or(l.rotate_seconds),
+            keep: u.keep.or(l.keep),
+            required: u.required.or(l.required),
+            omit_state: u.omit_state.or(l.omit_state),
+            url: u.url.or(l.url),
+            url_key: u.url_key.or(l.url_key),
+            batch_bytes: u.batch_bytes.or(l.batch_bytes),
+            buffer: u.buffer.or(l.buffer),
+            buffer_bytes: u.buffer_bytes.or(l.buffer_bytes),
+            write_timeout: u.write_timeout.or(l.write_timeout),
+            fsync: u.fsync.or(l.fsync),
+            spool: u.spool.or(l.spool),
+            spool_bytes: u.spool_bytes.or(l.spool_bytes),
+        }
+        .some()
+    }
+}
+
+/// The decision log's settings from the merged `[decision_log]` of every source (flags,
+/// variables, file: [`DecisionLogFile::over`]) over the defaults.
 pub fn resolve(
-    args: &DecisionLogArgs,
-    file: Option<DecisionLogFile>,
+    merged: Option<DecisionLogFile>,
 ) -> Result<DecisionLogSettings, DecisionLogSettingsError> {
-    let file = file.unwrap_or_default();
+    let file = merged.unwrap_or_default();
     let d = DecisionLogSettings::default();
     let s = DecisionLogSettings {
-        path: args.decision_log.clone().or(file.path),
-        max_bytes: args
-            .decision_log_max_bytes
-            .or(file.max_bytes)
-            .unwrap_or(d.max_bytes),
-        rotate_after: args
-            .decision_log_rotate_seconds
-            .or(file.rotate_seconds)
+        path: file.path,
+        max_bytes: file.max_bytes.unwrap_or(d.max_bytes),
+        rotate_after: file
+            .rotate_seconds
             .filter(|s| *s > 0)
             .map(Duration::from_secs),
-        keep: args.decision_log_keep.or(file.keep).unwrap_or(d.keep),
-        required: args.decision_log_required || file.required.unwrap_or(false),
-        omit_state: args.decision_log_omit_state || file.omit_state.unwrap_or(false),
-        url: args.decision_log_url.clone().or(file.url),
-        url_key: args
-            .decision_log_url_key
-            .clone()
-            .or(file.url_key)
-            .filter(|k| !k.trim().is_empty()),
-        batch_bytes: args
-            .decision_log_batch_bytes
-            .or(file.batch_bytes)
-            .unwrap_or(d.batch_bytes),
-        buffer: args.decision_log_buffer.or(file.buffer).unwrap_or(d.buffer),
-        buffer_bytes: args
-            .decision_log_buffer_bytes
-            .or(file.buffer_bytes)
-            .unwrap_or(d.buffer_bytes),
-        write_timeout: match args.decision_log_write_timeout.or(file.write_timeout) {
+        keep: file.keep.unwrap_or(d.keep),
+        required: file.required.unwrap_or(d.required),
+        omit_state: file.omit_state.unwrap_or(d.omit_state),
+        url: file.url,
+        url_key: file.url_key.filter(|k| !k.trim().is_empty()),
+        batch_bytes: file.batch_bytes.unwrap_or(d.batch_bytes),
+        buffer: file.buffer.unwrap_or(d.buffer),
+        buffer_bytes: file.buffer_bytes.unwrap_or(d.buffer_bytes),
+        write_timeout: match file.write_timeout {
             Some(seconds) => Duration::try_from_secs_f64(seconds)
                 .ok()
                 .filter(|t| !t.is_zero())
@@ -236,12 +361,9 @@ pub fn resolve(
                 })?,
             None => d.write_timeout,
         },
-        fsync: args.decision_log_fsync.or(file.fsync).unwrap_or(d.fsync),
-        spool: args.decision_log_spool.clone().or(file.spool),
-        spool_bytes: args
-            .decision_log_spool_bytes
-            .or(file.spool_bytes)
-            .unwrap_or(d.spool_bytes),
+        fsync: file.fsync.unwrap_or(d.fsync),
+        spool: file.spool,
+        spool_bytes: file.spool_bytes.unwrap_or(d.spool_bytes),
     };
     if s.max_bytes == 0
         || s.batch_bytes == 0
@@ -281,6 +403,14 @@ pub fn resolve(
 mod tests {
     use super::*;
 
+    /// The flags over the file, as `hunch serve` merges them.
+    fn flags_over(
+        args: &DecisionLogArgs,
+        file: Option<DecisionLogFile>,
+    ) -> Result<DecisionLogSettings, DecisionLogSettingsError> {
+        resolve(DecisionLogFile::over(args.layer(), file))
+    }
+
     #[test]
     fn flags_win_over_the_file() {
         let file: DecisionLogFile =
@@ -290,7 +420,7 @@ mod tests {
             decision_log_rotate_seconds: Some(60),
             ..Default::default()
         };
-        let s = resolve(&args, Some(file)).unwrap();
+        let s = flags_over(&args, Some(file)).unwrap();
         assert_eq!(s.path, Some(PathBuf::from("/flag")));
         assert_eq!(s.keep, 3);
         assert!(s.required);
@@ -308,7 +438,7 @@ mod tests {
             "path = \"/f\"\nbuffer_bytes = 1000\nwrite_timeout = 0.25\nfsync = \"always\"",
         )
         .unwrap();
-        let s = resolve(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
+        let s = flags_over(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
         assert_eq!(s.buffer_bytes, 1000);
         assert_eq!(s.write_timeout, Duration::from_millis(250));
         assert_eq!(s.fsync, Fsync::Always);
@@ -318,7 +448,7 @@ mod tests {
             decision_log_fsync: Some(Fsync::Off),
             ..Default::default()
         };
-        let s = resolve(&args, Some(file)).unwrap();
+        let s = flags_over(&args, Some(file)).unwrap();
         assert_eq!(
             (s.buffer_bytes, s.write_timeout, s.fsync),
             (5, Duration::from_secs(3), Fsync::Off)
@@ -331,7 +461,7 @@ mod tests {
             "url = \"http://c\"\nspool = \"/var/lib/hunch/spool\"\nspool_bytes = 1000\nfsync = \"always\"",
         )
         .unwrap();
-        let s = resolve(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
+        let s = flags_over(&DecisionLogArgs::default(), Some(file.clone())).unwrap();
         assert_eq!(s.spool, Some(PathBuf::from("/var/lib/hunch/spool")));
         assert_eq!((s.spool_bytes, s.fsync), (1000, Fsync::Always));
         let args = DecisionLogArgs {
@@ -339,31 +469,31 @@ mod tests {
             decision_log_spool_bytes: Some(7),
             ..Default::default()
         };
-        let s = resolve(&args, Some(file)).unwrap();
+        let s = flags_over(&args, Some(file)).unwrap();
         assert_eq!((s.spool, s.spool_bytes), (Some(PathBuf::from("/flag")), 7));
-        let d = resolve(&DecisionLogArgs::default(), None).unwrap();
+        let d = flags_over(&DecisionLogArgs::default(), None).unwrap();
         assert_eq!((d.spool, d.spool_bytes), (None, 256 << 20));
     }
 
     #[test]
     fn nonsense_is_refused() {
         let required_without_file = DecisionLogArgs {
-            decision_log_required: true,
+            decision_log_required: Some(true),
             ..Default::default()
         };
-        assert!(resolve(&required_without_file, None).is_err());
+        assert!(flags_over(&required_without_file, None).is_err());
         let ftp = DecisionLogArgs {
             decision_log_url: Some("ftp://x".into()),
             ..Default::default()
         };
-        assert!(resolve(&ftp, None).is_err());
+        assert!(flags_over(&ftp, None).is_err());
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             let timeout = DecisionLogArgs {
                 decision_log: Some("/f".into()),
                 decision_log_write_timeout: Some(bad),
                 ..Default::default()
             };
-            assert!(resolve(&timeout, None).is_err(), "{bad}");
+            assert!(flags_over(&timeout, None).is_err(), "{bad}");
         }
         for path in [None, Some("-")] {
             let fsync_without_file = DecisionLogArgs {
@@ -371,26 +501,26 @@ mod tests {
                 decision_log_fsync: Some(Fsync::Always),
                 ..Default::default()
             };
-            assert!(resolve(&fsync_without_file, None).is_err());
+            assert!(flags_over(&fsync_without_file, None).is_err());
         }
         let no_bytes = DecisionLogArgs {
             decision_log_buffer_bytes: Some(0),
             ..Default::default()
         };
-        assert!(resolve(&no_bytes, None).is_err());
+        assert!(flags_over(&no_bytes, None).is_err());
         let spool_without_url = DecisionLogArgs {
             decision_log: Some("/f".into()),
             decision_log_spool: Some("/s".into()),
             ..Default::default()
         };
-        assert!(resolve(&spool_without_url, None).is_err());
+        assert!(flags_over(&spool_without_url, None).is_err());
         let no_spool_bytes = DecisionLogArgs {
             decision_log_url: Some("http://c".into()),
             decision_log_spool: Some("/s".into()),
             decision_log_spool_bytes: Some(0),
             ..Default::default()
         };
-        assert!(resolve(&no_spool_bytes, None).is_err());
+        assert!(flags_over(&no_spool_bytes, None).is_err());
         assert!(toml::from_str::<DecisionLogFile>("nonsense = 1").is_err());
     }
 }

@@ -4,10 +4,12 @@
 //! file's; it is not merged with them).
 //!
 //! Adding a setting: a field here, a flag in `ServeArgs`, a line in [`SETTINGS`], its reading in
-//! [`Layer::from_flags`] and [`Layer::from_env`], and its use in `Settings::from_layer`. The unit
-//! tests check that every flag has its variable and key and that `--help` names both.
+//! [`Layer::from_flags`] and [`Layer::from_env`], its use in `Settings::from_layer`, and its case
+//! in `config/precedence.rs`. The unit tests check that every flag has its variable and key, that
+//! `--help` names both, and that the flag wins over the variable over the key.
 
 use super::bundle::BundleLayer;
+use super::decision_log::DecisionLogFile;
 use super::parse::{
     parse_alias_arg, parse_bool, parse_model_arg, parse_upstream_arg, split_named_url,
 };
@@ -152,9 +154,9 @@ pub struct Layer {
     /// `"512K"` or bytes.
     pub policy_max_stack: Option<hunch_core::size::ByteSize>,
     pub policy_max_fuel: Option<u64>,
-    /// `[decision_log]`, in the file only: its flags are clap's, each with its variable
-    /// (`config/decision_log.rs`), and go over this table.
-    pub decision_log: Option<super::decision_log::DecisionLogFile>,
+    /// `[decision_log]`: its flags, variables and keys are `config/decision_log.rs`'s; merged
+    /// key by key ([`DecisionLogFile::over`]), not as a whole.
+    pub decision_log: Option<DecisionLogFile>,
     /// `[bundle]`: merged setting by setting ([`BundleLayer::over`]), not as a whole.
     pub bundle: Option<BundleLayer>,
 }
@@ -289,7 +291,7 @@ impl Layer {
             policy_max_memory: args.policy_max_memory,
             policy_max_stack: args.policy_max_stack,
             policy_max_fuel: args.policy_max_fuel,
-            decision_log: None,
+            decision_log: args.decision_log.layer(),
             bundle: BundleLayer {
                 url: args.bundle_url.clone(),
                 public_key: args.bundle_public_key.clone(),
@@ -407,7 +409,8 @@ impl Layer {
             policy_max_memory: size("HUNCH_POLICY_MAX_MEMORY", var("HUNCH_POLICY_MAX_MEMORY"))?,
             policy_max_stack: size("HUNCH_POLICY_MAX_STACK", var("HUNCH_POLICY_MAX_STACK"))?,
             policy_max_fuel: number("HUNCH_POLICY_MAX_FUEL", var("HUNCH_POLICY_MAX_FUEL"))?,
-            decision_log: None,
+            decision_log: DecisionLogFile::from_env(lookup)
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?,
             bundle: BundleLayer {
                 url: var("HUNCH_BUNDLE_URL"),
                 public_key: var("HUNCH_BUNDLE_PUBLIC_KEY").map(PathBuf::from),
@@ -435,6 +438,7 @@ impl Layer {
     /// Each setting from `self` where it is set, else from `lower`.
     pub fn over(self, lower: Layer) -> Layer {
         let bundle = BundleLayer::over(self.bundle, lower.bundle);
+        let decision_log = DecisionLogFile::over(self.decision_log, lower.decision_log);
         // `demo` and `no_demo` are two switches for one choice (what to serve with no model): a
         // source that turns either on decides it whole, so `--demo` is not contradicted by a
         // file's `no_demo = true`, nor `--no-demo` by `HUNCH_DEMO=1`.
@@ -445,7 +449,13 @@ impl Layer {
         };
         macro_rules! pick {
             ($($field:ident),* $(,)?) => {
-                Layer { bundle, demo, no_demo, $($field: self.$field.or(lower.$field)),* }
+                Layer {
+                    bundle,
+                    decision_log,
+                    demo,
+                    no_demo,
+                    $($field: self.$field.or(lower.$field)),*
+                }
             };
         }
         pick!(
@@ -477,7 +487,6 @@ impl Layer {
             policy_max_memory,
             policy_max_stack,
             policy_max_fuel,
-            decision_log,
         )
     }
 }

@@ -13,6 +13,8 @@ pub mod default_model;
 mod layer;
 pub mod model_path;
 mod parse;
+#[cfg(test)]
+mod precedence;
 
 pub use default_model::{DefaultModel, Fallback};
 pub use layer::{FileAccelerator, FileModel, FileUpstream, Layer, CONFIG_ENV, SETTINGS};
@@ -408,21 +410,18 @@ impl Settings {
         };
         Self::from_layer(
             flags.over(environment).over(file),
-            &args.decision_log,
             default_model::models_cache(env),
         )
     }
 
-    /// The settings one merged layer gives, with the defaults for what it leaves unset. The
-    /// decision log's flags (which clap reads with their variables) go over the file's
-    /// `[decision_log]` table. `models_cache` is where the default model is looked for unless
-    /// `default_model` is set ([`default_model::models_cache`]).
+    /// The settings one merged layer gives, with the defaults for what it leaves unset.
+    /// `models_cache` is where the default model is looked for unless `default_model` is set
+    /// ([`default_model::models_cache`]).
     pub fn from_layer(
         layer: Layer,
-        decision_log_flags: &decision_log::DecisionLogArgs,
         models_cache: Option<PathBuf>,
     ) -> Result<Settings, ConfigError> {
-        let decision_log = decision_log::resolve(decision_log_flags, layer.decision_log.clone())
+        let decision_log = decision_log::resolve(layer.decision_log.clone())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let bundle = bundle::resolve(layer.bundle.clone())?;
         let defaults = Limits::default();

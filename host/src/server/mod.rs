@@ -408,7 +408,7 @@ mod tests {
             sidecar_args: Some(sidecar.iter().map(|s| s.to_string()).collect()),
             ..Layer::default()
         };
-        Settings::from_layer(layer, &Default::default(), None).expect("settings")
+        Settings::from_layer(layer, None).expect("settings")
     }
 
     #[test]
