@@ -112,7 +112,15 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Replay(args) => replay::main(args),
+        Command::Replay(args) => {
+            // Which name its key was given under (`--api-key` or the old `--key`), and from
+            // which source, only the matches know.
+            let replay_matches = matches
+                .subcommand_matches("replay")
+                .cloned()
+                .unwrap_or_default();
+            replay::main(args, &replay_matches)
+        }
         Command::Bundle { command } => bundle::main(command),
         Command::Calibrate(args) => calibrate::main(args),
         Command::Batch(args) => client_runtime(|| batch::run(args)),

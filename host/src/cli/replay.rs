@@ -6,7 +6,8 @@ use crate::policy::replay::{
 };
 use crate::policy::{build_engine, EngineSettings, Limits, LoadedPolicy, PolicyConfig};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
-use clap::Args;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args};
 use hunch_core::Reader;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -41,9 +42,18 @@ pub struct ReplayArgs {
     /// The model asked on --server.
     #[arg(long, default_value = "jev-latest")]
     pub model: String,
-    /// Bearer key for --server.
-    #[arg(long, env = "HUNCH_REPLAY_KEY", hide_env_values = true)]
-    pub key: Option<String>,
+    /// The bearer key sent to `--server`.
+    #[arg(long, env = "HUNCH_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The old name of `--api-key` (and `HUNCH_REPLAY_KEY` of `HUNCH_API_KEY`): still read, with
+    /// a warning, so scripts written for it keep working.
+    #[arg(
+        long = "key",
+        env = "HUNCH_REPLAY_KEY",
+        hide = true,
+        hide_env_values = true
+    )]
+    pub deprecated_key: Option<String>,
     /// Re-ask the recorded reads (raw and policy decisions) on --server and report how the
     /// probabilities and answers moved.
     #[arg(long, requires = "server")]
@@ -91,7 +101,15 @@ enum ReplayCliError {
 
 /// Runs `hunch replay`; the exit code is 0, 1 (`--fail-on-change` and a change) or 2 (bad
 /// arguments, unreadable files).
-pub fn main(args: ReplayArgs) -> ExitCode {
+pub fn main(mut args: ReplayArgs, matches: &ArgMatches) -> ExitCode {
+    let (key, warning) = server_key(
+        sourced(matches, "api_key", args.api_key.take()),
+        sourced(matches, "deprecated_key", args.deprecated_key.take()),
+    );
+    if let Some(warning) = warning {
+        eprintln!("hunch replay: {warning}");
+    }
+    args.api_key = key;
     match run(&args) {
         Ok(code) => code,
         Err(message) => {
@@ -99,6 +117,38 @@ pub fn main(args: ReplayArgs) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A value with where it came from: the command line or a variable.
+fn sourced(matches: &ArgMatches, id: &str, value: Option<String>) -> Option<(String, ValueSource)> {
+    let source = matches.value_source(id)?;
+    value.map(|v| (v, source))
+}
+
+/// The key sent to `--server`: `--api-key` / `HUNCH_API_KEY`, the name every client command
+/// uses, or the old `--key` / `HUNCH_REPLAY_KEY`, ranked like any setting (a flag over a
+/// variable; the new name over the old one from the same kind of source). The warning says
+/// which old name was used.
+fn server_key(
+    api_key: Option<(String, ValueSource)>,
+    old: Option<(String, ValueSource)>,
+) -> (Option<String>, Option<String>) {
+    let rank = |source: ValueSource| u8::from(source == ValueSource::CommandLine);
+    let warning = old.as_ref().map(|(_, source)| match source {
+        ValueSource::CommandLine => "--key is deprecated: use --api-key".to_string(),
+        _ => "HUNCH_REPLAY_KEY is deprecated: use HUNCH_API_KEY".to_string(),
+    });
+    let key = match (api_key, old) {
+        (Some((new, new_source)), Some((old, old_source))) => {
+            if rank(old_source) > rank(new_source) {
+                Some(old)
+            } else {
+                Some(new)
+            }
+        }
+        (new, old) => new.or(old).map(|(key, _)| key),
+    };
+    (key, warning)
 }
 
 fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, ReplayCliError> {
@@ -109,7 +159,7 @@ fn model(args: &ReplayArgs) -> Result<Option<Arc<dyn Reader>>, ReplayCliError> {
         name: args.model.clone(),
         url: url.clone(),
         remote_model: args.model.clone(),
-        key: args.key.clone(),
+        key: args.api_key.clone(),
         timeout: Duration::from_secs(300),
         ca_file: None,
     })?;
@@ -335,4 +385,36 @@ fn replay_calibration(
     } else {
         ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_key_is_api_key_and_the_old_key_still_works_with_a_warning() {
+        let flag = |k: &str| Some((k.to_string(), ValueSource::CommandLine));
+        let var = |k: &str| Some((k.to_string(), ValueSource::EnvVariable));
+        assert_eq!(server_key(flag("new"), None), (Some("new".into()), None));
+        assert_eq!(server_key(None, None), (None, None));
+        let (key, warning) = server_key(None, flag("old"));
+        assert_eq!(key.as_deref(), Some("old"));
+        assert!(warning.is_some_and(|w| w.contains("--api-key")));
+        let (key, warning) = server_key(None, var("old"));
+        assert_eq!(key.as_deref(), Some("old"));
+        assert!(warning.is_some_and(|w| w.contains("HUNCH_API_KEY")));
+        // A flag wins over a variable, whichever its name; the new name wins a tie.
+        assert_eq!(
+            server_key(var("new"), flag("old")).0.as_deref(),
+            Some("old")
+        );
+        assert_eq!(
+            server_key(flag("new"), var("old")).0.as_deref(),
+            Some("new")
+        );
+        assert_eq!(
+            server_key(flag("new"), flag("old")).0.as_deref(),
+            Some("new")
+        );
+    }
 }
