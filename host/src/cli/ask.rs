@@ -18,7 +18,8 @@ use std::time::Duration;
   hunch ask --server http://127.0.0.1:8080 --body request.json --json
   echo '{\"state\": \"...\", \"questions\": {...}}' | hunch ask --server URL --body -
 
-Questions are named q1, q2, … in the order given, unless written ID=QUESTION. A choice option
+Questions are named q1, q2, … in the order given, unless written ID=QUESTION: the text before
+the first = is the id when it has no spaces (write q1=2+2=4? to ask \"2+2=4?\"). A choice option
 may carry a description as NAME=DESCRIPTION.")]
 pub struct AskArgs {
     /// A running server, `http://` or `https://` (TLS trusts the system's roots).
@@ -74,15 +75,12 @@ pub enum AskError {
     Refused(String),
 }
 
-/// `ID=TEXT` when what precedes `=` looks like an id (no spaces), else `None`.
+/// `ID=TEXT` when the text before the first `=` has no whitespace (docs/cli.md), else `None`:
+/// a question's text has spaces, an id none, and the API takes any string as an id, so
+/// `urgent?=Is it urgent?` is the id `urgent?`, never silently a question `q1` with that text.
 fn split_id(arg: &str) -> (Option<&str>, &str) {
     match arg.split_once('=') {
-        Some((id, text))
-            if !id.is_empty()
-                && id
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.')) =>
-        {
+        Some((id, text)) if !id.is_empty() && !id.chars().any(char::is_whitespace) => {
             (Some(id), text)
         }
         _ => (None, arg),
@@ -319,5 +317,13 @@ mod tests {
     fn a_question_with_an_equals_sign_in_its_text_is_not_an_id() {
         assert_eq!(split_id("Is 1+1=2?"), (None, "Is 1+1=2?"));
         assert_eq!(split_id("a.b=Why?"), (Some("a.b"), "Why?"));
+        // Any text without whitespace is an id, as docs/cli.md says.
+        assert_eq!(
+            split_id("urgent?=Is this urgent?"),
+            (Some("urgent?"), "Is this urgent?")
+        );
+        assert_eq!(split_id("q1=2+2=4?"), (Some("q1"), "2+2=4?"));
+        assert_eq!(split_id("=Why?"), (None, "=Why?"));
+        assert_eq!(split_id("a\tb=Why?"), (None, "a\tb=Why?"));
     }
 }
