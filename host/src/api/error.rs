@@ -532,6 +532,18 @@ mod tests {
         }));
         assert_eq!(declined.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(declined.retry_after_seconds().is_some());
+        // Shaped like every other 503, the policy's own error kept beside it.
+        assert_eq!(declined.body()["detail"]["error_type"], "unavailable");
+        assert_eq!(
+            declined.body()["detail"]["policy_error"]["read_error"],
+            "unavailable"
+        );
+        let timed_out = ApiError::from(InvokeError::Policy(PolicyFailure::ReadFailed {
+            read_error: ReadErrorKind::Timeout,
+            message: "slow".into(),
+        }));
+        assert_eq!(timed_out.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(timed_out.body()["detail"]["error_type"], "policy_declined");
         let response = ApiError::Validation(vec![]).into_response_for("d");
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
     }

@@ -587,6 +587,13 @@ impl InvokeError {
             InvokeError::Limit(_) => FailureKind::LimitExceeded,
             InvokeError::Trap(_) => FailureKind::PolicyTrapped,
             InvokeError::Forbidden(_) => FailureKind::PolicyForbiddenCapability,
+            // A read that was unavailable (a model loading, restarting, its queue full) is the
+            // retryable case clients must recognise, so it is named as every other 503 is; the
+            // body's `policy_error` still says the policy's read failed.
+            InvokeError::Policy(PolicyFailure::ReadFailed {
+                read_error: ReadErrorKind::Unavailable,
+                ..
+            }) => FailureKind::Unavailable,
             InvokeError::Policy(_) => FailureKind::PolicyDeclined,
             InvokeError::InvalidOutput(_) => FailureKind::PolicyInvalidOutput,
             InvokeError::Busy => FailureKind::Unavailable,
