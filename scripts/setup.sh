@@ -8,7 +8,9 @@
 #   - the default model, SmolLM2-135M-Instruct as a GGUF, into the models cache
 #     (scripts/fetch-default-model.sh; silent when it is already there)
 #   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
-#     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer)
+#     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer),
+#     each unless HUNCH_TEST_SKIP lists the tests that need it (python, reference, fuzz): a
+#     machine that skips them on purpose need not reach PyPI for them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,8 +52,15 @@ if ! scripts/fetch-default-model.sh >/dev/null; then
     "NAME=PATH or --demo until scripts/fetch-default-model.sh succeeds" >&2
 fi
 
+skipped() { [[ ",${HUNCH_TEST_SKIP:-}," == *",$1,"* ]]; }
 if [ "${1:-}" = "--test" ]; then
-  scripts/python-env.sh
-  scripts/fuzz-env.sh
-  tests/reference/setup.sh .venv-reference
+  for venv in "python scripts/python-env.sh" "fuzz scripts/fuzz-env.sh" \
+    "reference tests/reference/setup.sh .venv-reference"; do
+    read -r name command <<<"$venv"
+    if skipped "$name"; then
+      echo "setup: SKIPPED on purpose (HUNCH_TEST_SKIP lists $name): $command"
+    else
+      $command
+    fi
+  done
 fi
