@@ -5,8 +5,10 @@
 #   scripts/build-image.sh [--profile release|dev] [--cuda13] [--tag TAG] [--base IMAGE]
 #
 # 1. The base: a Debian bookworm root file system made with debootstrap and imported into the
-#    engine as `hunch-base:bookworm` (once; reused while that image exists). `--base IMAGE` uses
-#    another (e.g. debian:bookworm where a registry is reachable).
+#    engine as `hunch-base:bookworm` (once; reused while that image exists). debootstrap needs
+#    root: as another user this step runs its commands with sudo (and says so), and fails naming
+#    what to do without it. `--base IMAGE` uses another base (e.g. debian:bookworm where a
+#    registry is reachable) and needs no root.
 # 2. The binaries: built with this machine's cargo (`--profile release`, the default; `dev`
 #    reuses what `cargo test --workspace` built, which is how CI builds the image once per run),
 #    MLX's CPU wheel from .mlx/cpu (scripts/fetch-mlx.sh). With --cuda13 the sidecar is built
@@ -37,7 +39,7 @@ while [ $# -gt 0 ]; do
     --tag=*) tag="${1#--tag=}"; shift ;;
     --base) base="${2:?--base needs an image}"; shift 2 ;;
     --base=*) base="${1#--base=}"; shift ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "build-image: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,25 +60,41 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
     echo "build-image: the base image $base is not in the engine (pull or load it first)" >&2
     exit 1
   fi
-  if ! command -v debootstrap >/dev/null; then
+  # debootstrap makes device nodes and chroots, and the tree it makes is root's: making the base
+  # needs root. As another user every root step goes through sudo, which must then be there.
+  as_root=""
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "build-image: making the base image needs root (debootstrap): run this as root, install" \
+        "sudo, or pass --base IMAGE (e.g. debian:bookworm)" >&2
+      exit 1
+    fi
+    as_root=sudo
+    echo "build-image: making the base image needs root (debootstrap); using sudo"
+  fi
+  # Debian installs debootstrap in /usr/sbin, which is not on a user's PATH.
+  debootstrap="$(PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap || true)"
+  if [ -z "$debootstrap" ]; then
     echo "build-image: installing debootstrap"
-    sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd=sudo
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq debootstrap >/dev/null
+    $as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq debootstrap >/dev/null
+    debootstrap="$(PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap)"
   fi
   rootfs="$(mktemp -d "${TMPDIR:-/tmp}/hunch-rootfs.XXXXXX")"
-  trap 'rm -rf "$rootfs"' EXIT
+  trap '$as_root rm -rf "$rootfs"' EXIT
   echo "build-image: debootstrap bookworm (minbase) into $rootfs"
-  debootstrap --variant=minbase bookworm "$rootfs" "${HUNCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
+  $as_root "$debootstrap" --variant=minbase bookworm "$rootfs" \
+    "${HUNCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
     > "$rootfs.log" 2>&1 || { tail -20 "$rootfs.log" >&2; exit 1; }
   rm -f "$rootfs.log"
   # What debian:bookworm has too: no apt caches, no recommends.
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  echo 'APT::Install-Recommends "false";' > "$rootfs/etc/apt/apt.conf.d/00-no-recommends"
-  tar -C "$rootfs" --numeric-owner -c . | docker import \
+  $as_root sh -c 'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' - "$rootfs"
+  echo 'APT::Install-Recommends "false";' \
+    | $as_root tee "$rootfs/etc/apt/apt.conf.d/00-no-recommends" >/dev/null
+  $as_root tar -C "$rootfs" --numeric-owner -c . | docker import \
     --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     - "$base" >/dev/null
-  rm -rf "$rootfs"
+  $as_root rm -rf "$rootfs"
   trap - EXIT
   echo "build-image: imported $base ($(( $(date +%s) - started )) s)"
 fi
