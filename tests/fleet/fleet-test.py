@@ -101,6 +101,11 @@ class FleetTest:
             "HUNCH_DECISION_LOG_URL=http://collector:8686/",
             # The durable spool: events survive a kill and are sent again after the restart.
             "HUNCH_DECISION_LOG_SPOOL=/var/lib/hunch/spool",
+            # The random DiffusionGemma demo, not the image's default chat model: this test is
+            # about the fleet (kills, bundles, partitions, the collector), and three replicas of
+            # the real model on a 2-core CI machine take ~15 s a decision, so a short fault phase
+            # could pass without one request sent in it (docs/deploy.md, "The fleet test").
+            "HUNCH_DEMO=1",
         ]
         if self.use_bundles:
             self.bundles = Bundles(self.args.hunch, self.work, POLICY)
