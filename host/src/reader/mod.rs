@@ -4,9 +4,12 @@
 //! - [`accelerator`]: the client of an accelerator sidecar (`POST /read`).
 //! - [`sidecar`]: starts and supervises a sidecar process and reads through its client.
 //! - [`upstream`]: any other System One server, by URL and key.
+//! - [`models`]: many models under one memory budget: discovery, the eviction choice, measured
+//!   resident sizes.
 //! - [`ReadGate`]: the bounded queue in front of every reader (503 + `Retry-After` when full).
 
 pub mod accelerator;
+pub mod models;
 pub mod sidecar;
 pub mod upstream;
 
