@@ -1,10 +1,12 @@
 //! Many models under one memory budget (docs/models.md): the parts that decide, each pure and
 //! tested on its own.
 //!
+//! - [`budget`]: the default budget, what the machine has less a reserve.
 //! - [`discovery`]: the checkpoints under the `--models-dir` roots, sized before loading.
 //! - [`eviction`]: which idle models to unload, before a load, so that the new one fits.
 //! - [`resident`]: a sidecar process's measured resident bytes.
 
+pub mod budget;
 pub mod discovery;
 pub mod eviction;
 pub mod resident;
