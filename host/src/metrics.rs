@@ -167,7 +167,8 @@ pub(crate) fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-fn escape(label: &str) -> String {
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+pub(crate) fn escape(label: &str) -> String {
     label
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

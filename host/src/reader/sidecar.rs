@@ -8,6 +8,7 @@ use super::accelerator::{AcceleratorClient, HealthState};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -51,6 +52,8 @@ pub enum SidecarStatus {
 
 struct Shared {
     status: RwLock<(SidecarStatus, Option<AcceleratorClient>)>,
+    /// The running process's id, 0 while none runs: a sidecar that died holds no memory.
+    pid: AtomicU32,
 }
 
 impl Shared {
@@ -92,6 +95,7 @@ impl Sidecar {
     pub fn spawn(config: SidecarConfig) -> Arc<Sidecar> {
         let shared = Arc::new(Shared {
             status: RwLock::new((SidecarStatus::Starting, None)),
+            pid: AtomicU32::new(0),
         });
         let (tx, rx) = watch::channel(false);
         let task = tokio::spawn(supervise(config.clone(), shared.clone(), rx));
@@ -105,6 +109,15 @@ impl Sidecar {
 
     pub fn status(&self) -> SidecarStatus {
         self.shared.get().0
+    }
+
+    /// What its process holds resident now (`VmRSS`), measured; `None` while no process runs
+    /// (starting, restarting, stopped), which is when it holds nothing (docs/models.md).
+    pub fn resident_bytes(&self) -> Option<u64> {
+        match self.shared.pid.load(Ordering::Acquire) {
+            0 => None,
+            pid => super::models::resident::resident_bytes(pid),
+        }
     }
 
     /// Stops the sidecar and its supervisor; returns once the process is gone.
@@ -154,6 +167,29 @@ impl Reader for Sidecar {
             .1
             .map(|client| client.reader_info())
             .unwrap_or_default()
+    }
+}
+
+/// `/metrics` lines for the sidecars a server started: each one's measured resident bytes.
+pub struct SidecarMemory(pub Vec<Arc<Sidecar>>);
+
+impl crate::metrics::MetricsSource for SidecarMemory {
+    fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        crate::metrics::family(
+            out,
+            "hunch_model_resident_bytes",
+            "gauge",
+            "What each model's sidecar process holds resident (VmRSS), measured; 0 while none runs.",
+        );
+        for sidecar in &self.0 {
+            let _ = writeln!(
+                out,
+                "hunch_model_resident_bytes{{model=\"{}\"}} {}",
+                crate::metrics::escape(&sidecar.name),
+                sidecar.resident_bytes().unwrap_or(0)
+            );
+        }
     }
 }
 
@@ -336,6 +372,7 @@ async fn supervise(
                         Ended::Failed(e.to_string())
                     }
                     Ok(client) => {
+                        shared.pid.store(child.id().unwrap_or(0), Ordering::Release);
                         shared.set(
                             SidecarStatus::Loading {
                                 progress: 0.0,
@@ -351,6 +388,7 @@ async fn supervise(
                         // Whatever ended it, the process must be gone before a new one starts.
                         let _ = child.start_kill();
                         let _ = child.wait().await;
+                        shared.pid.store(0, Ordering::Release);
                         ended
                     }
                 }

@@ -9,7 +9,7 @@ use crate::api::{router_with, ApiKeys, AppState};
 use crate::config::default_model::DEFAULT_MODEL_NAME;
 use crate::config::{check_model_path, DefaultModel, Fallback, ModelSource, Settings, Source};
 use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
-use crate::reader::sidecar::{Sidecar, SidecarConfig};
+use crate::reader::sidecar::{Sidecar, SidecarConfig, SidecarMemory};
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
 use crate::reader::{ModelEntry, Registry};
 use anyhow::Context;
@@ -311,6 +311,11 @@ pub async fn serve_until(
             .map(|m| (m.name.clone(), m.reader.clone())),
     );
     state.metrics.add_source(state.decisions.clone());
+    if !readers.sidecars.is_empty() {
+        state
+            .metrics
+            .add_source(Arc::new(SidecarMemory(readers.sidecars.clone())));
+    }
     for (alias, target) in state.registry.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
