@@ -44,6 +44,24 @@ async fn the_sidecars_resident_bytes_are_measured_and_a_dead_one_holds_nothing()
         "/metrics says {reported} bytes, /proc/{pid}/status says {measured}"
     );
 
+    // /v1/models says the same of the model and of its alias.
+    let listed: serde_json::Value = reqwest::get(format!("{}/v1/models", hunch.url))
+        .await
+        .expect("GET /v1/models")
+        .json()
+        .await
+        .expect("a JSON list");
+    for name in [TINY_MODEL, "jev-latest"] {
+        let entry = listed["models"]
+            .as_array()
+            .and_then(|m| m.iter().find(|e| e["name"] == name))
+            .unwrap_or_else(|| panic!("{name} listed in {listed}"));
+        assert_eq!(entry["x_state"], "loaded", "{entry}");
+        assert_eq!(entry["x_pinned"], true, "{entry}");
+        let bytes = entry["x_resident_bytes"].as_u64().expect("measured bytes");
+        assert!((lo..=hi).contains(&bytes), "{entry} against {measured}");
+    }
+
     // Killed, it holds nothing: the figure drops to 0 before the restarted sidecar (after a
     // backoff of a second) runs.
     let killed = std::process::Command::new("kill")

@@ -72,6 +72,8 @@ pub struct AppState {
     pub served_policies: openapi::ServedPolicies,
     /// Set once a shutdown began: `/readyz` answers 503 so balancers send no new work.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The sidecars this server supervises, for what `/v1/models` says of each one's process.
+    pub sidecars: Arc<Vec<Arc<crate::reader::sidecar::Sidecar>>>,
 }
 
 impl AppState {
@@ -97,6 +99,7 @@ impl AppState {
             calibration: Default::default(),
             served_policies: openapi::ServedPolicies::default(),
             draining: Arc::default(),
+            sidecars: Arc::default(),
         })
     }
 

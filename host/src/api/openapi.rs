@@ -175,7 +175,13 @@ fn components() -> Value {
                     "decision_id": {"type": "string", "description": "The decision's id, on the policy routes."}}}}},
             "ModelList": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
                 "type": "object", "required": ["name", "description", "release_date"], "properties": {
-                    "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"}}}}}},
+                    "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"},
+                    "x_fingerprint": {"type": ["string", "null"], "description": "The model's identity as it reports it; null while unknown."},
+                    "x_state": {"type": "string", "enum": ["loading", "loaded", "failed"], "description": "A supervised sidecar's state (docs/models.md); absent for other readers."},
+                    "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
+                    "x_error": {"type": "string", "description": "Why it failed, while it restarts."},
+                    "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},
+                    "x_pinned": {"type": "boolean", "description": "Loaded at start and never unloaded."}}}}}},
             "PolicySummary": {"type": "object", "required": ["name", "mode"], "properties": {
                 "name": {"type": "string"},
                 "version": {"type": ["string", "null"], "description": "Content hash of the .wasm; null when no version ever loaded."},

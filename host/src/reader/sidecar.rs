@@ -90,6 +90,14 @@ pub struct Sidecar {
     task: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+impl std::fmt::Debug for Sidecar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sidecar")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Sidecar {
     /// Starts the supervisor (it spawns the process in the background and returns at once).
     pub fn spawn(config: SidecarConfig) -> Arc<Sidecar> {
@@ -105,6 +113,11 @@ impl Sidecar {
             shutdown: tx,
             task: tokio::sync::Mutex::new(Some(task)),
         })
+    }
+
+    /// The model name it serves.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn status(&self) -> SidecarStatus {

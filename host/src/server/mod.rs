@@ -311,6 +311,7 @@ pub async fn serve_until(
             .map(|m| (m.name.clone(), m.reader.clone())),
     );
     state.metrics.add_source(state.decisions.clone());
+    state.sidecars = Arc::new(readers.sidecars.clone());
     if !readers.sidecars.is_empty() {
         state
             .metrics
