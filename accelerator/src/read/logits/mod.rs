@@ -65,3 +65,23 @@ pub trait PromptTokenizer {
         None
     }
 }
+
+/// The chat models' tokenizer, implemented here where the trait is owned so that `tokenizer`
+/// never imports `read` (imports run one way, docs/architecture.md).
+impl PromptTokenizer for crate::tokenizer::chat::ChatTokenizer {
+    fn render_chat(&self, system: &str, user: &str) -> Result<String, String> {
+        self.render_system_user(system, user)
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        crate::tokenizer::chat::ChatTokenizer::encode(self, text).map_err(|e| e.to_string())
+    }
+
+    fn bos_for(&self, rendered: &str) -> Option<u32> {
+        crate::tokenizer::chat::ChatTokenizer::bos_for(self, rendered)
+    }
+
+    fn last_special_end(&self, text: &str) -> Option<usize> {
+        crate::tokenizer::chat::ChatTokenizer::last_special_end(self, text)
+    }
+}

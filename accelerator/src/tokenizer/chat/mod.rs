@@ -21,7 +21,6 @@ mod template;
 pub use error::ChatTokenizerError;
 
 use crate::checkpoint::gguf::GgufFile;
-use crate::read::logits::PromptTokenizer;
 use std::path::Path;
 use template::{ChatTemplate, RenderFailure, TemplateTokens};
 
@@ -253,12 +252,12 @@ impl ChatTokenizer {
     }
 }
 
-impl PromptTokenizer for ChatTokenizer {
+impl ChatTokenizer {
     /// The template over a system and a user message. A template that refuses a system role
     /// (Gemma 2's raises "System role not supported") gets one user message instead: the
     /// system text, a blank line, then the user text, which is what such models were trained
     /// to read as instructions.
-    fn render_chat(&self, system: &str, user: &str) -> Result<String, String> {
+    pub fn render_system_user(&self, system: &str, user: &str) -> Result<String, String> {
         let messages = [
             ChatMessage::new("system", system),
             ChatMessage::new("user", user),
@@ -277,18 +276,6 @@ impl PromptTokenizer for ChatTokenizer {
             }
             Err(f) => Err(self.render_error(f.message()).to_string()),
         }
-    }
-
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        ChatTokenizer::encode(self, text).map_err(|e| e.to_string())
-    }
-
-    fn bos_for(&self, rendered: &str) -> Option<u32> {
-        ChatTokenizer::bos_for(self, rendered)
-    }
-
-    fn last_special_end(&self, text: &str) -> Option<usize> {
-        ChatTokenizer::last_special_end(self, text)
     }
 }
 

@@ -95,7 +95,7 @@ fn system_refusal_folds_the_system_text_into_the_user_message() {
         json!({"chat_template": NO_SYSTEM, "bos_token": "<bos>"}),
     ));
     let t = ChatTokenizer::from_dir(dir.path()).expect("loads");
-    let rendered = t.render_chat("Be brief.", "Why?").expect("renders");
+    let rendered = t.render_system_user("Be brief.", "Why?").expect("renders");
     assert_eq!(
         rendered,
         "<bos><|turn>user\nBe brief.\n\nWhy?<turn|>\n<|turn>model\n"
@@ -182,5 +182,5 @@ fn no_template_is_an_error_at_render_only() {
     let t = ChatTokenizer::from_dir(dir.path()).expect("loads");
     let e = t.render(&[]).expect_err("no template");
     assert!(matches!(e, ChatTokenizerError::NoTemplate { .. }), "{e}");
-    assert!(t.render_chat("s", "u").is_err());
+    assert!(t.render_system_user("s", "u").is_err());
 }
