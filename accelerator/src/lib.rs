@@ -1,18 +1,24 @@
 //! # hunch-accelerator
 //!
-//! DiffusionGemma (the diffusion LM behind System One reads) on MLX, from Rust (mlx-rs), and the
-//! sidecar process that serves its reads to the Hunch host.
+//! The sidecar process that serves System One reads to the Hunch host, on MLX from Rust
+//! (mlx-rs), for two model families, each in a folder of its own under `model/`, `read/` and
+//! `engine/` (docs/architecture.md, "The accelerator's families"):
 //!
-//! * [`model`]: the math, one type per block ([`model::attention::Attention`],
-//!   [`model::mlp::Mlp`], [`model::moe::Moe`], [`model::layer::Layer`], …) and the whole
-//!   [`DiffusionGemma`].
-//! * [`checkpoint`]: loading. Memory-mapped safetensors ([`checkpoint::tensors`]), the layout
-//!   found from the tensors ([`checkpoint::layout`]), the three layouts' arrays in MLX.
+//! * [`model`]: the math over shared blocks (linear, norms, fused kernels, chunk K/V):
+//!   [`model::diffusion_gemma`] (DiffusionGemma, the diffusion LM, one type per block) and
+//!   [`model::causal`] (chat models: Llama, Qwen3, Gemma 3, one file per architecture).
+//! * [`checkpoint`]: loading, kept apart from the math. Memory-mapped safetensors
+//!   ([`checkpoint::tensors`]), DiffusionGemma's layout found from its tensors
+//!   ([`checkpoint::layout`]), chat models from Hugging Face folders and GGUF files
+//!   ([`checkpoint::causal`], [`checkpoint::gguf`]).
 //! * [`tools`]: writing checkpoints (random ones, conversion, quantisers, the demo checkpoint);
 //!   not used by the serving code.
-//! * [`tokenizer`]: the checkpoint's `tokenizer.json`, special tokens by text, the chat format.
-//! * [`read`]: the System One decision read (prompt, canvas, slots, noise draws, re-reads).
-//! * [`server`]: the sidecar's HTTP face and its engine thread.
+//! * [`tokenizer`]: DiffusionGemma's `tokenizer.json`; chat models' tokenizers and templates
+//!   ([`tokenizer::chat`]).
+//! * [`read`]: the reads: [`read::diffusion`] (prompt, canvas, slots, noise draws, re-reads)
+//!   and [`read::logits`] (simple-jev's prompt structure v1 over next-token label logits).
+//! * [`engine`]: one engine per family; [`server`]: the sidecar's HTTP face and its engine
+//!   thread.
 //!
 //! The API the decision read uses:
 //!

@@ -15,7 +15,7 @@
 use hunch_accelerator::blas::{self, BlasChoice};
 use hunch_accelerator::checkpoint::Layout;
 use hunch_accelerator::engine::{EngineOptions, MlxEngine, ModelDenoiser};
-use hunch_accelerator::read::{execute, ReadSettings};
+use hunch_accelerator::read::diffusion::{execute, ReadSettings};
 use hunch_accelerator::scheduler::{measure_batch_deviation, Batching, Reply, SchedulerConfig};
 use hunch_accelerator::server::ReadEngine;
 use hunch_accelerator::tools::{write_random_checkpoint, DenseDtype, Preset, RandomSpec};

@@ -125,3 +125,58 @@ fn smollm2_reads_the_reference_tokens_and_answers() {
         }
     }
 }
+
+fn tiny(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/causal")
+        .join(name)
+}
+
+/// What `/health` says the model is, from the checkpoint's content: a GGUF's family, layout,
+/// the storage of its matrices and its own name; a folder's float dtype or affine codes.
+#[test]
+fn the_model_says_what_kind_it_is() {
+    use hunch_accelerator::server::ReadEngine;
+    let kind = |path: PathBuf| {
+        let engine = CausalEngine::load(&path, &CausalEngineOptions::default()).expect("loads");
+        engine.info().and_then(|i| i.kind).expect("a kind")
+    };
+    let gguf = kind(tiny("tiny-llama.q4_1.gguf"));
+    assert_eq!(
+        (gguf.family.as_str(), gguf.architecture.as_str(), gguf.layout.as_str()),
+        ("chat", "llama", "gguf")
+    );
+    assert!(gguf.quantization.starts_with("Q4_1"), "{gguf:?}");
+    assert_eq!(gguf.read, "logits-v1");
+    let bf16 = kind(tiny("tiny-llama-bf16"));
+    assert_eq!((bf16.layout.as_str(), bf16.quantization.as_str()), ("hf", "BF16"));
+    let mlx = kind(tiny("tiny-qwen3-mlx8"));
+    assert_eq!(mlx.architecture, "qwen3");
+    assert_eq!(mlx.layout, "mlx-affine");
+    assert!(mlx.quantization.starts_with("affine-8bit"), "{mlx:?}");
+}
+
+/// A chat model without a chat template cannot be read (the v1 prompt is its own template):
+/// refused at load, saying so, rather than at every read.
+#[test]
+fn a_model_without_a_chat_template_is_refused_at_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = tiny("tiny-llama");
+    for entry in std::fs::read_dir(&source).expect("read dir") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).expect("copy");
+    }
+    let config_path = dir.path().join("tokenizer_config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).expect("read")).expect("json");
+    config
+        .as_object_mut()
+        .expect("an object")
+        .remove("chat_template");
+    std::fs::write(&config_path, config.to_string()).expect("write");
+    let Err(error) = CausalEngine::load(dir.path(), &CausalEngineOptions::default()) else {
+        panic!("a model without a chat template loaded");
+    };
+    let message = error.to_string();
+    assert!(message.contains("has no chat template"), "{message}");
+}

@@ -19,7 +19,7 @@ use hunch_accelerator::{
         tensors::{Dtype as FileDtype, PlannedTensor, SafetensorsFile},
         Checkpoint, Layout, LoadError, QuantMode, Quantized, QuantizedWeight, Weight,
     },
-    model::experts::dequantize_nvfp4,
+    model::diffusion_gemma::experts::dequantize_nvfp4,
     tools::{
         convert,
         quant::{self, SourceDtype},

@@ -267,6 +267,7 @@ mod tests {
             ReaderInfo {
                 limits: self.limits,
                 fingerprint: self.fingerprint.clone(),
+                kind: None,
             }
         }
     }

@@ -295,9 +295,12 @@ pub struct ReaderInfo {
     /// What the reader can take, as far as it is known (the contract's limits otherwise).
     pub limits: ReaderLimits,
     /// Identifies everything an isolated answer depends on besides the request (weights,
-    /// backend, activation dtype, BLAS, [`READ_ALGORITHM_VERSION`]): the sidecar's
+    /// backend, activation dtype, BLAS, [`READ_ALGORITHM_VERSION`]): the
     /// sidecar's `ModelInfo` fingerprint. `None`: unknown, so answers are never cached.
     pub fingerprint: Option<String>,
+    /// What kind of model answers (family, architecture, layout, quantisation), when the
+    /// reader's model reported it.
+    pub kind: Option<crate::protocol::ModelKind>,
 }
 
 impl ReaderInfo {

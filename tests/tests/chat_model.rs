@@ -8,7 +8,8 @@
 
 use hunch_e2e::http::{get_json, post_systemone};
 use hunch_e2e::{
-    accelerator_bin, missing_prerequisite, start_hunch_with, wait_ready_or_logs, Hunch,
+    accelerator_bin, eventually, hunch_bin, missing_prerequisite, start_hunch_with,
+    wait_ready_or_logs, workspace_root, Hunch,
 };
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
@@ -25,6 +26,11 @@ fn default_model() -> Option<PathBuf> {
 }
 
 async fn start() -> Option<Hunch> {
+    start_with(&[]).await
+}
+
+/// The server with no model configured (so the default model), and `args`.
+async fn start_with(args: &[&str]) -> Option<Hunch> {
     if default_model().is_none() {
         missing_prerequisite(
             "chat_model",
@@ -34,7 +40,7 @@ async fn start() -> Option<Hunch> {
         return None;
     }
     let bin = accelerator_bin().to_string_lossy().into_owned();
-    let hunch = start_hunch_with(&[], &[("HUNCH_ACCELERATOR_BIN", bin)]);
+    let hunch = start_hunch_with(args, &[("HUNCH_ACCELERATOR_BIN", bin)]);
     wait_ready_or_logs(&hunch, Duration::from_secs(300)).await;
     Some(hunch)
 }
@@ -63,6 +69,18 @@ async fn the_default_model_serves_every_answer_type_with_meaning() {
         models.to_string().contains("smollm2-135m-instruct"),
         "{models}"
     );
+    // What the model is, as the sidecar found it in the file: a Llama-architecture chat model in
+    // a GGUF whose matrices are mostly Q4_1 (its embedding is Q8_0).
+    let listed = models["models"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["name"] == "smollm2-135m-instruct"))
+        .expect("the default model is listed");
+    assert_eq!(listed["x_family"], "chat", "{listed}");
+    assert_eq!(listed["x_architecture"], "llama", "{listed}");
+    assert_eq!(listed["x_layout"], "gguf", "{listed}");
+    assert_eq!(listed["x_quantization"], "Q4_1+Q8_0", "{listed}");
+    assert_eq!(listed["x_read"], "logits-v1", "{listed}");
+    assert!(listed["x_checkpoint_name"].is_string(), "{listed}");
 
     let billing = |state: &str| {
         json!({
@@ -114,6 +132,15 @@ async fn the_default_model_serves_every_answer_type_with_meaning() {
     )
     .await;
     assert_eq!(again["answers"], charged["answers"]);
+
+    // Noise draws and seeds are the diffusion read's: accepted, and without effect on this
+    // deterministic read (docs/logit-read.md).
+    let mut seeded =
+        billing("I was charged twice for my subscription this month. Please refund one.");
+    seeded["x_draws"] = json!(4);
+    seeded["x_seed"] = json!(7);
+    let seeded = ok(&hunch, &seeded).await;
+    assert_eq!(seeded["answers"], charged["answers"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -152,4 +179,148 @@ async fn the_default_model_reads_choices_past_v1s_50_labels_and_refuses_what_can
     let text = r.text().await.expect("body");
     assert!((400..500).contains(&status), "{status}: {text}");
     assert!(text.contains("255") || text.contains("option"), "{text}");
+}
+
+/// The venv with the official TypeSafe SDK and jevbench (`scripts/python-env.sh`); `None` only
+/// when `HUNCH_TEST_SKIP` lists `python`.
+fn venv_python() -> Option<PathBuf> {
+    let python = workspace_root().join(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    missing_prerequisite(
+        "python",
+        "the Python venv with the official SDK and jevbench (.venv)",
+        "run scripts/python-env.sh",
+    );
+    None
+}
+
+/// The official clients against the default model, as users run them: TypeSafe's Python SDK
+/// parses every answer type (`tests/python/sdk_e2e.py`: the model list, every type, a zstd body
+/// of a 40-option choice over a long state, typed errors) and `jevbench check` reads one request
+/// and every answer.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_sdk_and_jevbench_check_pass_on_the_default_model() {
+    let Some(python) = venv_python() else { return };
+    let Some(hunch) = start().await else { return };
+    let out = std::process::Command::new(&python)
+        .arg(workspace_root().join("tests/python/sdk_e2e.py"))
+        .env("TYPESAFE_BASE_URL", &hunch.url)
+        .env("TYPESAFE_API_KEY", "any-key-auth-is-off")
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("SDK E2E OK"),
+        "stdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        hunch.process.logs()
+    );
+    let out = std::process::Command::new(python.with_file_name("jevbench"))
+        .args(["check", "--url", &format!("{}/v1/systemone", hunch.url)])
+        .args(["--model", "jev-latest"])
+        .output()
+        .expect("jevbench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("jevbench check: OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `hunch calibrate` on the default model's own decision log: labelled decisions are joined to
+/// their recorded reads and a temperature is fitted and measured, as for any other model.
+#[tokio::test(flavor = "multi_thread")]
+async fn hunch_calibrate_fits_the_default_models_decision_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("decisions.ndjson");
+    let l = log.display().to_string();
+    let Some(hunch) = start_with(&["--decision-log", &l]).await else {
+        return;
+    };
+    let billing = [
+        "I was charged twice this month, please refund one payment.",
+        "My card was billed but the order never arrived.",
+        "Why is there an extra fee on my invoice?",
+        "Please cancel the charge for the annual plan.",
+        "The refund you promised has not reached my account.",
+        "I need a receipt for last month's payment.",
+    ];
+    let other = [
+        "The app crashes when I open the settings page.",
+        "What time does the store open on Sunday?",
+        "It is sunny and warm in Lisbon today.",
+        "How do I change my profile picture?",
+        "The login page shows a blank screen.",
+        "Can you recommend a good book about gardening?",
+    ];
+    let mut labels = String::new();
+    for round in 0..2 {
+        for (text, is_billing) in billing
+            .iter()
+            .map(|t| (t, true))
+            .chain(other.iter().map(|t| (t, false)))
+        {
+            let state = format!("{text} (ticket {round})");
+            let r = post_systemone(
+                &hunch.url,
+                &json!({
+                    "model": "smollm2-135m-instruct",
+                    "state": state,
+                    "questions": {"billing": {"type": "noul",
+                        "instructions": "Is this message about a payment or a charge?"}}
+                }),
+            )
+            .await;
+            assert_eq!(r.status().as_u16(), 200);
+            let id = r
+                .headers()
+                .get("x-hunch-decision-id")
+                .and_then(|v| v.to_str().ok())
+                .expect("a decision id")
+                .to_string();
+            labels.push_str(
+                &json!({"decision_id": id, "labels": {"billing": is_billing}}).to_string(),
+            );
+            labels.push('\n');
+        }
+    }
+    let labels_path = dir.path().join("labels.jsonl");
+    std::fs::write(&labels_path, labels).expect("write labels");
+    eventually(Duration::from_secs(30), || async {
+        let held = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+        if held >= 24 {
+            Ok(())
+        } else {
+            Err(format!("the log holds {held} of 24 decisions"))
+        }
+    })
+    .await;
+    let out_file = dir.path().join("calibration.json");
+    let out = std::process::Command::new(hunch_bin())
+        .args(["calibrate", "--json", "--log", &l, "--labels"])
+        .arg(&labels_path)
+        .arg("-o")
+        .arg(&out_file)
+        .output()
+        .expect("hunch calibrate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fitted: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let questions = fitted["questions"].as_array().expect("questions");
+    assert_eq!(questions.len(), 1, "{fitted:#}");
+    assert_eq!(questions[0]["labels"], json!(24));
+    assert!(questions[0]["temperature"].as_f64().is_some_and(|t| t > 0.0));
+    for side in ["before", "after"] {
+        assert!(questions[0][side]["ece"].is_number(), "{fitted:#}");
+    }
 }

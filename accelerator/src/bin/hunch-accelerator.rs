@@ -7,7 +7,7 @@ use hunch_accelerator::blas::{select as select_blas, BlasChoice};
 use hunch_accelerator::checkpoint::causal::AffineWeights;
 use hunch_accelerator::engine::{load_engine, CausalEngineOptions, EngineOptions};
 use hunch_accelerator::model::ActivationDtype;
-use hunch_accelerator::read::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
+use hunch_accelerator::read::diffusion::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
 use hunch_accelerator::server::{router, spawn_engine, HealthCell};
 use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
@@ -126,7 +126,7 @@ fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
         other => other
             .parse()
             .map(|d| DtypeArg(Some(d)))
-            .map_err(|e: hunch_accelerator::model::forward_io::UnknownDtype| e.to_string()),
+            .map_err(|e: hunch_accelerator::model::diffusion_gemma::forward_io::UnknownDtype| e.to_string()),
     }
 }
 

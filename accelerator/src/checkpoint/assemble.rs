@@ -5,17 +5,17 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mlx_rs::{Array, Dtype};
 
 use super::{LoadError, LoadOptions, MappedLayout};
-use crate::model::{
+use crate::model::diffusion_gemma::{
     attention::Attention,
     config::{AttentionKind, Config},
     layer::{Layer, LayerNorms},
     mlp::Mlp,
     moe::{Moe, Router},
-    norm::RmsNorm,
     rope::Rope,
     self_conditioning::SelfConditioning,
     DiffusionGemma,
 };
+use crate::model::norm::RmsNorm;
 
 fn eval_named(name: &str, arrays: &[&Array]) -> Result<(), LoadError> {
     mlx_rs::transforms::eval(arrays.iter().copied()).map_err(|source| LoadError::Mlx {

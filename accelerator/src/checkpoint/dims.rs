@@ -2,8 +2,8 @@
 //! of its tensors (docs/model.md, "Tensor names"). Writers, the converter and the layout validators all
 //! work from this one inventory, so they cannot disagree about a name or a shape.
 
-pub use crate::model::config::layer_types_for;
-use crate::model::config::{AttentionKind, LayerGeometry};
+pub use crate::model::diffusion_gemma::config::layer_types_for;
+use crate::model::diffusion_gemma::config::{AttentionKind, LayerGeometry};
 use serde::Deserialize;
 use serde_json::Value;
 

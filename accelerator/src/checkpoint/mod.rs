@@ -9,7 +9,8 @@
 //!   config.json implies);
 //! - [`memory`]: what the load will take, refused before allocating when it cannot fit;
 //! - [`mapped`], [`arrays`]: MLX arrays over the mapped bytes, in the dtype each weight is held in;
-//! - [`assemble`]: the model from a [`MappedLayout`].
+//! - [`assemble`]: the model from a [`MappedLayout`];
+//! - [`stored`]: how a checkpoint's matrices are stored, in words (`/health`'s model kind).
 //!
 //! Writing checkpoints (random ones, conversion, quantisers) lives in the `tools` module, which
 //! uses this one and which this module never uses (only its tests write checkpoints with it).
@@ -26,6 +27,7 @@ pub mod gguf;
 pub mod layout;
 pub mod mapped;
 pub mod memory;
+pub mod stored;
 pub mod tensors;
 
 use std::path::Path;

@@ -96,6 +96,11 @@ impl CausalEngine {
             CausalFormat::Gguf => ChatTokenizer::from_gguf(&GgufFile::open(path)?)?,
             CausalFormat::HuggingFace { .. } => ChatTokenizer::from_dir(path)?,
         };
+        // A model with no template is refused here, saying so, rather than failing every
+        // read (or the label check below, which renders a prompt) with a less direct message.
+        if !tokenizer.has_template() {
+            return Err(tokenizer.no_template_error().into());
+        }
         let planner = LogitPlanner::new(tokenizer, options.max_prompt_tokens).map_err(|e| {
             CausalEngineError::Labels {
                 path: path.to_path_buf(),
@@ -287,6 +292,12 @@ fn model_info(
             max_request_bytes: None,
         },
         blas_libraries: crate::blas::mapped_libraries(),
+        kind: Some(crate::checkpoint::stored::chat_kind(
+            path,
+            format,
+            config.architecture.name(),
+            LOGIT_READ_VERSION,
+        )),
     }
 }
 
@@ -372,7 +383,7 @@ impl ChunkCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::attention::LayerKv;
+    use crate::model::kv::LayerKv;
     use mlx_rs::Array;
 
     fn chunk(tokens: &[u32]) -> CausalChunk {

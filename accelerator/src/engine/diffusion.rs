@@ -3,7 +3,7 @@
 
 use crate::checkpoint::LoadOptions;
 use crate::model::{ActivationDtype, DiffusionGemma};
-use crate::read::{PlanSettings, Planner, ReadSettings, MAX_CANVAS_CAP};
+use crate::read::diffusion::{PlanSettings, Planner, ReadSettings, MAX_CANVAS_CAP};
 use crate::scheduler::{
     measure_batch_deviation, Batching, Reply, Scheduler, SchedulerConfig, StepOutcome,
 };
@@ -226,10 +226,10 @@ impl ReadEngine for MlxEngine {
 #[cfg(any(test, feature = "testing"))]
 mod model_denoiser {
     use crate::model::{DiffusionGemma, ModelError, PromptCache};
-    use crate::read::{Denoiser, SlotLogits};
+    use crate::read::diffusion::{Denoiser, SlotLogits};
 
     /// [`DiffusionGemma`] as the read's [`Denoiser`], prefilling in chunks of `chunk` tokens: the
-    /// one-read-at-a-time path ([`crate::read::execute`]) that the scheduler's answers are checked
+    /// one-read-at-a-time path ([`crate::read::diffusion::execute`]) that the scheduler's answers are checked
     /// against.
     pub struct ModelDenoiser<'a> {
         pub model: &'a DiffusionGemma,

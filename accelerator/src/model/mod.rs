@@ -1,29 +1,24 @@
-//! DiffusionGemma's math, one type per block (docs/model.md). Loading lives in
-//! the checkpoint module; these types only hold arrays and compute.
+//! The models' math, one folder per family over shared blocks (docs/architecture.md, "The
+//! accelerator's families"): [`diffusion_gemma`] (the diffusion model) and [`causal`] (chat
+//! models read from their label logits: Llama, Qwen3, Gemma 3). Shared by both: [`linear`]
+//! (dense and quantised products), [`norm`], [`fused`] (compiled elementwise kernels),
+//! [`widened`] (narrow weights widened per call on the CPU) and [`kv`] (a prompt chunk's keys,
+//! values and masks). Loading lives in the checkpoint module; these types only hold arrays and
+//! compute.
 
-pub mod attention;
 pub mod causal;
-pub mod config;
 pub mod diffusion_gemma;
-pub mod experts;
-pub mod forward_io;
 pub mod fused;
-pub mod layer;
+pub mod kv;
 pub mod linear;
-pub mod mlp;
-pub mod moe;
 pub mod norm;
-pub mod reduce;
-pub mod rope;
-pub mod self_conditioning;
 pub mod widened;
 
-pub use config::{AttentionKind, Config, ConfigError, LayerConfig, RopeConfig};
 pub use diffusion_gemma::{
-    ActivationDtype, CanvasBatch, ChunkKv, DiffusionGemma, ForwardOutput, PromptCache, PromptChunk,
+    ActivationDtype, AttentionKind, CanvasBatch, ChunkKv, Config, ConfigError, DiffusionGemma,
+    Experts, ForwardOutput, LayerConfig, PromptCache, PromptChunk, RopeConfig,
     DEFAULT_PREFILL_CHUNK,
 };
-pub use experts::Experts;
 
 /// The MLX operations evaluating `outputs` would run (the distinct primitives of their
 /// unevaluated graph). For benchmarks and diagnostics: it walks the whole graph.

@@ -144,7 +144,7 @@ pub(crate) fn dense_matmul(
 }
 
 /// [`dense_matmul`] without counting the product in [`take_product_paths`]: for a caller that
-/// runs one logical product as several (the experts grouped by expert, `model::moe`) and counts
+/// runs one logical product as several (the experts grouped by expert, `model::diffusion_gemma::moe`) and counts
 /// it once itself.
 pub(crate) fn dense_matmul_uncounted(
     x: &Array,

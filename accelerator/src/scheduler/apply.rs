@@ -4,7 +4,7 @@
 use super::plan::Work;
 use super::{ReadSlot, Scheduler};
 use crate::model::{DiffusionGemma, ForwardOutput};
-use crate::read::draws::SlotRows;
+use crate::read::diffusion::draws::SlotRows;
 use hunch_core::ReadError;
 use std::collections::HashSet;
 

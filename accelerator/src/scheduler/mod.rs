@@ -34,7 +34,7 @@ pub use probe::measure_batch_deviation;
 pub use reply::Reply;
 
 use crate::model::{ChunkKv, DiffusionGemma, ForwardOutput, PromptCache};
-use crate::read::{Planner, ReadSettings, ReadTokenizer, RequestProgress};
+use crate::read::diffusion::{Planner, ReadSettings, ReadTokenizer, RequestProgress};
 use apply::Timed;
 use hunch_core::{EngineGauges, ReadError, ReadRequest};
 use plan::Work;

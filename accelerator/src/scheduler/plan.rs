@@ -3,7 +3,7 @@
 use super::prefix_cache::NodeId;
 use super::{ReadSlot, Scheduler};
 use crate::model::{CanvasBatch, DiffusionGemma, ForwardOutput, ModelError, PromptChunk};
-use crate::read::Need;
+use crate::read::diffusion::Need;
 use std::collections::HashSet;
 
 /// One unit of work in a planned forward.

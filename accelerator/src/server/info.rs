@@ -39,6 +39,8 @@ pub fn model_info(
     questions: QuestionLimits,
     settings: &AnswerSettings,
 ) -> ModelInfo {
+    // Diffusion reads are versioned by READ_ALGORITHM_VERSION, already in the fingerprint.
+    let kind = crate::checkpoint::stored::diffusion_kind(dir, "diffusion");
     let checkpoint = checkpoint_digest(dir);
     let fingerprint = format!(
         "{:016x}/{}-{}/{}/{}/canvas{}/prompt{}/rereads-{}",
@@ -61,6 +63,7 @@ pub fn model_info(
             max_request_bytes: None,
         },
         blas_libraries: crate::blas::mapped_libraries(),
+        kind: Some(kind),
     }
 }
 

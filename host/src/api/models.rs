@@ -4,7 +4,9 @@
 //! A model served by a sidecar this server supervises also says how its process stands
 //! (docs/models.md): `x_state` (`loading` with `x_progress` 0–1, `loaded`, `failed` with
 //! `x_error` while it restarts), `x_resident_bytes` (measured) and `x_pinned` (a `--model`
-//! stays loaded). Clients that know only TypeSafe's fields ignore them.
+//! stays loaded). Once a model has loaded it also says what it is: `x_family`,
+//! `x_architecture`, `x_layout`, `x_quantization`, `x_read`, `x_checkpoint_name`. Clients that
+//! know only TypeSafe's fields ignore them.
 
 use super::error::ApiError;
 use super::AppState;
@@ -17,16 +19,34 @@ use std::sync::Arc;
 
 /// One entry of the list, under `name` (the model's own, or an alias of it).
 fn listed(name: &str, description: String, model: &ModelEntry, sidecars: &[Arc<Sidecar>]) -> Value {
+    let info = model.reader.info();
     let mut entry = json!({
         "name": name,
         "description": description,
         "release_date": model.release_date,
-        "x_fingerprint": model.reader.info().fingerprint,
+        "x_fingerprint": info.fingerprint,
     });
+    if let Some(kind) = info.kind {
+        kind_fields(&mut entry, kind);
+    }
     if let Some(sidecar) = sidecars.iter().find(|s| s.name() == model.name) {
         process_fields(&mut entry, sidecar);
     }
     entry
+}
+
+/// What kind of model it is, as the model reported it once loaded: `x_family` (`chat`,
+/// `diffusion-gemma`), `x_architecture`, `x_layout`, `x_quantization`, `x_read` and, when the
+/// checkpoint names itself, `x_checkpoint_name`.
+fn kind_fields(entry: &mut Value, kind: hunch_core::protocol::ModelKind) {
+    entry["x_family"] = json!(kind.family);
+    entry["x_architecture"] = json!(kind.architecture);
+    entry["x_layout"] = json!(kind.layout);
+    entry["x_quantization"] = json!(kind.quantization);
+    entry["x_read"] = json!(kind.read);
+    if let Some(name) = kind.name {
+        entry["x_checkpoint_name"] = json!(name);
+    }
 }
 
 /// What a supervised sidecar's process is doing, and what it holds.

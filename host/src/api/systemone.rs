@@ -332,6 +332,7 @@ mod tests {
             hunch_core::ReaderInfo {
                 limits: self.limits,
                 fingerprint: Some("stub".into()),
+                kind: None,
             }
         }
     }

@@ -160,6 +160,7 @@ impl Reader for CalibratingReader {
         ReaderInfo {
             limits: self.inner.info().limits,
             fingerprint: None,
+            kind: self.inner.info().kind,
         }
     }
 }

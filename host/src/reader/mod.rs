@@ -387,6 +387,7 @@ mod tests {
                     ..Default::default()
                 },
                 fingerprint: Some("known-model/bfloat16/read-x".into()),
+                kind: None,
             }
         }
     }

@@ -111,6 +111,8 @@ async fn health(State(f): State<Arc<Fixture>>) -> Json<serde_json::Value> {
         },
         // A test double: it maps no BLAS.
         blas_libraries: Vec::new(),
+        // A test double: no checkpoint, so nothing to describe.
+        kind: None,
     });
     Json(
         json!({"state": state, "model": f.name, "progress": progress, "message": "fixture",

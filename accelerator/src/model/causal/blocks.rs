@@ -10,7 +10,7 @@
 use mlx_rs::{fast, ops, Array};
 
 use super::config::{Activation, CausalConfig, RopeScaling, RopeSpec};
-use crate::model::attention::{ChunkMasks, LayerKv};
+use crate::model::kv::{ChunkMasks, LayerKv};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 
 /// Rotary embedding, rotate-half convention (Hugging Face's order of the q/k rows).

@@ -18,7 +18,7 @@ pub mod qwen3;
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::model::attention::{ChunkMasks, LayerKv};
+use crate::model::kv::{ChunkMasks, LayerKv};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 pub use blocks::{CausalAttention, CausalRope, DecoderLayer, GatedMlp};
 pub use config::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};

@@ -188,6 +188,19 @@ impl ChatTokenizer {
         }
     }
 
+    /// Whether the model came with a chat template (without one it cannot be read: the v1
+    /// prompt is the model's own template over a system and a user message).
+    pub fn has_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// A [`ChatTokenizerError::NoTemplate`] naming where the tokenizer came from.
+    pub fn no_template_error(&self) -> ChatTokenizerError {
+        ChatTokenizerError::NoTemplate {
+            origin: self.origin.clone(),
+        }
+    }
+
     /// The chat template over `messages` with an open assistant turn
     /// (`add_generation_prompt=True`) and thinking off (`enable_thinking=False`); `bos_token`,
     /// `eos_token` (and `unk_token`, `pad_token` where known) are its variables.

@@ -539,7 +539,7 @@ mod tests {
         fn info(&self) -> hunch_core::ReaderInfo {
             hunch_core::ReaderInfo {
                 limits: self.limits,
-                fingerprint: None,
+                ..hunch_core::ReaderInfo::unknown()
             }
         }
     }

@@ -11,12 +11,12 @@
 use mlx_rs::{ops, Array};
 
 use super::{
-    attention::{Attention, LayerKv, Segment},
+    attention::{Attention, Segment},
     mlp::Mlp,
     moe::Moe,
-    norm::RmsNorm,
-    ModelError,
 };
+use crate::model::kv::LayerKv;
+use crate::model::{norm::RmsNorm, ModelError};
 
 /// The seven weighted norms of a layer.
 #[derive(Clone, Debug)]

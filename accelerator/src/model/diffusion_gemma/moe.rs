@@ -2,7 +2,8 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::{experts::Experts, fused, linear::Linear, norm::RmsNorm, widened, ModelError};
+use super::experts::Experts;
+use crate::model::{fused, linear::Linear, norm::RmsNorm, widened, ModelError};
 
 /// (token, expert) pairs from which the expert dispatch is sorted by expert (mlx-lm's SwitchGLU
 /// uses the same figure).

@@ -1,9 +1,9 @@
-//! The device's slot reduction (`model::reduce`) against the read's own host reduction: the
+//! The device's slot reduction (`model::diffusion_gemma::reduce`) against the read's own host reduction: the
 //! same label probabilities bit for bit, the same re-read decisions. Here, above both, so that
 //! the model never imports the read.
 
-use crate::model::reduce::{SlotReduction, SlotSummary};
-use crate::read::draws::{needs_reread, read_slot, read_summary, SlotReading, SlotRows};
+use crate::model::diffusion_gemma::reduce::{SlotReduction, SlotSummary};
+use crate::read::diffusion::draws::{needs_reread, read_slot, read_summary, SlotReading, SlotRows};
 use mlx_rs::Array;
 
 /// Deterministic pseudo-random logits in about ±`scale`.

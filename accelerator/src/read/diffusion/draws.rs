@@ -3,7 +3,7 @@
 
 use super::plan::Slot;
 use super::rng::PythonRandom;
-use crate::model::reduce::{SlotSummary, ENTROPY_TOP_K};
+use crate::model::diffusion_gemma::reduce::{SlotSummary, ENTROPY_TOP_K};
 use crate::model::ModelError;
 
 /// The reference's default noise seed.

@@ -8,7 +8,8 @@ use mlx_rs::{Array, Dtype};
 
 use super::reduce::SlotSummary;
 
-use super::{attention::LayerKv, reduce::SlotReduction, ModelError};
+use super::reduce::SlotReduction;
+use crate::model::{kv::LayerKv, ModelError};
 
 /// The model's dtype (`--dtype`): what its dense weights are held in and, where MLX has fast
 /// kernels for it, what its activations are computed in ([`ActivationDtype::compute`]). Parity
@@ -40,7 +41,7 @@ impl ActivationDtype {
     /// device: the held dtype, except bfloat16 on the CPU, which computes in float32.
     pub fn compute(self) -> Result<Dtype, ModelError> {
         Ok(match self {
-            ActivationDtype::Bfloat16 if super::widened::cpu_backend()? => Dtype::Float32,
+            ActivationDtype::Bfloat16 if crate::model::widened::cpu_backend()? => Dtype::Float32,
             other => other.dtype(),
         })
     }

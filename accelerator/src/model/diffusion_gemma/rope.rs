@@ -7,7 +7,8 @@
 
 use mlx_rs::{fast, Array};
 
-use super::{config::RopeConfig, ModelError};
+use super::config::RopeConfig;
+use crate::model::ModelError;
 
 /// RoPE of one attention kind.
 #[derive(Clone, Debug)]

@@ -7,9 +7,9 @@ use std::ffi::CString;
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::linear::Affine;
-use super::widened;
-use super::ModelError;
+use crate::model::linear::Affine;
+use crate::model::widened;
+use crate::model::ModelError;
 
 /// NVFP4's tensor-scale convention: MLX's `global_scale` is the abs-max form, so one unit of a
 /// block scale is `global_scale / (448 · 6)` (docs/model.md, "NVFP4 experts").

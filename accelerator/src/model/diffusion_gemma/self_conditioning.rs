@@ -5,7 +5,8 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::{linear::Linear, mlp::Mlp, norm::RmsNorm, ModelError};
+use super::mlp::Mlp;
+use crate::model::{linear::Linear, norm::RmsNorm, ModelError};
 
 /// The decoder's self-conditioning block.
 #[derive(Clone, Debug)]

@@ -2,7 +2,7 @@
 
 use mlx_rs::Array;
 
-use super::{fused, linear::Linear, ModelError};
+use crate::model::{fused, linear::Linear, ModelError};
 
 /// Dense GeGLU MLP (also the self-conditioning MLP).
 #[derive(Clone, Debug)]

@@ -1,22 +1,37 @@
-//! The whole model: encoder prefill into a prompt cache, decoder passes over batches of canvases.
+//! DiffusionGemma, the diffusion family (docs/model.md): one type per block, one file each
+//! (attention, the GeGLU MLP, the mixture of experts and its stacked experts, the layer, the
+//! decoder's self-conditioning, RoPE), its configuration, and the whole model: encoder prefill
+//! into a prompt cache, decoder passes over batches of canvases. Loading lives in the
+//! checkpoint module; these types only hold arrays and compute.
+
+pub mod attention;
+pub mod config;
+pub mod experts;
+pub mod forward_io;
+pub mod layer;
+pub mod mlp;
+pub mod moe;
+pub mod reduce;
+pub mod rope;
+pub mod self_conditioning;
 
 use mlx_rs::{ops, Array, Dtype};
 
-pub use super::forward_io::{
+pub use config::{AttentionKind, Config, ConfigError, LayerConfig, RopeConfig};
+pub use experts::Experts;
+pub use forward_io::{
     ActivationDtype, CanvasBatch, ChunkKv, ForwardOutput, PromptCache, PromptChunk,
     DEFAULT_PREFILL_CHUNK,
 };
-use super::{
-    attention::{Attend, ChunkMasks, LayerKv, Segment},
-    config::Config,
-    fused,
+
+use self::{
+    attention::{Attend, Segment},
     layer::Layer,
-    linear::Linear,
-    norm::RmsNorm,
     reduce::SlotReduction,
     self_conditioning::SelfConditioning,
-    ModelError,
 };
+use crate::model::kv::{ChunkMasks, LayerKv};
+use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 
 /// DiffusionGemma: shared encoder/decoder weights, tied embedding.
 #[derive(Debug)]

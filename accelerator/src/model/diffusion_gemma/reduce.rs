@@ -9,7 +9,7 @@
 
 use mlx_rs::{ops, Array};
 
-use super::ModelError;
+use crate::model::ModelError;
 
 /// Tokens of the full distribution that enter the re-read entropy, besides the labels (the
 /// read's rule; the device keeps this many of each row's largest logits for it).
