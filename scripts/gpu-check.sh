@@ -131,7 +131,9 @@ step_machine() {
   echo "date: $(date -u +%FT%TZ)"
   echo "commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo "unknown (no git here)")"
   [ ! -f "$pack/MANIFEST.txt" ] || sed -n '2,4p' "$pack/MANIFEST.txt" | sed 's/^/pack: /'
-  echo "cores: $(nproc)"; uname -a; free -g; df -h "$work" | tail -n1
+  local mem_gib
+  mem_gib=$(awk '/^MemTotal:/ {printf "%.0f", $2 / 1048576}' /proc/meminfo)
+  echo "cores: $(nproc)"; echo "memory: $mem_gib GiB"; uname -a; df -h "$work" | tail -n1
   "$python" --version 2>&1 | sed "s|^|$python: |"
   "$python" -m pip list 2>/dev/null | grep -iE '^(nvidia-|torch |cuda-)' || echo "(no pip list)"
   command -v nvcc >/dev/null && nvcc --version | tail -n2
@@ -140,7 +142,7 @@ step_machine() {
     nvidia-smi; nvidia-smi -q | head -60
     gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n1)"
   fi
-  result "$(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, GPU: $gpu"
+  result "$(nproc) cores, $mem_gib GiB, GPU: $gpu"
 }
 
 # --- unpack -----------------------------------------------------------------------------------

@@ -37,7 +37,6 @@ wheel_pins=(nvidia-cublas==13.1.0.3 nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runti
   nvidia-nccl-cu13==2.28.9)
 fail() { echo "imitation: $*" >&2; exit 1; }
 command -v docker >/dev/null || fail "docker is not installed"
-[ -f target/gpu-pack/MANIFEST.txt ] || fail "no target/gpu-pack: run scripts/gpu-pack.sh first"
 started=$SECONDS
 
 # --- the image ---------------------------------------------------------------------------------
@@ -69,6 +68,7 @@ EOF
 fi
 
 # --- what travels: the working tree as the device tool sends it, and the pack -----------------
+[ -f target/gpu-pack/MANIFEST.txt ] || fail "no target/gpu-pack: run scripts/gpu-pack.sh first"
 tree="$work/tree"
 rm -rf "$tree" "$work/out"
 mkdir -p "$tree/target" "$work/out"
