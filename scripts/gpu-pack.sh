@@ -17,6 +17,7 @@
 #    has them in its Python's nvidia-* packages, and gpu-check.sh finds them there.
 # 4. One tar, xz at its highest level (-9e), split into parts of at most 15 MiB, with
 #    MANIFEST.txt (each part's size and sha256, what the pack holds, the commit and profile).
+#    -9e took 623 s on the shared 2-core box; HUNCH_GPU_PACK_XZ=-6 (say) is quicker, and larger.
 #
 # Prints the pack's size with the working tree's (what travels) against the device's 64 MiB,
 # and fails when the pack is over HUNCH_GPU_PACK_LIMIT_MIB (default 56).
@@ -82,7 +83,7 @@ commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
 } > "$root/BUILD"
 tar_started=$SECONDS
 tar -C "$stage" --owner=0 --group=0 --numeric-owner --sort=name -cf - hunch-gpu \
-  | xz -9e -T0 -c > "$stage/hunch-gpu.tar.xz"
+  | xz "${HUNCH_GPU_PACK_XZ:--9e}" -T0 -c > "$stage/hunch-gpu.tar.xz"
 split -b 15M -d -a 2 "$stage/hunch-gpu.tar.xz" "$pack/hunch-gpu.tar.xz.part-"
 compress_s=$(( SECONDS - tar_started ))
 
@@ -104,7 +105,7 @@ tree_bytes=$(git ls-files -z --cached --others --exclude-standard | du -cb --fil
 unpacked=$(du -sb "$root" | cut -f1)
 echo
 echo "gpu-pack: target/gpu-pack/ holds $(ls "$pack" | wc -l) files, $(mib "$pack_bytes")" \
-  "($(mib "$unpacked") unpacked; xz -9e in $compress_s s; $(( SECONDS - started )) s in all):"
+  "($(mib "$unpacked") unpacked; xz ${HUNCH_GPU_PACK_XZ:--9e} in $compress_s s; $(( SECONDS - started )) s in all):"
 (cd "$stage" && du -sb hunch-gpu/bin/* hunch-gpu/mlx/lib/libmlx.so hunch-gpu/mlx/include "hunch-gpu/$mlx_libs") \
   | while read -r bytes path; do printf '  %-40s %s\n' "${path#hunch-gpu/}" "$(mib "$bytes")"; done
 echo "gpu-pack: pack $(mib "$pack_bytes") + working tree $(mib "$tree_bytes") = $(mib $(( pack_bytes + tree_bytes )))" \
