@@ -60,43 +60,7 @@ if ! docker image inspect "$base" >/dev/null 2>&1; then
     echo "build-image: the base image $base is not in the engine (pull or load it first)" >&2
     exit 1
   fi
-  # debootstrap makes device nodes and chroots, and the tree it makes is root's: making the base
-  # needs root. As another user every root step goes through sudo, which must then be there.
-  as_root=""
-  if [ "$(id -u)" != 0 ]; then
-    if ! command -v sudo >/dev/null; then
-      echo "build-image: making the base image needs root (debootstrap): run this as root, install" \
-        "sudo, or pass --base IMAGE (e.g. debian:bookworm)" >&2
-      exit 1
-    fi
-    as_root=sudo
-    echo "build-image: making the base image needs root (debootstrap); using sudo"
-  fi
-  # Debian installs debootstrap in /usr/sbin, which is not on a user's PATH.
-  debootstrap="$(PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap || true)"
-  if [ -z "$debootstrap" ]; then
-    echo "build-image: installing debootstrap"
-    $as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $as_root apt-get install -y -qq debootstrap >/dev/null
-    debootstrap="$(PATH="$PATH:/usr/sbin:/sbin" command -v debootstrap)"
-  fi
-  rootfs="$(mktemp -d "${TMPDIR:-/tmp}/hunch-rootfs.XXXXXX")"
-  trap '$as_root rm -rf "$rootfs"' EXIT
-  echo "build-image: debootstrap bookworm (minbase) into $rootfs"
-  $as_root "$debootstrap" --variant=minbase bookworm "$rootfs" \
-    "${HUNCH_DEBIAN_MIRROR:-http://deb.debian.org/debian}" \
-    > "$rootfs.log" 2>&1 || { tail -20 "$rootfs.log" >&2; exit 1; }
-  rm -f "$rootfs.log"
-  # What debian:bookworm has too: no apt caches, no recommends.
-  $as_root sh -c 'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' - "$rootfs"
-  echo 'APT::Install-Recommends "false";' \
-    | $as_root tee "$rootfs/etc/apt/apt.conf.d/00-no-recommends" >/dev/null
-  $as_root tar -C "$rootfs" --numeric-owner -c . | docker import \
-    --change 'CMD ["/bin/bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    - "$base" >/dev/null
-  $as_root rm -rf "$rootfs"
-  trap - EXIT
-  echo "build-image: imported $base ($(( $(date +%s) - started )) s)"
+  scripts/base-image.sh
 fi
 
 # --- 2. The binaries and MLX ---------------------------------------------------------------

@@ -13,6 +13,9 @@ fi
 # `fault-injection` builds the sidecar with the engine-thread panic the supervisor test injects;
 # no other build has it.
 cargo test --workspace --features hunch-accelerator/fault-injection
+# The GPU pack's fat-binary pruner on a synthetic library (seconds; tests/gpu/imitation.sh, the
+# packed GPU check in a container, is too heavy for CI: docs/mlx-on-linux.md).
+python3 tests/gpu/test_prune_fatbin.py
 
 # The deployment (docs/deploy.md): the Kubernetes manifests validated offline, then the container
 # image built once from this run's binaries (no second Rust build) and a container from it asked
