@@ -3,7 +3,7 @@
 //! goes through that route's own handler, so it is validated, read, calibrated and recorded like
 //! any decision (its id links to the decision's page).
 
-use super::html::{csrf_field, page, probability_row, Text};
+use super::html::{csrf_field, layout, probability_row, Text};
 use super::session::Viewer;
 use super::{check_csrf, html_response, AppState};
 use crate::api::middleware::RequestId;
@@ -219,7 +219,7 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     let model = crate::reader::DEFAULT_ALIAS;
     let mut body = String::new();
     form_html(&state, &viewer, &AskForm::example(model), &mut body);
-    html_response(page("Ask", "/console/ask", &viewer, None, &body))
+    html_response(layout("Ask", "/console/ask", &viewer, None, &body))
 }
 
 pub async fn submit(
@@ -269,7 +269,7 @@ pub async fn submit(
     }
     body.push_str("</section>");
     form_html(&state, &viewer, &form, &mut body);
-    html_response(page("Ask", "/console/ask", &viewer, None, &body))
+    html_response(layout("Ask", "/console/ask", &viewer, None, &body))
 }
 
 #[cfg(test)]
@@ -299,7 +299,8 @@ mod tests {
         let mut out = String::new();
         answers_html(&body, &mut out);
         assert_eq!(out.matches("<svg").count(), 4);
-        assert!(!out.contains("<i>") && !out.contains("<b>"));
+        assert!(!out.contains("<i>x") && !out.contains("<b></td>"));
+        assert!(out.contains("&lt;i&gt;x&lt;/i&gt;") && out.contains("&lt;b&gt;"));
         assert!(out.contains("80.0%"));
     }
 }

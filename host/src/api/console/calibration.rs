@@ -3,7 +3,7 @@
 //! `hunch calibrate --report` draws (`calibration::report`): per question its temperature, the
 //! reliability diagrams before and after, ECE and the other metrics, and the cut-points.
 
-use super::html::{page, Text};
+use super::html::{layout, Text};
 use super::session::Viewer;
 use super::{html_response, AppState};
 use crate::calibration::file::Calibrations;
@@ -82,5 +82,5 @@ labelled decisions with <code>hunch calibrate</code> and serve it with <code>--c
         calibration_html(c, users, &mut body);
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Calibration", "/console/calibration", &viewer, flash.as_deref(), &body))
+    html_response(layout("Calibration", "/console/calibration", &viewer, flash.as_deref(), &body))
 }

@@ -4,7 +4,7 @@
 //! candidate, "replay against the candidate" (`policy::replay`, answered from the recorded reads,
 //! no model read).
 
-use super::html::{csrf_field, json_block, page, probability_row, Text};
+use super::html::{csrf_field, json_block, layout, probability_row, Text};
 use super::session::Viewer;
 use super::{check_csrf, html_response, refusal, AppState};
 use crate::decision::event::{DecisionEvent, ReadEvent};
@@ -220,7 +220,7 @@ pub async fn page(
     };
     let body = decision_html(&state, &viewer, &kept.event, None);
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Decision", "/console/decisions", &viewer, flash.as_deref(), &body))
+    html_response(layout("Decision", "/console/decisions", &viewer, flash.as_deref(), &body))
 }
 
 #[derive(Debug, Deserialize)]
@@ -286,7 +286,7 @@ pub async fn replay(
         }
     };
     let body = decision_html(&state, &viewer, e, Some(&text));
-    html_response(page("Decision", "/console/decisions", &viewer, None, &body))
+    html_response(layout("Decision", "/console/decisions", &viewer, None, &body))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! without script; `console.js` asks `/console/decisions/tail?after=SEQ` every second for newer
 //! rows and adds them as text (never as HTML).
 
-use super::html::{page, Text};
+use super::html::{layout, Text};
 use super::session::Viewer;
 use super::{html_response, AppState};
 use crate::decision::event::DecisionEvent;
@@ -152,7 +152,7 @@ pub async fn page(
     let mut body = String::new();
     let Some(ring) = state.decisions.recent() else {
         body.push_str("<p>The server keeps no recent decisions (<code>--console-decisions 0</code>).</p>");
-        return html_response(page("Decisions", "/console/decisions", &viewer, None, &body));
+        return html_response(layout("Decisions", "/console/decisions", &viewer, None, &body));
     };
     let rows = rows(&state, &filter);
     let _ = write!(
@@ -190,7 +190,7 @@ new ones appear at the top (<span id=\"tail-state\">live</span>). {} dropped whi
         body.push_str("<p id=\"tail-empty\">No decision yet: ask one on the <a href=\"/console/ask\">Ask</a> page.</p>");
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Decisions", "/console/decisions", &viewer, flash.as_deref(), &body))
+    html_response(layout("Decisions", "/console/decisions", &viewer, flash.as_deref(), &body))
 }
 
 /// What a poll gets: the new rows (newest first) and the sequence number to ask after next.

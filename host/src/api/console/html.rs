@@ -47,7 +47,7 @@ pub const PAGES: &[(&str, &str)] = &[
 
 /// A whole page: the head (stylesheet and script from `/console/assets/`), the navigation with
 /// `current` marked, who is logged in, an optional message, then `body`.
-pub fn page(title: &str, current: &str, viewer: &Viewer, flash: Option<&str>, body: &str) -> String {
+pub fn layout(title: &str, current: &str, viewer: &Viewer, flash: Option<&str>, body: &str) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     let _ = write!(
         out,

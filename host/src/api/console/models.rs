@@ -4,7 +4,7 @@
 //! when the server learns more of a model (load on demand: family, layout, estimate, TTL, last
 //! use) only `rows` changes.
 
-use super::html::{bytes, esc, page, Text};
+use super::html::{bytes, esc, layout, Text};
 use super::session::Viewer;
 use super::{html_response, AppState};
 use crate::reader::models::budget::{default_budget, machine_total};
@@ -223,5 +223,5 @@ loading and unloading models on demand, with their family, layout, size estimate
 is not served yet, so there are no load or unload actions here.</p>",
     );
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Models", "/console/models", &viewer, flash.as_deref(), &body))
+    html_response(layout("Models", "/console/models", &viewer, flash.as_deref(), &body))
 }

@@ -2,7 +2,7 @@
 //! budget, the policy bundle's revision and staleness, the API's request and error rates over
 //! the last minutes, and the read queue.
 
-use super::html::{bar, bytes, page, seconds, Text};
+use super::html::{bar, bytes, layout, seconds, Text};
 use super::models::{self, ModelState};
 use super::session::Viewer;
 use super::{html_response, AppState};
@@ -24,7 +24,7 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     memory_section(&state, &mut body);
     rates_section(&state.metrics.recent_requests(), &mut body);
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Overview", "/console", &viewer, flash.as_deref(), &body))
+    html_response(layout("Overview", "/console", &viewer, flash.as_deref(), &body))
 }
 
 async fn status_card(state: &AppState, out: &mut String) {

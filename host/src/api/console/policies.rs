@@ -3,7 +3,7 @@
 //! recent failures by kind (from the kept decisions), and the promote and roll back actions,
 //! which run the registry's own operations (the same as `POST /v1/policies/NAME/promote`).
 
-use super::html::{csrf_field, page, unix_ms, Text};
+use super::html::{csrf_field, layout, unix_ms, Text};
 use super::session::Viewer;
 use super::{check_csrf, html_response, refusal, AppState};
 use crate::policy::registry::PolicySummary;
@@ -184,7 +184,7 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
         }
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(page("Policies", "/console/policies", &viewer, flash.as_deref(), &body))
+    html_response(layout("Policies", "/console/policies", &viewer, flash.as_deref(), &body))
 }
 
 #[derive(Debug, serde::Deserialize)]
