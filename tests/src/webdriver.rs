@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The key under which WebDriver returns an element reference.
-const ELEMENT: &str = "element-6066-11e4-a5fb-d7f2e03e4b41";
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 /// Where `chromium` and `chromedriver` are, when both are installed (`scripts/setup.sh --test`
 /// installs Debian's `chromium` and `chromium-driver`).
@@ -169,6 +169,9 @@ impl Browser {
         let found = self
             .post("/elements", json!({"using": "css selector", "value": css}))
             .await;
+        if std::env::var_os("WEBDRIVER_DEBUG").is_some() {
+            eprintln!("elements {css}: {found}");
+        }
         found
             .as_array()
             .map(|a| {
@@ -186,11 +189,13 @@ impl Browser {
             if let Some(e) = self.find_all(css).await.into_iter().next() {
                 return e;
             }
-            assert!(
-                started.elapsed() < limit,
-                "{css} did not appear within {limit:?} on {}",
-                self.url().await
-            );
+            if started.elapsed() >= limit {
+                panic!(
+                    "{css} did not appear within {limit:?} on {}; the page:\n{}",
+                    self.url().await,
+                    self.source().await
+                );
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
