@@ -125,7 +125,9 @@ impl Browser {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.http.request(method.clone(), format!("{}{path}", self.session));
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.session));
         if let Some(b) = body {
             request = request.json(&b);
         }
@@ -152,11 +154,19 @@ impl Browser {
     }
 
     pub async fn url(&self) -> String {
-        self.get("/url").await.as_str().unwrap_or_default().to_string()
+        self.get("/url")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub async fn source(&self) -> String {
-        self.get("/source").await.as_str().unwrap_or_default().to_string()
+        self.get("/source")
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     pub async fn set_size(&self, width: u32, height: u32) {
@@ -205,11 +215,13 @@ impl Browser {
     }
 
     pub async fn click(&self, e: &Element) {
-        self.post(&format!("/element/{}/click", e.0), json!({})).await;
+        self.post(&format!("/element/{}/click", e.0), json!({}))
+            .await;
     }
 
     pub async fn clear(&self, e: &Element) {
-        self.post(&format!("/element/{}/clear", e.0), json!({})).await;
+        self.post(&format!("/element/{}/clear", e.0), json!({}))
+            .await;
     }
 
     pub async fn type_text(&self, e: &Element, text: &str) {

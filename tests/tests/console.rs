@@ -14,8 +14,8 @@
 use hunch::policy::testing::{built_policy, fresh_version};
 use hunch_e2e::webdriver::{browser, Browser};
 use hunch_e2e::{
-    accelerator_bin, missing_prerequisite, start_hunch_with, start_hunch_with_fixture,
-    target_dir, wait_ready_or_logs, Hunch,
+    accelerator_bin, missing_prerequisite, start_hunch_with, start_hunch_with_fixture, target_dir,
+    wait_ready_or_logs, Hunch,
 };
 use reqwest::header::{HeaderMap, CONTENT_SECURITY_POLICY, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::{json, Value};
@@ -34,7 +34,9 @@ const PHONE: (u32, u32) = (390, 844);
 fn default_model() -> Option<PathBuf> {
     let cache = std::env::var_os("HUNCH_MODELS_CACHE")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models")))?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
+        })?;
     let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     path.is_file().then_some(path)
 }
@@ -101,7 +103,9 @@ fn policies_dir() -> tempfile::TempDir {
 async fn deploy_candidate(url: &str) -> String {
     let wasm = fresh_version("ticket_router", "console").unwrap();
     let r = client()
-        .put(format!("{url}/v1/policies/router?stage=candidate&mode=shadow"))
+        .put(format!(
+            "{url}/v1/policies/router?stage=candidate&mode=shadow"
+        ))
         .bearer_auth(API_KEY)
         .header("x-admin-key", ADMIN)
         .body(wasm)
@@ -111,7 +115,10 @@ async fn deploy_candidate(url: &str) -> String {
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
     assert_eq!(status, 200, "{body}");
-    body["candidate"]["version"].as_str().expect("a candidate").to_string()
+    body["candidate"]["version"]
+        .as_str()
+        .expect("a candidate")
+        .to_string()
 }
 
 fn ticket() -> Value {
@@ -155,7 +162,11 @@ async fn check_page(b: &Browser, name: &str) {
     let dir = screenshots_dir();
     for (label, (w, h)) in [("desktop", DESKTOP), ("phone", PHONE)] {
         b.set_size(w, h).await;
-        std::fs::write(dir.join(format!("{name}-{label}.png")), b.screenshot().await).unwrap();
+        std::fs::write(
+            dir.join(format!("{name}-{label}.png")),
+            b.screenshot().await,
+        )
+        .unwrap();
     }
     b.set_size(DESKTOP.0, DESKTOP.1).await;
     let errors: Vec<_> = b
@@ -171,7 +182,14 @@ async fn start_server(dir: &Path) -> Hunch {
     let bin = accelerator_bin().to_string_lossy().into_owned();
     let policies = dir.to_string_lossy().into_owned();
     let hunch = start_hunch_with(
-        &["--admin-key", ADMIN, "--api-key", API_KEY, "--policies", &policies],
+        &[
+            "--admin-key",
+            ADMIN,
+            "--api-key",
+            API_KEY,
+            "--policies",
+            &policies,
+        ],
         &[("HUNCH_ACCELERATOR_BIN", bin)],
     );
     wait_ready_or_logs(&hunch, Duration::from_secs(300)).await;
@@ -204,7 +222,11 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
 
     // Refused without the key: the page is the login form, with no data of the console.
     b.goto(&format!("{url}/console/decisions")).await;
-    assert!(b.url().await.ends_with("/console/login"), "{}", b.url().await);
+    assert!(
+        b.url().await.ends_with("/console/login"),
+        "{}",
+        b.url().await
+    );
     b.find("#login input[name=key]").await;
     check_page(&b, "login").await;
 
@@ -227,18 +249,26 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
     b.type_text(&key, ADMIN).await;
     b.click(&b.find("#login button").await).await;
     b.wait_for("#status", Duration::from_secs(10)).await;
-    assert!(!b.source().await.contains(ADMIN), "the key is never in a page");
+    assert!(
+        !b.source().await.contains(ADMIN),
+        "the key is never in a page"
+    );
 
     // The overview: ready, and the default model loaded with its memory bar.
     assert_eq!(b.text_of("#status .big").await, "ready");
-    let model = b.text_of(&format!("#memory tr[data-model='{MODEL}']")).await;
+    let model = b
+        .text_of(&format!("#memory tr[data-model='{MODEL}']"))
+        .await;
     assert!(model.contains("loaded"), "{model}");
     assert_eq!(b.find_all("#memory svg.bar").await.len(), 1);
     check_page(&b, "overview").await;
 
     b.goto(&format!("{url}/console/models")).await;
     let row = b.text_of(&format!("tr[data-model='{MODEL}']")).await;
-    assert!(row.contains("loaded") && row.contains("jev-latest"), "{row}");
+    assert!(
+        row.contains("loaded") && row.contains("jev-latest"),
+        "{row}"
+    );
     check_page(&b, "models").await;
 
     // Ask the example question set and see its bars: 2 (noul) + 3 (choice) + 3 (score).
@@ -246,13 +276,19 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
     check_page(&b, "ask").await;
     b.click(&b.find("#ask button[type=submit]").await).await;
     b.wait_for("#answer", Duration::from_secs(60)).await;
-    assert_eq!(b.find_all("#answer svg.bar").await.len(), 8, "{}", b.text_of("#answer").await);
+    assert_eq!(
+        b.find_all("#answer svg.bar").await.len(),
+        8,
+        "{}",
+        b.text_of("#answer").await
+    );
     let asked = b.text_of("#answer-decision").await;
     check_page(&b, "ask-answer").await;
 
     // The live tail: decisions made after the page loaded appear without a reload.
     b.goto(&format!("{url}/console/decisions")).await;
-    b.find(&format!("#tail tr a[href='/console/decisions/{asked}']")).await;
+    b.find(&format!("#tail tr a[href='/console/decisions/{asked}']"))
+        .await;
     let xss = decide(
         &url,
         "/v1/systemone",
@@ -261,21 +297,33 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
     )
     .await;
     let routed = decide(&url, "/v1/policies/router", &ticket()).await;
-    b.wait_for(&format!("#tail tr a[href='/console/decisions/{xss}']"), Duration::from_secs(20))
-        .await;
-    b.wait_for(&format!("#tail tr a[href='/console/decisions/{routed}']"), Duration::from_secs(20))
-        .await;
+    b.wait_for(
+        &format!("#tail tr a[href='/console/decisions/{xss}']"),
+        Duration::from_secs(20),
+    )
+    .await;
+    b.wait_for(
+        &format!("#tail tr a[href='/console/decisions/{routed}']"),
+        Duration::from_secs(20),
+    )
+    .await;
     let tail = b.text_of("#tail").await;
     assert!(tail.contains(XSS_SCRIPT), "the state shows as text: {tail}");
     assert!(b.find_all("#tail img, #tail script").await.is_empty());
     check_page(&b, "decisions").await;
 
     // The XSS decision's page: its state and question as text, nothing injected.
-    b.click(&b.find(&format!("#tail tr a[href='/console/decisions/{xss}']")).await)
-        .await;
+    b.click(
+        &b.find(&format!("#tail tr a[href='/console/decisions/{xss}']"))
+            .await,
+    )
+    .await;
     assert_eq!(b.text_of("#decision-id").await, xss);
     let page = b.text_of("main").await;
-    assert!(page.contains(XSS_SCRIPT) && page.contains(XSS_IMG), "{page}");
+    assert!(
+        page.contains(XSS_SCRIPT) && page.contains(XSS_IMG),
+        "{page}"
+    );
     assert!(b.find_all("main img").await.is_empty());
     assert_eq!(b.find_all("main script").await.len(), 0);
     assert_eq!(b.find_all("section.read svg.bar.raw").await.len(), 2);
@@ -307,16 +355,30 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
     })
     .await;
     b.goto(&format!("{url}/console/policies")).await;
-    assert_eq!(b.text_of("section[data-policy='router'] code.candidate").await, candidate);
+    assert_eq!(
+        b.text_of("section[data-policy='router'] code.candidate")
+            .await,
+        candidate
+    );
     let agreement = b.text_of("section[data-policy='router'] .agreement").await;
-    assert!(agreement.ends_with('%'), "one shadow run so far: {agreement}");
+    assert!(
+        agreement.ends_with('%'),
+        "one shadow run so far: {agreement}"
+    );
     check_page(&b, "policies").await;
-    b.click(&b.find("section[data-policy='router'] form[action$=promote] button").await)
-        .await;
+    b.click(
+        &b.find("section[data-policy='router'] form[action$=promote] button")
+            .await,
+    )
+    .await;
     b.accept_alert().await;
     let flash = b.wait_for("p.flash", Duration::from_secs(10)).await;
     assert!(b.text(&flash).await.contains("Promoted router"));
-    assert_eq!(b.text_of("section[data-policy='router'] code.version").await, candidate);
+    assert_eq!(
+        b.text_of("section[data-policy='router'] code.version")
+            .await,
+        candidate
+    );
     let served: Value = client()
         .get(format!("{url}/v1/policies/router"))
         .bearer_auth(API_KEY)
@@ -340,7 +402,14 @@ async fn the_console_refuses_without_a_key_and_an_api_key_may_read_but_not_promo
     let policies = dir.path().to_string_lossy().into_owned();
     let hunch = start_hunch_with_fixture(
         "dg-test",
-        &["--admin-key", ADMIN, "--api-key", API_KEY, "--policies", &policies],
+        &[
+            "--admin-key",
+            ADMIN,
+            "--api-key",
+            API_KEY,
+            "--policies",
+            &policies,
+        ],
     )
     .await;
     let url = &hunch.url;
@@ -350,7 +419,11 @@ async fn the_console_refuses_without_a_key_and_an_api_key_may_read_but_not_promo
     let r = c.get(format!("{url}/console")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 303);
     assert_eq!(r.headers()[LOCATION], "/console/login");
-    let r = c.get(format!("{url}/console/decisions/tail")).send().await.unwrap();
+    let r = c
+        .get(format!("{url}/console/decisions/tail"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 401);
     let r = c
         .post(format!("{url}/console/policies/router/promote"))
@@ -370,8 +443,14 @@ async fn the_console_refuses_without_a_key_and_an_api_key_may_read_but_not_promo
 
     // The login page's headers: a strict CSP, no framing, no sniffing.
     let r = c.get(format!("{url}/console/login")).send().await.unwrap();
-    let csp = r.headers()[CONTENT_SECURITY_POLICY].to_str().unwrap().to_string();
-    assert!(csp.contains("default-src 'none'") && csp.contains("script-src 'self'"), "{csp}");
+    let csp = r.headers()[CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("default-src 'none'") && csp.contains("script-src 'self'"),
+        "{csp}"
+    );
     assert!(!csp.contains("unsafe-inline"));
     assert_eq!(r.headers()["x-frame-options"], "DENY");
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
@@ -405,7 +484,10 @@ async fn the_console_refuses_without_a_key_and_an_api_key_may_read_but_not_promo
         .text()
         .await
         .unwrap();
-    assert!(page.contains("data-policy=\"router\"") && !page.contains("/promote\""), "{page}");
+    assert!(
+        page.contains("data-policy=\"router\"") && !page.contains("/promote\""),
+        "{page}"
+    );
     let r = c
         .post(format!("{url}/console/policies/router/promote"))
         .header(COOKIE, &cookie)
@@ -436,7 +518,10 @@ async fn the_console_refuses_without_a_key_and_an_api_key_may_read_but_not_promo
         .json()
         .await
         .unwrap();
-    assert!(summary["candidate"].is_object(), "nothing was promoted: {summary}");
+    assert!(
+        summary["candidate"].is_object(),
+        "nothing was promoted: {summary}"
+    );
     let r = c
         .post(format!("{url}/console/policies/router/promote"))
         .header(COOKIE, &cookie)
@@ -464,11 +549,18 @@ async fn with_no_key_configured_the_console_is_open_and_read_only() {
     let hunch = start_hunch_with_fixture("dg-test", &["--policies", &policies]).await;
     let url = &hunch.url;
     let c = client();
-    let r = c.get(format!("{url}/console/policies")).send().await.unwrap();
+    let r = c
+        .get(format!("{url}/console/policies"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let cookie = session_cookie(r.headers());
     let page = r.text().await.unwrap();
-    assert!(page.contains("open and read-only") && page.contains("--admin-key"), "{page}");
+    assert!(
+        page.contains("open and read-only") && page.contains("--admin-key"),
+        "{page}"
+    );
     assert!(page.contains("data-policy=\"router\"") && !page.contains("/promote\""));
     let csrf = page
         .split("data-csrf=\"")

@@ -402,10 +402,7 @@ impl Layer {
             policies: var("HUNCH_POLICIES").map(PathBuf::from),
             calibration: var("HUNCH_CALIBRATION").map(PathBuf::from),
             admin_key: var("HUNCH_ADMIN_KEY"),
-            console_decisions: number(
-                "HUNCH_CONSOLE_DECISIONS",
-                var("HUNCH_CONSOLE_DECISIONS"),
-            )?,
+            console_decisions: number("HUNCH_CONSOLE_DECISIONS", var("HUNCH_CONSOLE_DECISIONS"))?,
             questions: var("HUNCH_QUESTIONS")
                 .map(|v| {
                     v.parse()

@@ -535,9 +535,7 @@ impl Settings {
             policies: layer.policies,
             calibration: layer.calibration,
             admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
-            console_decisions: layer
-                .console_decisions
-                .unwrap_or(DEFAULT_CONSOLE_DECISIONS),
+            console_decisions: layer.console_decisions.unwrap_or(DEFAULT_CONSOLE_DECISIONS),
             questions: layer
                 .questions
                 .unwrap_or(hunch_core::QuestionMode::Isolated),

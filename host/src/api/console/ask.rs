@@ -87,9 +87,24 @@ impl AskForm {
 
     fn rows(&self) -> [Row<'_>; QUESTIONS] {
         [
-            Row { id: &self.q1_id, kind: &self.q1_type, text: &self.q1_text, labels: &self.q1_labels },
-            Row { id: &self.q2_id, kind: &self.q2_type, text: &self.q2_text, labels: &self.q2_labels },
-            Row { id: &self.q3_id, kind: &self.q3_type, text: &self.q3_text, labels: &self.q3_labels },
+            Row {
+                id: &self.q1_id,
+                kind: &self.q1_type,
+                text: &self.q1_text,
+                labels: &self.q1_labels,
+            },
+            Row {
+                id: &self.q2_id,
+                kind: &self.q2_type,
+                text: &self.q2_text,
+                labels: &self.q2_labels,
+            },
+            Row {
+                id: &self.q3_id,
+                kind: &self.q3_type,
+                text: &self.q3_text,
+                labels: &self.q3_labels,
+            },
         ]
     }
 
@@ -130,7 +145,12 @@ impl AskForm {
 }
 
 fn form_html(state: &AppState, viewer: &Viewer, form: &AskForm, out: &mut String) {
-    let mut names: Vec<String> = state.registry.aliases().into_iter().map(|(a, _)| a).collect();
+    let mut names: Vec<String> = state
+        .registry
+        .aliases()
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
     names.extend(state.registry.models().iter().map(|m| m.name.clone()));
     let options: String = names
         .iter()
@@ -233,10 +253,14 @@ pub async fn submit(
     }
     let request = form.request();
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     let bytes = serde_json::to_vec(&request).unwrap_or_default();
     // The very handler of `POST /v1/systemone`: the same validation, read and decision record.
-    let response = systemone::handle(State(state.clone()), request_id, headers, Body::from(bytes)).await;
+    let response =
+        systemone::handle(State(state.clone()), request_id, headers, Body::from(bytes)).await;
     let status = response.status();
     let decision_id = response
         .headers()
@@ -281,13 +305,22 @@ mod tests {
         let form = AskForm::example("jev-latest");
         let r = form.request();
         assert_eq!(r["model"], "jev-latest");
-        assert_eq!(r["questions"]["billing"], json!({"type": "noul", "instructions": "Is this message about billing?"}));
+        assert_eq!(
+            r["questions"]["billing"],
+            json!({"type": "noul", "instructions": "Is this message about billing?"})
+        );
         assert_eq!(
             r["questions"]["team"]["criteria"],
             json!({"billing": "Payments and refunds", "technical": null, "sales": null})
         );
-        assert_eq!(r["questions"]["urgency"]["criteria"], json!(["Can wait", "This week", "Today"]));
-        let empty = AskForm { q2_id: " ".into(), ..form };
+        assert_eq!(
+            r["questions"]["urgency"]["criteria"],
+            json!(["Can wait", "This week", "Today"])
+        );
+        let empty = AskForm {
+            q2_id: " ".into(),
+            ..form
+        };
         assert!(empty.request()["questions"].get("team").is_none());
     }
 

@@ -57,14 +57,20 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
             .push(user);
     };
     if let Some(c) = state.calibration.current() {
-        add(c, "the server (--calibration): /v1/systemone and policies without their own".into());
+        add(
+            c,
+            "the server (--calibration): /v1/systemone and policies without their own".into(),
+        );
     }
     if let Some(sources) = state.console.policies() {
         for (name, version) in sources.registry.versions() {
             match &version.calibration {
                 PolicyCalibration::File { calibrations, .. }
                 | PolicyCalibration::Bundled { calibrations, .. } => {
-                    add(calibrations.clone(), format!("policy {name} version {}", version.version));
+                    add(
+                        calibrations.clone(),
+                        format!("policy {name} version {}", version.version),
+                    );
                 }
                 PolicyCalibration::Server | PolicyCalibration::Off => {}
             }
@@ -82,5 +88,11 @@ labelled decisions with <code>hunch calibrate</code> and serve it with <code>--c
         calibration_html(c, users, &mut body);
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Calibration", "/console/calibration", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Calibration",
+        "/console/calibration",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }

@@ -51,15 +51,28 @@ fn read_html(i: usize, r: &ReadEvent, out: &mut String) {
     );
     match &r.state {
         Some(state) => {
-            let _ = write!(out, "<p class=\"label\">state</p><pre class=\"state\">{}</pre>", Text(state));
+            let _ = write!(
+                out,
+                "<p class=\"label\">state</p><pre class=\"state\">{}</pre>",
+                Text(state)
+            );
         }
-        None => out.push_str("<p class=\"muted\">The state text is left out of the record (omit_state).</p>"),
+        None => out.push_str(
+            "<p class=\"muted\">The state text is left out of the record (omit_state).</p>",
+        ),
     }
     if let Some(e) = &r.error {
-        let _ = write!(out, "<p class=\"error\">The read failed: {}</p>", Text(&e.to_string()));
+        let _ = write!(
+            out,
+            "<p class=\"error\">The read failed: {}</p>",
+            Text(&e.to_string())
+        );
     }
     for (qi, q) in r.questions.iter().enumerate() {
-        let id = r.question_ids.get(qi).map_or(format!("question {}", qi + 1), |id| id.0.clone());
+        let id = r
+            .question_ids
+            .get(qi)
+            .map_or(format!("question {}", qi + 1), |id| id.0.clone());
         let _ = write!(
             out,
             "<div class=\"question\"><h4>{} <small>{}</small></h4><p>{}</p>",
@@ -85,7 +98,9 @@ fn read_html(i: usize, r: &ReadEvent, out: &mut String) {
                 }
                 out.push_str("</table>");
                 if let Some(cal) = calibrated {
-                    out.push_str("<table class=\"probs\"><tr><th></th><th>calibrated</th><th></th></tr>");
+                    out.push_str(
+                        "<table class=\"probs\"><tr><th></th><th>calibrated</th><th></th></tr>",
+                    );
                     for (label, p) in labels(q).iter().zip(cal.probabilities()) {
                         out.push_str(&probability_row(label, *p, "cal"));
                     }
@@ -99,7 +114,12 @@ fn read_html(i: usize, r: &ReadEvent, out: &mut String) {
 }
 
 /// The page of one decision, with `replayed` (the replay's outcome) when one was just asked.
-fn decision_html(state: &AppState, viewer: &Viewer, e: &DecisionEvent, replayed: Option<&str>) -> String {
+fn decision_html(
+    state: &AppState,
+    viewer: &Viewer,
+    e: &DecisionEvent,
+    replayed: Option<&str>,
+) -> String {
     let mut body = String::new();
     let who = match &e.policy {
         Some(p) => format!(
@@ -109,11 +129,15 @@ fn decision_html(state: &AppState, viewer: &Viewer, e: &DecisionEvent, replayed:
             Text(&p.version),
             p.declared_version
                 .as_ref()
-                .map_or(String::new(), |v| format!(" <small>declared {}</small>", Text(v)))
+                .map_or(String::new(), |v| format!(
+                    " <small>declared {}</small>",
+                    Text(v)
+                ))
         ),
         None => format!("<code>{}</code>", Text(&e.route)),
     };
-    let _ = write!(
+    let _ =
+        write!(
         body,
         "<table class=\"kv\"><tr><th>decision</th><td><code id=\"decision-id\">{}</code></td></tr>\
 <tr><th>time</th><td>{}</td></tr><tr><th>decided by</th><td>{who}</td></tr>\
@@ -220,7 +244,13 @@ pub async fn page(
     };
     let body = decision_html(&state, &viewer, &kept.event, None);
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Decision", "/console/decisions", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Decision",
+        "/console/decisions",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,13 +310,18 @@ pub async fn replay(
         None => "This decision's policy has no candidate to replay against.".to_string(),
         Some((name, c)) => {
             let components = BTreeMap::from([(name, c)]);
-            let report =
-                replay_events(std::slice::from_ref(&**e), &components, None, 5).await;
+            let report = replay_events(std::slice::from_ref(&**e), &components, None, 5).await;
             verdict(&report)
         }
     };
     let body = decision_html(&state, &viewer, e, Some(&text));
-    html_response(layout("Decision", "/console/decisions", &viewer, None, &body))
+    html_response(layout(
+        "Decision",
+        "/console/decisions",
+        &viewer,
+        None,
+        &body,
+    ))
 }
 
 #[cfg(test)]
@@ -300,8 +335,14 @@ mod tests {
             instructions: "<script>alert(1)</script>".into(),
             kind: QuestionKind::Choice {
                 options: vec![
-                    ChoiceOption { name: "\"><img src=x onerror=alert(1)>".into(), description: None },
-                    ChoiceOption { name: "b".into(), description: None },
+                    ChoiceOption {
+                        name: "\"><img src=x onerror=alert(1)>".into(),
+                        description: None,
+                    },
+                    ChoiceOption {
+                        name: "b".into(),
+                        description: None,
+                    },
                 ],
             },
         };

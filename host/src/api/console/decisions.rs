@@ -151,8 +151,16 @@ pub async fn page(
     let filter = Filter { after: 0, ..filter };
     let mut body = String::new();
     let Some(ring) = state.decisions.recent() else {
-        body.push_str("<p>The server keeps no recent decisions (<code>--console-decisions 0</code>).</p>");
-        return html_response(layout("Decisions", "/console/decisions", &viewer, None, &body));
+        body.push_str(
+            "<p>The server keeps no recent decisions (<code>--console-decisions 0</code>).</p>",
+        );
+        return html_response(layout(
+            "Decisions",
+            "/console/decisions",
+            &viewer,
+            None,
+            &body,
+        ));
     };
     let rows = rows(&state, &filter);
     let _ = write!(
@@ -190,7 +198,13 @@ new ones appear at the top (<span id=\"tail-state\">live</span>). {} dropped whi
         body.push_str("<p id=\"tail-empty\">No decision yet: ask one on the <a href=\"/console/ask\">Ask</a> page.</p>");
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Decisions", "/console/decisions", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Decisions",
+        "/console/decisions",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }
 
 /// What a poll gets: the new rows (newest first) and the sequence number to ask after next.

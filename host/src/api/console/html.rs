@@ -47,7 +47,13 @@ pub const PAGES: &[(&str, &str)] = &[
 
 /// A whole page: the head (stylesheet and script from `/console/assets/`), the navigation with
 /// `current` marked, who is logged in, an optional message, then `body`.
-pub fn layout(title: &str, current: &str, viewer: &Viewer, flash: Option<&str>, body: &str) -> String {
+pub fn layout(
+    title: &str,
+    current: &str,
+    viewer: &Viewer,
+    flash: Option<&str>,
+    body: &str,
+) -> String {
     let mut out = String::with_capacity(body.len() + 2048);
     let _ = write!(
         out,
@@ -91,7 +97,11 @@ and promote or roll back policies here.</p>",
         );
     }
     if let Some(message) = flash {
-        let _ = write!(out, "<p class=\"flash\" role=\"status\">{}</p>", Text(message));
+        let _ = write!(
+            out,
+            "<p class=\"flash\" role=\"status\">{}</p>",
+            Text(message)
+        );
     }
     let _ = write!(out, "<h1>{}</h1>", Text(title));
     out.push_str(body);

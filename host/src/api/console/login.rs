@@ -66,12 +66,19 @@ fn same_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-pub async fn submit(State(state): State<AppState>, headers: HeaderMap, Form(form): Form<LoginForm>) -> Response {
+pub async fn submit(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     if open(&state) {
         return Redirect::to("/console").into_response();
     }
     if !same_origin(&headers) {
-        return refusal(StatusCode::FORBIDDEN, "A login must come from this console's own form.");
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "A login must come from this console's own form.",
+        );
     }
     let key = form.key.trim();
     let role = if state.console.is_admin_key(key) {
@@ -90,7 +97,12 @@ pub async fn submit(State(state): State<AppState>, headers: HeaderMap, Form(form
     };
     let (id, _) = match state.console.sessions.create(role) {
         Ok(made) => made,
-        Err(e) => return refusal(StatusCode::SERVICE_UNAVAILABLE, &format!("no randomness for a session: {e}")),
+        Err(e) => {
+            return refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("no randomness for a session: {e}"),
+            )
+        }
     };
     tracing::info!(role = ?role, "console login");
     let mut response = Redirect::to("/console").into_response();
@@ -130,9 +142,15 @@ mod tests {
         let mut h = HeaderMap::new();
         assert!(same_origin(&h));
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
-        h.insert(header::ORIGIN, HeaderValue::from_static("http://127.0.0.1:8080"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
         assert!(same_origin(&h));
-        h.insert(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://evil.example"),
+        );
         assert!(!same_origin(&h));
         h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
         assert!(same_origin(&h), "the browser's own word wins");

@@ -112,7 +112,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/console/models", get(models::page))
         .route("/console/policies", get(policies::page))
         .route("/console/policies/{name}/promote", post(policies::promote))
-        .route("/console/policies/{name}/rollback", post(policies::rollback))
+        .route(
+            "/console/policies/{name}/rollback",
+            post(policies::rollback),
+        )
         .route("/console/decisions", get(decisions::page))
         .route("/console/decisions/tail", get(decisions::tail))
         .route("/console/decisions/{id}", get(decision::page))
@@ -162,7 +165,10 @@ async fn secure_headers(request: Request, next: Next) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     if !h.contains_key(header::CACHE_CONTROL) {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -173,7 +179,8 @@ async fn secure_headers(request: Request, next: Next) -> Response {
 /// session goes to the login form, anything else gets a 401. An open console gives each browser
 /// an anonymous session on its first visit.
 async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let found = session::cookie_id(request.headers()).and_then(|id| state.console.sessions.find(&id));
+    let found =
+        session::cookie_id(request.headers()).and_then(|id| state.console.sessions.find(&id));
     if let Some(viewer) = found {
         request.extensions_mut().insert(viewer);
         return next.run(request).await;
@@ -190,8 +197,7 @@ async fn gate(State(state): State<AppState>, mut request: Request, next: Next) -
         }
         return response;
     }
-    let wants_page = request.method() == Method::GET
-        && !request.uri().path().ends_with("/tail");
+    let wants_page = request.method() == Method::GET && !request.uri().path().ends_with("/tail");
     if wants_page {
         Redirect::to("/console/login").into_response()
     } else {
@@ -211,7 +217,12 @@ pub fn refusal(status: StatusCode, message: &str) -> Response {
         status.as_u16(),
         html::Text(message)
     );
-    (status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
 }
 
 fn unavailable(message: &str) -> Response {
@@ -220,11 +231,7 @@ fn unavailable(message: &str) -> Response {
 
 /// A page's HTML response.
 pub fn html_response(body: String) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        body,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
 }
 
 /// A POST's form must carry this session's CSRF token; `Err` is the 403 to answer.

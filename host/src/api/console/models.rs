@@ -18,10 +18,14 @@ use std::fmt::Write;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelState {
     /// A supervised sidecar starting or loading its checkpoint (progress 0–1).
-    Loading { progress: f64 },
+    Loading {
+        progress: f64,
+    },
     Loaded,
     /// A supervised sidecar that went down (restarting), with why.
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
     /// A model this server does not run (an accelerator URL, an upstream): it is whatever the
     /// remote end says; the server only forwards reads.
     Remote,
@@ -166,7 +170,9 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
             )
         };
         let failed = match &r.state {
-            ModelState::Failed { message } => format!("<br><small class=\"error\">{}</small>", Text(message)),
+            ModelState::Failed { message } => {
+                format!("<br><small class=\"error\">{}</small>", Text(message))
+            }
             _ => String::new(),
         };
         let _ = write!(
@@ -208,7 +214,11 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
 <tr><th>reads at once</th><td>{}</td></tr><tr><th>reads queued at most</th><td>{}</td></tr>\
 <tr><th>request timeout</th><td>{}</td></tr></table>",
         state.answering.questions.as_str(),
-        if state.answering.cache.is_some() { "on" } else { "off" },
+        if state.answering.cache.is_some() {
+            "on"
+        } else {
+            "off"
+        },
         state
             .calibration
             .current()
@@ -223,5 +233,11 @@ loading and unloading models on demand, with their family, layout, size estimate
 is not served yet, so there are no load or unload actions here.</p>",
     );
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Models", "/console/models", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Models",
+        "/console/models",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }

@@ -24,7 +24,13 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     memory_section(&state, &mut body);
     rates_section(&state.metrics.recent_requests(), &mut body);
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Overview", "/console", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Overview",
+        "/console",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }
 
 async fn status_card(state: &AppState, out: &mut String) {
@@ -40,11 +46,19 @@ async fn status_card(state: &AppState, out: &mut String) {
         }
     }
     let (word, class, why) = if draining {
-        ("draining", "bad", "shutting down: no new work is taken".to_string())
+        (
+            "draining",
+            "bad",
+            "shutting down: no new work is taken".to_string(),
+        )
     } else if state.registry.models().is_empty() {
         ("not ready", "bad", "no model is configured".to_string())
     } else if !waiting.is_empty() {
-        ("not ready", "warn", format!("waiting for {}", waiting.join(", ")))
+        (
+            "not ready",
+            "warn",
+            format!("waiting for {}", waiting.join(", ")),
+        )
     } else {
         ("ready", "ok", "every model takes reads".to_string())
     };
@@ -218,8 +232,18 @@ mod tests {
     #[test]
     fn the_sparkline_draws_one_column_per_busy_bucket() {
         let series = vec![
-            Bucket { slot: 1, requests: 0, refused: 0, failed: 0 },
-            Bucket { slot: 2, requests: 4, refused: 1, failed: 1 },
+            Bucket {
+                slot: 1,
+                requests: 0,
+                refused: 0,
+                failed: 0,
+            },
+            Bucket {
+                slot: 2,
+                requests: 4,
+                refused: 1,
+                failed: 1,
+            },
         ];
         let svg = sparkline(&series);
         assert_eq!(svg.matches("class=\"req\"").count(), 1);

@@ -70,8 +70,14 @@ fn policy_html(
     match &s.candidate {
         Some(c) => {
             let share = match c.rollout.mode.as_str() {
-                "shadow" => format!("shadow, sample {:.0}%", 100.0 * c.rollout.sample.unwrap_or(1.0)),
-                "canary" => format!("canary, {:.1}% of route keys", c.rollout.percent.unwrap_or(0.0)),
+                "shadow" => format!(
+                    "shadow, sample {:.0}%",
+                    100.0 * c.rollout.sample.unwrap_or(1.0)
+                ),
+                "canary" => format!(
+                    "canary, {:.1}% of route keys",
+                    c.rollout.percent.unwrap_or(0.0)
+                ),
                 other => other.to_string(),
             };
             let _ = write!(
@@ -94,7 +100,10 @@ fn policy_html(
         s.calibration.as_ref().map_or("–".into(), |c| format!(
             "{} {}",
             Text(c.source),
-            c.id.as_ref().map_or(String::new(), |id| format!("<code>{}</code>", Text(&id[..id.len().min(12)])))
+            c.id.as_ref().map_or(String::new(), |id| format!(
+                "<code>{}</code>",
+                Text(&id[..id.len().min(12)])
+            ))
         )),
     );
     if let Some(l) = &s.limits {
@@ -171,7 +180,9 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
             if bundle_owned {
                 body.push_str("<p class=\"note\">A policy bundle owns these policies: promote and roll back by publishing a new bundle revision.</p>");
             } else if !viewer.role.can_act() {
-                body.push_str("<p class=\"muted\">Promote and roll back need a login with the admin key.</p>");
+                body.push_str(
+                    "<p class=\"muted\">Promote and roll back need a login with the admin key.</p>",
+                );
             }
             if summaries.is_empty() {
                 body.push_str("<p>No policy is deployed. Put components in the <code>--policies</code> directory or deploy one with <code>PUT /v1/policies/NAME</code>.</p>");
@@ -179,12 +190,25 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
             let failures = recent_failures(&state);
             for s in &summaries {
                 let agreement = registry.rollouts().summary(&s.name);
-                policy_html(s, &agreement, failures.get(&s.name), &viewer, bundle_owned, &mut body);
+                policy_html(
+                    s,
+                    &agreement,
+                    failures.get(&s.name),
+                    &viewer,
+                    bundle_owned,
+                    &mut body,
+                );
             }
         }
     }
     let flash = state.console.sessions.take_flash(&viewer);
-    html_response(layout("Policies", "/console/policies", &viewer, flash.as_deref(), &body))
+    html_response(layout(
+        "Policies",
+        "/console/policies",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -198,7 +222,13 @@ enum Action {
     Rollback,
 }
 
-async fn act(state: AppState, viewer: Viewer, name: String, form: ActionForm, action: Action) -> Response {
+async fn act(
+    state: AppState,
+    viewer: Viewer,
+    name: String,
+    form: ActionForm,
+    action: Action,
+) -> Response {
     if let Err(refused) = check_csrf(&viewer, form.csrf.as_deref()) {
         return refused;
     }

@@ -192,7 +192,10 @@ mod tests {
         assert_ne!(found.csrf, id);
         assert!(csrf_ok(&found, &viewer.csrf));
         assert!(!csrf_ok(&found, "nope"));
-        assert!(sessions.find(&viewer.key).is_none(), "the stored key is no id");
+        assert!(
+            sessions.find(&viewer.key).is_none(),
+            "the stored key is no id"
+        );
         assert!(sessions.find("x").is_none());
         sessions.flash(&found, "done".into());
         assert_eq!(sessions.take_flash(&found).as_deref(), Some("done"));
