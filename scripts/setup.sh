@@ -11,6 +11,8 @@
 #     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer),
 #     each unless HUNCH_TEST_SKIP lists the tests that need it (python, reference, fuzz): a
 #     machine that skips them on purpose need not reach PyPI for them
+#   - with --test: Debian's chromium and chromium-driver (apt, when missing) for the console's
+#     browser test (tests/tests/console.rs), unless HUNCH_TEST_SKIP lists browser
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +56,21 @@ fi
 
 skipped() { [[ ",${HUNCH_TEST_SKIP:-}," == *",$1,"* ]]; }
 if [ "${1:-}" = "--test" ]; then
+  # The console's browser test drives headless Chromium over WebDriver (chromedriver).
+  if skipped browser; then
+    echo "setup: SKIPPED on purpose (HUNCH_TEST_SKIP lists browser): chromium, chromium-driver"
+  elif ! { command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; }; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "setup: installing chromium chromium-driver"
+      sudo_cmd=""
+      if [ "$(id -u)" != 0 ]; then sudo_cmd="sudo"; fi
+      $sudo_cmd apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq chromium chromium-driver >/dev/null
+    else
+      echo "setup: chromium and chromedriver not found; install them (or set" \
+        "HUNCH_TEST_SKIP=browser to skip the console's browser test on purpose)" >&2
+    fi
+  fi
   for venv in "python scripts/python-env.sh" "fuzz scripts/fuzz-env.sh" \
     "reference tests/reference/setup.sh .venv-reference"; do
     read -r name command <<<"$venv"

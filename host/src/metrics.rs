@@ -2,6 +2,8 @@
 //! `GET /metrics`. Hand-rolled: a few mutex-guarded maps are cheaper to build and to read than a
 //! metrics framework, and the format is small.
 
+pub mod recent;
+
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -111,6 +113,8 @@ pub struct Metrics {
     http_in_flight: AtomicI64,
     reads_in_flight: AtomicI64,
     queue_depth: AtomicI64,
+    /// The API's requests over the last minutes (the console's rates).
+    recent: Mutex<recent::RecentRequests>,
 }
 
 /// The model-side figures of a model's reads (the sidecar's per-read log line, summed), and the
@@ -239,6 +243,12 @@ impl Metrics {
         if let Ok(mut m) = self.requests.lock() {
             *m.entry((route.to_string(), status)).or_default() += 1;
         }
+        // The API's requests only: the console's own pages and polls would drown them.
+        if route.starts_with("/v1/") {
+            if let Ok(mut r) = self.recent.lock() {
+                r.record(recent::slot_of(std::time::SystemTime::now()), status);
+            }
+        }
         if let Ok(mut m) = self.latency.lock() {
             m.entry(route.to_string())
                 .or_default()
@@ -294,6 +304,23 @@ impl Metrics {
         if let Ok(mut m) = self.encodings.lock() {
             *m.entry(encoding.to_string()).or_default() += 1;
         }
+    }
+
+    /// The API's requests in 10-second buckets over the last ten minutes, oldest first.
+    pub fn recent_requests(&self) -> Vec<recent::Bucket> {
+        let now = recent::slot_of(std::time::SystemTime::now());
+        match self.recent.lock() {
+            Ok(r) => r.series(now),
+            Err(p) => p.into_inner().series(now),
+        }
+    }
+
+    /// Reads running now, and reads waiting in the queue for a slot.
+    pub fn read_queue(&self) -> (i64, i64) {
+        (
+            self.reads_in_flight.load(Ordering::Relaxed),
+            self.queue_depth.load(Ordering::Relaxed),
+        )
     }
 
     pub fn http_in_flight(&self, delta: i64) {

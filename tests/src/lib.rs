@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod http;
+pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -39,7 +40,9 @@ pub fn workspace_root() -> PathBuf {
 /// The one variable that lets a test whose prerequisite is missing skip on purpose: a
 /// comma-separated list of prerequisite names (`python` for the `.venv` of
 /// `scripts/python-env.sh`; `fuzz` for the `.venv-fuzz` of `scripts/fuzz-env.sh`; `reference` for
-/// `.venv-reference`, read by the accelerator's `reference_read` test). Unlisted, a missing prerequisite fails its test.
+/// `.venv-reference`, read by the accelerator's `reference_read` test; `browser` for Chromium and
+/// chromedriver, which the console's browser test drives). Unlisted, a missing prerequisite fails
+/// its test.
 pub const SKIP_VAR: &str = "HUNCH_TEST_SKIP";
 
 /// Whether `HUNCH_TEST_SKIP` lists `name`.

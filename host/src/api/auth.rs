@@ -43,6 +43,11 @@ impl ApiKeys {
         !self.0.is_empty()
     }
 
+    /// Whether `key` itself is one of the keys (a console login); never with auth off.
+    pub fn accepts(&self, key: &str) -> bool {
+        self.enabled() && matches_any(self.0.iter().map(Vec::as_slice), key.trim())
+    }
+
     /// Whether `authorization` (the header's value) carries one of the keys.
     pub fn allows(&self, authorization: Option<&str>) -> bool {
         if !self.enabled() {
@@ -68,9 +73,11 @@ mod tests {
         assert!(!keys.allows(Some("secret")));
         assert!(!keys.allows(Some("Basic secret")));
         assert!(!keys.allows(None));
+        assert!(keys.accepts("other") && !keys.accepts("othe") && !keys.accepts(""));
         let off = ApiKeys::new(Vec::<String>::new());
         assert!(off.allows(Some("Bearer anything")));
         assert!(off.allows(None));
+        assert!(!off.accepts("anything"));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod console;
 pub mod decision;
 pub mod error;
 pub mod health;
@@ -74,6 +75,10 @@ pub struct AppState {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// The sidecars this server supervises, for what `/v1/models` says of each one's process.
     pub sidecars: Arc<Vec<Arc<crate::reader::sidecar::Sidecar>>>,
+    /// The operator console's sessions, admin key and policy sources (`/console`).
+    pub console: Arc<console::Console>,
+    /// `--memory-limit`: what the console draws the models' memory against when set.
+    pub memory_limit: Option<u64>,
 }
 
 impl AppState {
@@ -100,6 +105,8 @@ impl AppState {
             served_policies: openapi::ServedPolicies::default(),
             draining: Arc::default(),
             sidecars: Arc::default(),
+            console: Arc::default(),
+            memory_limit: None,
         })
     }
 
@@ -144,7 +151,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The whole app with `extra` routes (e.g. `/v1/policies/...`) merged under the same `/v1` layers
-/// (auth, per-request timeout) and the app-wide ones (request id, metrics, logs).
+/// (auth, per-request timeout) and the app-wide ones (request id, metrics, logs). The console
+/// (`/console`) has its own gate (sessions, not bearer keys) under the app-wide layers.
 pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/systemone", post(systemone::handle))
@@ -154,6 +162,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route_layer(from_fn_with_state(state.clone(), middleware::auth));
     Router::new()
         .merge(v1)
+        .merge(console::router(state.clone()))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::metrics))

@@ -155,6 +155,8 @@ pub fn fit_dataset(data: Dataset) -> CalibrationFile {
 pub struct Calibrations {
     pub id: String,
     by_key: HashMap<String, Calibrator>,
+    /// The whole file, for what shows it (the console's calibration page).
+    pub file: std::sync::Arc<CalibrationFile>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -204,6 +206,7 @@ impl Calibrations {
         Ok(Calibrations {
             id: super::file_id(bytes),
             by_key,
+            file: std::sync::Arc::new(file),
         })
     }
 

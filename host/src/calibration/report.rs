@@ -73,7 +73,7 @@ many answers it holds; dots below the diagonal are over-confident, above it unde
     out
 }
 
-fn question_section(out: &mut String, q: &QuestionCalibration) {
+pub fn question_section(out: &mut String, q: &QuestionCalibration) {
     let kind = match &q.question.kind {
         QuestionKind::Noul { .. } => "noul",
         QuestionKind::Choice { .. } => "choice",
@@ -133,7 +133,7 @@ fn question_section(out: &mut String, q: &QuestionCalibration) {
     out.push_str("</div>");
 }
 
-fn metrics_table(before: &Metrics, after: &Metrics) -> String {
+pub fn metrics_table(before: &Metrics, after: &Metrics) -> String {
     format!(
         "<table><tr><th class=l></th><th>NLL</th><th>Brier</th><th>ECE</th><th>accuracy</th></tr>\
 <tr><td class=l>before</td><td>{:.4}</td><td>{:.4}</td><td>{:.4}</td><td>{:.3}</td></tr>\

@@ -64,6 +64,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--policies", "HUNCH_POLICIES", "policies"),
     ("--calibration", "HUNCH_CALIBRATION", "calibration"),
     ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
+    (
+        "--console-decisions",
+        "HUNCH_CONSOLE_DECISIONS",
+        "console_decisions",
+    ),
     ("--questions", "HUNCH_QUESTIONS", "questions"),
     (
         "--answer-cache-mb",
@@ -144,6 +149,8 @@ pub struct Layer {
     pub policies: Option<PathBuf>,
     pub calibration: Option<PathBuf>,
     pub admin_key: Option<String>,
+    /// Recent decisions kept for the console; 0 = none.
+    pub console_decisions: Option<usize>,
     /// `isolated` or `joint`.
     pub questions: Option<hunch_core::QuestionMode>,
     pub answer_cache_mb: Option<u64>,
@@ -284,6 +291,7 @@ impl Layer {
             policies: args.policies.clone(),
             calibration: args.calibration.clone(),
             admin_key: args.admin_key.clone(),
+            console_decisions: args.console_decisions,
             questions: args.questions,
             answer_cache_mb: args.answer_cache_mb,
             policy_pool: args.policy_pool,
@@ -394,6 +402,7 @@ impl Layer {
             policies: var("HUNCH_POLICIES").map(PathBuf::from),
             calibration: var("HUNCH_CALIBRATION").map(PathBuf::from),
             admin_key: var("HUNCH_ADMIN_KEY"),
+            console_decisions: number("HUNCH_CONSOLE_DECISIONS", var("HUNCH_CONSOLE_DECISIONS"))?,
             questions: var("HUNCH_QUESTIONS")
                 .map(|v| {
                     v.parse()
@@ -480,6 +489,7 @@ impl Layer {
             policies,
             calibration,
             admin_key,
+            console_decisions,
             questions,
             answer_cache_mb,
             policy_pool,
@@ -505,6 +515,7 @@ mod tests {
             "HUNCH_ALIASES" => "fast=a",
             "HUNCH_SIDECAR_ARGS" => "--dtype=bfloat16 --queue 8",
             "HUNCH_MAX_BODY_BYTES" | "HUNCH_MAX_CONCURRENT_READS" | "HUNCH_MAX_QUEUED_READS" => "7",
+            "HUNCH_CONSOLE_DECISIONS" => "7",
             "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" | "HUNCH_DRAIN_DELAY" => "2.5",
             "HUNCH_NO_DEMO" | "HUNCH_DEMO" => "1",
             "HUNCH_QUESTIONS" => "joint",
@@ -537,6 +548,7 @@ mod tests {
                 "memory_limit" | "policy_max_memory" | "policy_max_stack" => "\"48M\"".to_string(),
                 "policy_pool" | "policy_shadow_runs" | "policy_max_fuel" => "9".into(),
                 "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
+                "console_decisions" => "7".into(),
                 "request_timeout" | "shutdown_grace" | "drain_delay" => "2.5".into(),
                 "bundle.poll" | "bundle.stale_after" => "\"10s\"".into(),
                 "bundle.allow_unsigned" => "true".into(),

@@ -139,10 +139,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
     /// The key for deploying policies over HTTP (`PUT`/`DELETE /v1/policies/NAME`, sent as
-    /// `X-Admin-Key`). None = deployments over HTTP are off. [env HUNCH_ADMIN_KEY, TOML
-    /// `admin_key`]
+    /// `X-Admin-Key`) and for logging in to the console at `/console` with its actions (promote,
+    /// roll back). None = deployments over HTTP and console actions are off. [env
+    /// HUNCH_ADMIN_KEY, TOML `admin_key`]
     #[arg(long)]
     pub admin_key: Option<String>,
+    /// Recent decisions the server keeps in memory for the console's live tail and decision
+    /// pages (`/console/decisions`), masked as the decision log masks them. 0 = none. Default
+    /// 200. [env HUNCH_CONSOLE_DECISIONS, TOML `console_decisions`]
+    #[arg(long, value_name = "N")]
+    pub console_decisions: Option<usize>,
     /// How a request's questions are read: `isolated` (default; each question alone, so an answer
     /// does not depend on the other questions; costs a prefill of the state per question) or
     /// `joint` (one prompt for all, the reference read). Requests may override it with
@@ -239,6 +245,9 @@ pub struct ModelSource {
     pub source: Source,
 }
 
+/// Recent decisions the console keeps when `--console-decisions` is not given.
+pub const DEFAULT_CONSOLE_DECISIONS: usize = 200;
+
 /// Everything `hunch serve` needs, resolved.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -263,8 +272,10 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--calibration FILE`.
     pub calibration: Option<PathBuf>,
-    /// `--admin-key`: deployments over HTTP.
+    /// `--admin-key`: deployments over HTTP and the console's actions.
     pub admin_key: Option<String>,
+    /// `--console-decisions`: recent decisions kept for the console (0: none).
+    pub console_decisions: usize,
     /// The default question mode (`--questions`).
     pub questions: hunch_core::QuestionMode,
     /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
@@ -524,6 +535,7 @@ impl Settings {
             policies: layer.policies,
             calibration: layer.calibration,
             admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
+            console_decisions: layer.console_decisions.unwrap_or(DEFAULT_CONSOLE_DECISIONS),
             questions: layer
                 .questions
                 .unwrap_or(hunch_core::QuestionMode::Isolated),

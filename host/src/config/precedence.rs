@@ -194,6 +194,11 @@ const CASES: &[Case] = &[
         values: &[v("\"f\"", "e", &["--admin-key", "l"])],
     },
     Case {
+        flag: "--console-decisions",
+        context: &[],
+        values: &[v("1", "2", &["--console-decisions", "3"])],
+    },
+    Case {
         flag: "--questions",
         context: &[],
         values: &[v("\"joint\"", "isolated", &["--questions", "joint"])],

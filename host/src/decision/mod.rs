@@ -15,6 +15,7 @@
 pub mod event;
 pub mod mask;
 pub mod recorder;
+pub mod ring;
 pub mod settings;
 pub mod sink;
 #[cfg(any(test, feature = "testing"))]
@@ -24,6 +25,7 @@ use event::{DecisionEvent, EventTimings, ModelRef, ReadEvent};
 use hunch_core::{Reader, READ_ALGORITHM_VERSION};
 use mask::PolicyLogConfig;
 use recorder::{ReadLog, RecordingReader};
+use ring::DecisionRing;
 use serde_json::Value;
 use settings::DecisionLogSettings;
 use sink::file::{FileSink, FileSinkConfig, FileSinkError};
@@ -31,7 +33,7 @@ use sink::http::{HttpSinkConfig, HttpSinkError};
 use sink::spool::SpoolConfig;
 use sink::{Collector, SinkStats};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// The response header carrying a decision's id.
@@ -54,6 +56,8 @@ pub struct DecisionLog {
     models: RwLock<BTreeMap<String, Arc<dyn Reader>>>,
     /// Policies whose `drop = true` a required log has overridden (warned once each).
     drop_overridden: Mutex<BTreeSet<String>>,
+    /// The recent decisions the operator console shows ([`DecisionLog::keep_recent`]).
+    recent: OnceLock<Arc<DecisionRing>>,
 }
 
 impl std::fmt::Debug for DecisionLog {
@@ -74,6 +78,7 @@ impl DecisionLog {
             stats: Arc::default(),
             models: RwLock::default(),
             drop_overridden: Mutex::default(),
+            recent: OnceLock::new(),
         })
     }
 
@@ -130,6 +135,7 @@ impl DecisionLog {
             stats,
             models: RwLock::default(),
             drop_overridden: Mutex::default(),
+            recent: OnceLock::new(),
         }))
     }
 
@@ -137,9 +143,28 @@ impl DecisionLog {
         &self.settings
     }
 
-    /// Whether events are written anywhere.
+    /// Whether events are written to a sink (a file or a collector).
     pub fn enabled(&self) -> bool {
         self.file.is_some() || self.http.is_some()
+    }
+
+    /// Whether decisions are recorded at all: written to a sink, or kept for the console.
+    pub fn recording(&self) -> bool {
+        self.enabled() || self.recent.get().is_some()
+    }
+
+    /// Keeps the last `capacity` decisions in memory (masked as the sinks get them) for the
+    /// operator console; 0 keeps none. Called once, before the server takes requests; a second
+    /// call changes nothing.
+    pub fn keep_recent(&self, capacity: usize) {
+        if let Some(ring) = DecisionRing::new(capacity) {
+            let _ = self.recent.set(Arc::new(ring));
+        }
+    }
+
+    /// The decisions kept for the console, when it keeps any.
+    pub fn recent(&self) -> Option<&Arc<DecisionRing>> {
+        self.recent.get()
     }
 
     /// The served models, by the name decisions give them.
@@ -174,7 +199,7 @@ impl DecisionLog {
             at: SystemTime::now(),
             started: Instant::now(),
             reads: ReadLog::default(),
-            record: self.enabled(),
+            record: self.recording(),
         }
     }
 
@@ -190,12 +215,16 @@ impl DecisionLog {
     /// file took, so a decision answered 503 never reaches it (it is counted as dropped for the
     /// collector, cause `unrecorded`). A required log records every decision, so a policy's
     /// `drop = true` is overridden (its masks still apply).
+    ///
+    /// The console's ring of recent decisions ([`DecisionLog::keep_recent`]) gets the very event
+    /// the sinks get, after the same masking; it never makes the decision wait (a busy ring drops
+    /// the event).
     pub async fn write(
         &self,
         mut event: DecisionEvent,
         policy: Option<&PolicyLogConfig>,
     ) -> Result<(), FileSinkError> {
-        if !self.enabled() {
+        if !self.recording() {
             return Ok(());
         }
         if policy.is_some_and(|p| p.drop) {
@@ -220,6 +249,12 @@ impl DecisionLog {
                 }
             }
         }
+        if !self.enabled() {
+            if let Some(ring) = self.recent.get() {
+                ring.push(Arc::new(event));
+            }
+            return Ok(());
+        }
         let bytes = match serde_json::to_vec(&event) {
             Ok(b) => b,
             Err(e) => {
@@ -243,6 +278,10 @@ impl DecisionLog {
             } else {
                 file.submit(line);
             }
+        }
+        // After a required file took it: a decision answered 503 is not shown as made.
+        if let Some(ring) = self.recent.get() {
+            ring.push(Arc::new(event));
         }
         if let Some(http) = &self.http {
             // Spooled, this waits for the append: an answered decision's event is on disk.

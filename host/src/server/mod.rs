@@ -303,6 +303,11 @@ pub async fn serve_until(
         ));
     }
     state.decisions = crate::decision::DecisionLog::start(settings.decision_log.clone())?;
+    state.decisions.keep_recent(settings.console_decisions);
+    state.console = Arc::new(crate::api::console::Console::new(
+        settings.admin_key.clone(),
+    ));
+    state.memory_limit = settings.memory_limit;
     state.decisions.set_models(
         state
             .registry

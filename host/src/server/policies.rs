@@ -160,6 +160,12 @@ impl PolicyService {
             state.metrics.add_source(status.clone());
         }
         state.served_policies.serve(self.registry.clone());
+        state
+            .console
+            .serve_policies(crate::api::console::PolicySources {
+                registry: self.registry.clone(),
+                bundle: bundle_status.clone(),
+            });
         let api = Arc::new(PolicyApi {
             registry: self.registry.clone(),
             admin_key: self.admin_key.clone(),

@@ -1,0 +1,243 @@
+//! `/console/models`: every served model as one row. [`rows`] is the one place that gathers
+//! what the server knows of its models (the registry, the supervised sidecars, the readers'
+//! limits, the memory budget); the overview's memory bars and this page both draw from it, so
+//! when the server learns more of a model (load on demand: family, layout, estimate, TTL, last
+//! use) only `rows` changes.
+
+use super::html::{bytes, esc, layout, Text};
+use super::session::Viewer;
+use super::{html_response, AppState};
+use crate::reader::models::budget::{default_budget, machine_total};
+use crate::reader::sidecar::SidecarStatus;
+use axum::extract::State;
+use axum::response::Response;
+use axum::Extension;
+use std::fmt::Write;
+
+/// What a model is doing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelState {
+    /// A supervised sidecar starting or loading its checkpoint (progress 0–1).
+    Loading {
+        progress: f64,
+    },
+    Loaded,
+    /// A supervised sidecar that went down (restarting), with why.
+    Failed {
+        message: String,
+    },
+    /// A model this server does not run (an accelerator URL, an upstream): it is whatever the
+    /// remote end says; the server only forwards reads.
+    Remote,
+}
+
+impl ModelState {
+    pub fn label(&self) -> String {
+        match self {
+            ModelState::Loading { progress } => format!("loading {:.0}%", 100.0 * progress),
+            ModelState::Loaded => "loaded".into(),
+            ModelState::Failed { .. } => "failed".into(),
+            ModelState::Remote => "remote".into(),
+        }
+    }
+}
+
+/// One model as the console shows it. Fields the server does not know today are `None` and shown
+/// as "–".
+#[derive(Debug, Clone)]
+pub struct ModelRow {
+    pub name: String,
+    /// Aliases that resolve to it (`jev-latest`, `--alias`).
+    pub aliases: Vec<String>,
+    pub description: String,
+    pub release_date: String,
+    pub fingerprint: Option<String>,
+    pub state: ModelState,
+    /// Measured resident bytes of its process, when it runs here.
+    pub resident_bytes: Option<u64>,
+    /// Bytes it is expected to take before it loads (not known until models load on demand).
+    pub estimated_bytes: Option<u64>,
+    /// Whether it stays loaded whatever the budget needs (every `--model` today).
+    pub pinned: Option<bool>,
+    /// The checkpoint family and layout (the sidecar recognises them; not reported to the host
+    /// today).
+    pub family: Option<String>,
+    pub layout: Option<String>,
+    /// Seconds until an idle model is unloaded, and since its last read (load on demand).
+    pub ttl_left_seconds: Option<f64>,
+    pub idle_seconds: Option<f64>,
+    /// The most options a choice and levels a score may have for it, and its longest prompt.
+    pub max_choice_options: usize,
+    pub max_score_levels: usize,
+    pub max_prompt_tokens: Option<u64>,
+}
+
+/// The memory the models share: the budget and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub bytes: u64,
+    /// `--memory-limit` (per sidecar) or the machine's default budget.
+    pub source: &'static str,
+}
+
+/// Every served model, in the registry's order.
+pub fn rows(state: &AppState) -> Vec<ModelRow> {
+    let aliases = state.registry.aliases();
+    state
+        .registry
+        .models()
+        .iter()
+        .map(|m| {
+            let info = m.reader.info();
+            let sidecar = state.sidecars.iter().find(|s| s.name() == m.name);
+            let (model_state, resident, pinned) = match sidecar {
+                Some(s) => {
+                    let st = match s.status() {
+                        SidecarStatus::Starting => ModelState::Loading { progress: 0.0 },
+                        SidecarStatus::Loading { progress, .. } => ModelState::Loading {
+                            progress: progress.clamp(0.0, 1.0),
+                        },
+                        SidecarStatus::Ready => ModelState::Loaded,
+                        SidecarStatus::Down { message } => ModelState::Failed { message },
+                    };
+                    // Every sidecar today is a `--model` (or the default model): pinned.
+                    (st, s.resident_bytes(), Some(true))
+                }
+                None => (ModelState::Remote, None, None),
+            };
+            ModelRow {
+                name: m.name.clone(),
+                aliases: aliases
+                    .iter()
+                    .filter(|(_, target)| *target == m.name)
+                    .map(|(a, _)| a.clone())
+                    .collect(),
+                description: m.description.clone(),
+                release_date: m.release_date.clone(),
+                fingerprint: info.fingerprint,
+                state: model_state,
+                resident_bytes: resident,
+                estimated_bytes: None,
+                pinned,
+                family: None,
+                layout: None,
+                ttl_left_seconds: None,
+                idle_seconds: None,
+                max_choice_options: info.limits.questions.max_choice_options,
+                max_score_levels: info.limits.questions.max_score_levels,
+                max_prompt_tokens: info.limits.max_prompt_tokens,
+            }
+        })
+        .collect()
+}
+
+/// The budget the models' memory is drawn against, when one is known.
+pub fn budget(state: &AppState) -> Option<Budget> {
+    if let Some(limit) = state.memory_limit {
+        return Some(Budget {
+            bytes: limit,
+            source: "--memory-limit",
+        });
+    }
+    machine_total().map(|total| Budget {
+        bytes: default_budget(total),
+        source: "this machine's memory less a reserve",
+    })
+}
+
+fn or_dash(value: Option<String>) -> String {
+    value.map_or_else(|| "–".into(), |v| esc(&v))
+}
+
+pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Viewer>) -> Response {
+    let rows = rows(&state);
+    let mut body = String::new();
+    if rows.is_empty() {
+        body.push_str("<p>No model is configured: every read is a 404. Start the server with <code>--model NAME=PATH</code>.</p>");
+    }
+    body.push_str(
+        "<div class=\"scroll\"><table class=\"grid\"><thead><tr><th>model</th><th>state</th>\
+<th>resident</th><th>estimate</th><th>pinned</th><th>family</th><th>layout</th><th>TTL left</th>\
+<th>idle</th><th>options / levels</th><th>max prompt</th><th>fingerprint</th></tr></thead><tbody>",
+    );
+    for r in &rows {
+        let aliases = if r.aliases.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<br><small>aliases: {}</small>",
+                Text(&r.aliases.join(", "))
+            )
+        };
+        let failed = match &r.state {
+            ModelState::Failed { message } => {
+                format!("<br><small class=\"error\">{}</small>", Text(message))
+            }
+            _ => String::new(),
+        };
+        let _ = write!(
+            body,
+            "<tr data-model=\"{name}\"><td><b>{name}</b>{aliases}<br><small>{desc}</small></td>\
+<td><span class=\"state {cls}\">{state}</span>{failed}</td><td class=\"num\">{res}</td>\
+<td class=\"num\">{est}</td><td>{pinned}</td><td>{family}</td><td>{layout}</td><td>{ttl}</td>\
+<td>{idle}</td><td class=\"num\">{maxo} / {maxl}</td><td class=\"num\">{maxp}</td><td><code>{fp}</code></td></tr>",
+            name = Text(&r.name),
+            desc = Text(&r.description),
+            cls = match r.state {
+                ModelState::Loaded => "ok",
+                ModelState::Failed { .. } => "bad",
+                _ => "",
+            },
+            state = Text(&r.state.label()),
+            res = r.resident_bytes.map_or("–".into(), bytes),
+            est = r.estimated_bytes.map_or("–".into(), bytes),
+            pinned = match r.pinned {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "–",
+            },
+            family = or_dash(r.family.clone()),
+            layout = or_dash(r.layout.clone()),
+            ttl = r.ttl_left_seconds.map_or("–".into(), super::html::seconds),
+            idle = r.idle_seconds.map_or("–".into(), super::html::seconds),
+            maxo = r.max_choice_options,
+            maxl = r.max_score_levels,
+            maxp = r.max_prompt_tokens.map_or("–".into(), |t| format!("{t} tokens")),
+            fp = or_dash(r.fingerprint.clone()),
+        );
+    }
+    body.push_str("</tbody></table></div>");
+    let _ = write!(
+        body,
+        "<h2>Read settings</h2><table class=\"kv\"><tr><th>question mode</th><td>{}</td></tr>\
+<tr><th>answer cache</th><td>{}</td></tr><tr><th>calibration</th><td>{}</td></tr>\
+<tr><th>reads at once</th><td>{}</td></tr><tr><th>reads queued at most</th><td>{}</td></tr>\
+<tr><th>request timeout</th><td>{}</td></tr></table>",
+        state.answering.questions.as_str(),
+        if state.answering.cache.is_some() {
+            "on"
+        } else {
+            "off"
+        },
+        state
+            .calibration
+            .current()
+            .map_or("none".into(), |c| format!("<code>{}</code>", Text(&c.id))),
+        state.limits.max_concurrent_reads,
+        state.limits.max_queued_reads,
+        super::html::seconds(state.limits.request_timeout.as_secs_f64()),
+    );
+    body.push_str(
+        "<p class=\"muted\">Every model is loaded when the server starts and stays loaded (pinned); \
+loading and unloading models on demand, with their family, layout, size estimate and idle TTL, \
+is not served yet, so there are no load or unload actions here.</p>",
+    );
+    let flash = state.console.sessions.take_flash(&viewer);
+    html_response(layout(
+        "Models",
+        "/console/models",
+        &viewer,
+        flash.as_deref(),
+        &body,
+    ))
+}
