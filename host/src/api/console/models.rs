@@ -59,8 +59,8 @@ pub struct ModelRow {
     pub estimated_bytes: Option<u64>,
     /// Whether it stays loaded whatever the budget needs (every `--model` today).
     pub pinned: Option<bool>,
-    /// The checkpoint family and layout (the sidecar recognises them; not reported to the host
-    /// today).
+    /// The checkpoint family and layout (and how its matrices are stored), as the sidecar
+    /// found them in the checkpoint once it loaded (`/health`'s `info.kind`).
     pub family: Option<String>,
     pub layout: Option<String>,
     /// Seconds until an idle model is unloaded, and since its last read (load on demand).
@@ -119,8 +119,14 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
                 resident_bytes: resident,
                 estimated_bytes: None,
                 pinned,
-                family: None,
-                layout: None,
+                family: info
+                    .kind
+                    .as_ref()
+                    .map(|k| format!("{} ({})", k.family, k.architecture)),
+                layout: info
+                    .kind
+                    .as_ref()
+                    .map(|k| format!("{} {}", k.layout, k.quantization)),
                 ttl_left_seconds: None,
                 idle_seconds: None,
                 max_choice_options: info.limits.questions.max_choice_options,
@@ -229,7 +235,7 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     );
     body.push_str(
         "<p class=\"muted\">Every model is loaded when the server starts and stays loaded (pinned); \
-loading and unloading models on demand, with their family, layout, size estimate and idle TTL, \
+loading and unloading models on demand, with their size estimate and idle TTL, \
 is not served yet, so there are no load or unload actions here.</p>",
     );
     let flash = state.console.sessions.take_flash(&viewer);
