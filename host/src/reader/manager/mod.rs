@@ -149,18 +149,27 @@ impl Slot {
     }
 
     /// The bytes it holds against the budget now: nothing unless a sidecar runs or is about
-    /// to; measured once it runs, the estimate (plus the runtime's overhead) until then.
+    /// to; the estimate (plus the runtime's overhead) while it loads; once it runs, the larger of
+    /// its measured size and that estimate. A process grows as it reads (buffers, caches), so
+    /// the budget keeps room for what it will hold, not only for what it held when last measured;
+    /// a process that measures larger than its estimate counts as measured.
     fn held(&self, overhead: u64) -> u64 {
+        let expected = self.estimated_bytes + overhead;
         match self.phase {
             // A pinned model is about to run (before `start`): it counts from the beginning.
             Phase::Available | Phase::Failed { .. } if self.pinned => {
                 self.estimated_bytes + overhead
             }
             Phase::Available | Phase::Failed { .. } => 0,
-            Phase::Loading { .. } => self.estimated_bytes + overhead,
-            Phase::Loaded { .. } | Phase::Unloading { .. } => self
-                .measured
-                .unwrap_or(self.estimated_bytes + overhead),
+            // Its process is gone already: its share is free.
+            Phase::Unloading {
+                reason: Reason::Died,
+                ..
+            } => 0,
+            Phase::Loading { .. } => expected,
+            Phase::Loaded { .. } | Phase::Unloading { .. } => {
+                self.measured.map_or(expected, |m| m.max(expected))
+            }
         }
     }
 }
@@ -173,6 +182,8 @@ struct Inner {
     overhead: u64,
     skipped: Vec<discovery::Skipped>,
     last_scan: Option<Instant>,
+    /// The last rescan a request for an unknown name made.
+    last_miss_scan: Option<Instant>,
 }
 
 /// Why a read could not have its model.
@@ -362,7 +373,19 @@ impl ModelManager {
         if self.lock().models.contains_key(name) {
             return true;
         }
-        self.rescan_if_older(RESCAN_ON_MISS_AT_MOST);
+        // Timed apart from the other scans: a listing just before the checkpoint was copied in
+        // must not hide it from the request that follows.
+        {
+            let mut inner = self.lock();
+            if inner
+                .last_miss_scan
+                .is_some_and(|t| t.elapsed() < RESCAN_ON_MISS_AT_MOST)
+            {
+                return false;
+            }
+            inner.last_miss_scan = Some(Instant::now());
+        }
+        self.rescan_if_older(Duration::ZERO);
         self.lock().models.contains_key(name)
     }
 
@@ -517,6 +540,15 @@ impl ModelManager {
             Phase::Available | Phase::Failed { .. } => {}
         }
         let needed = slot.estimated_bytes + overhead;
+        // What runs is measured now, not as of the last tick: a process that has just read may
+        // have grown since.
+        for s in inner.models.values_mut() {
+            if let Phase::Loaded { sidecar } | Phase::Unloading { sidecar, .. } = &s.phase {
+                if let Some(m) = sidecar.resident_bytes() {
+                    s.measured = Some(m);
+                }
+            }
+        }
         let residents: Vec<eviction::Resident> = inner
             .models
             .iter()
