@@ -10,7 +10,7 @@
 //! 507 naming both sizes, that `x_keep_alive` 0 unloads and a short keep-alive expires like a
 //! TTL, that a killed sidecar frees its share, and the admin routes.
 
-use hunch_e2e::http::{get_json, metrics, metric_in, post_systemone};
+use hunch_e2e::http::{get_json, metric_in, metrics, post_systemone};
 use hunch_e2e::{
     accelerator_bin, child_pids, eventually, start_hunch_with, wait_ready_or_logs, workspace_root,
     Hunch,
@@ -31,8 +31,11 @@ fn checkpoints() -> PathBuf {
 fn models_dir(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, name) in files {
-        std::fs::copy(checkpoints().join(file), dir.path().join(format!("{name}.gguf")))
-            .expect("copy a checkpoint");
+        std::fs::copy(
+            checkpoints().join(file),
+            dir.path().join(format!("{name}.gguf")),
+        )
+        .expect("copy a checkpoint");
     }
     dir
 }
@@ -186,7 +189,14 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
     let budget_arg = budget.to_string();
     let hunch = start(
         dir.path(),
-        &["--model", &pinned, "--memory-budget", &budget_arg, "--model-ttl", "20m"],
+        &[
+            "--model",
+            &pinned,
+            "--memory-budget",
+            &budget_arg,
+            "--model-ttl",
+            "20m",
+        ],
     );
     wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
     let list = get_json(&format!("{}/v1/models", hunch.url)).await;
@@ -208,9 +218,15 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
     let response = post_systemone(&hunch.url, &request("huge")).await;
     assert_eq!(response.status().as_u16(), 507);
     let body: Value = response.json().await.unwrap();
-    assert_eq!(body["detail"]["error_type"], "insufficient_memory", "{body}");
+    assert_eq!(
+        body["detail"]["error_type"], "insufficient_memory",
+        "{body}"
+    );
     assert_eq!(body["detail"]["budget_bytes"], budget, "{body}");
-    assert!(body["detail"]["needed_bytes"].as_u64().unwrap() >= 1 << 40, "{body}");
+    assert!(
+        body["detail"]["needed_bytes"].as_u64().unwrap() >= 1 << 40,
+        "{body}"
+    );
     let message = body["detail"]["message"].as_str().unwrap();
     assert!(message.contains(&budget.to_string()), "{message}");
 
@@ -231,10 +247,16 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
         assert_eq!(r.await.unwrap(), 200, "logs:\n{}", hunch.process.logs());
     }
     let text = metrics(&hunch.url).await;
-    let loads: u64 = metric_in(&text, "hunch_model_loads_total{model=\"llama\",outcome=\"ok\"}");
+    let loads: u64 = metric_in(
+        &text,
+        "hunch_model_loads_total{model=\"llama\",outcome=\"ok\"}",
+    );
     assert_eq!(loads, 1, "one load for 8 first requests");
     assert_eq!(
-        sidecars(&hunch).iter().filter(|(_, n)| n == "llama").count(),
+        sidecars(&hunch)
+            .iter()
+            .filter(|(_, n)| n == "llama")
+            .count(),
         1
     );
 
@@ -280,7 +302,10 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
     body["x_keep_alive"] = json!("1s");
     read(&hunch, &body).await;
     let entry = listed(&hunch, "llama").await;
-    assert!(entry["x_ttl_left_seconds"].as_f64().unwrap() <= 1.0, "{entry}");
+    assert!(
+        entry["x_ttl_left_seconds"].as_f64().unwrap() <= 1.0,
+        "{entry}"
+    );
     eventually(Duration::from_secs(10), || async {
         match state_of(&hunch, "llama").await.as_str() {
             "available" => Ok(()),
@@ -321,7 +346,9 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
         {
             Ok(used)
         } else {
-            Err(format!("a killed qwen still counts: {entry} ({used} bytes used)"))
+            Err(format!(
+                "a killed qwen still counts: {entry} ({used} bytes used)"
+            ))
         }
     })
     .await;
@@ -339,7 +366,10 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
         r.send()
     };
     assert_eq!(post("qwen/unload", None).await.unwrap().status(), 401);
-    assert_eq!(post("pinned/unload", Some(ADMIN)).await.unwrap().status(), 409);
+    assert_eq!(
+        post("pinned/unload", Some(ADMIN)).await.unwrap().status(),
+        409
+    );
     assert_eq!(post("huge/load", Some(ADMIN)).await.unwrap().status(), 507);
     assert_eq!(post("nope/load", Some(ADMIN)).await.unwrap().status(), 404);
     let unloaded = post("qwen/unload", Some(ADMIN)).await.unwrap();

@@ -594,7 +594,10 @@ mod tests {
         assert_eq!(body["detail"]["needed_bytes"], 5000);
         assert_eq!(body["detail"]["budget_bytes"], 4000);
         let message = body["detail"]["message"].as_str().unwrap();
-        assert!(message.contains("5000") && message.contains("4000"), "{message}");
+        assert!(
+            message.contains("5000") && message.contains("4000"),
+            "{message}"
+        );
     }
 
     #[test]

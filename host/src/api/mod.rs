@@ -158,10 +158,12 @@ impl AppState {
     /// model when the registry serves none.
     pub fn aliases(&self) -> Vec<(String, String)> {
         let mut aliases = self.registry.aliases();
-        if self.registry.models().is_empty()
-            && !aliases.iter().any(|(a, _)| a == DEFAULT_ALIAS)
-        {
-            if let Some(first) = self.models.as_ref().and_then(|m| m.names().into_iter().next()) {
+        if self.registry.models().is_empty() && !aliases.iter().any(|(a, _)| a == DEFAULT_ALIAS) {
+            if let Some(first) = self
+                .models
+                .as_ref()
+                .and_then(|m| m.names().into_iter().next())
+            {
                 aliases.insert(0, (DEFAULT_ALIAS.to_string(), first));
             }
         }

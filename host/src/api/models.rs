@@ -126,10 +126,7 @@ pub async fn admin(
         })?;
     if action == "load" {
         state.check_fits(&entry.name)?;
-        manager
-            .load_now(&entry.name)
-            .await
-            .map_err(lease_error)?;
+        manager.load_now(&entry.name).await.map_err(lease_error)?;
     } else {
         let outcome = manager.unload(&entry.name).map_err(|e| match e {
             UnloadError::NotFound(_) => ApiError::not_found(Missing::Model, e.to_string()),

@@ -45,7 +45,10 @@ pub fn schemas() -> Map<String, Value> {
                                     "used_bytes": {"type": "integer", "minimum": 0, "description": "Held by loaded and loading models: measured, else estimated."},
                                     "overhead_bytes": {"type": "integer", "minimum": 0}}},
         "x_calibration": {"type": "object"}}}));
-    out.insert("ModelAction".into(), json!({"type": "object", "required": ["name"], "properties": action}));
+    out.insert(
+        "ModelAction".into(),
+        json!({"type": "object", "required": ["name"], "properties": action}),
+    );
     out
 }
 
@@ -99,8 +102,12 @@ pub fn paths() -> Map<String, Value> {
         "Load a model now (admin key), evicting idle models to make room as a read would; answers once it is loaded",
         json!({"503": with_retry_after(error("Still loading after the wait, no room while every resident model is busy, or its load failed")),
                "507": insufficient_memory()})));
-    paths.insert("/v1/models/{name}/unload".into(), admin(
-        "Unload a model (admin key): its process ends once its reads in flight have finished",
-        json!({})));
+    paths.insert(
+        "/v1/models/{name}/unload".into(),
+        admin(
+            "Unload a model (admin key): its process ends once its reads in flight have finished",
+            json!({}),
+        ),
+    );
     paths
 }

@@ -531,7 +531,10 @@ mod tests {
                 "{keep}: {errors:?}"
             );
         }
-        assert_eq!(ok(with(json!("1s"))).keep_alive, Some(Duration::from_secs(1)));
+        assert_eq!(
+            ok(with(json!("1s"))).keep_alive,
+            Some(Duration::from_secs(1))
+        );
         let absent = ok(json!({"model": "m", "state": "s",
                                "questions": {"q": {"type": "noul", "instructions": "?"}}}));
         assert_eq!(absent.keep_alive, None);

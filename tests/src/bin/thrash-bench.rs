@@ -164,7 +164,11 @@ async fn run() -> Result<(), String> {
 
     let base = median(baseline);
     let switch = median(thrash);
-    let load = if loads > 0.0 { load_seconds / loads } else { 0.0 };
+    let load = if loads > 0.0 {
+        load_seconds / loads
+    } else {
+        0.0
+    };
     println!(
         "sidecar resident after a read: {:.1} MiB; thrash budget {:.1} MiB",
         unit as f64 / 1048576.0,
@@ -172,7 +176,10 @@ async fn run() -> Result<(), String> {
     );
     println!("| | median request | ratio to loaded |");
     println!("|---|---|---|");
-    println!("| both loaded (baseline) | {:.1} ms | 1.0× |", base * 1000.0);
+    println!(
+        "| both loaded (baseline) | {:.1} ms | 1.0× |",
+        base * 1000.0
+    );
     println!(
         "| every request switches | {:.1} ms | {:.1}× |",
         switch * 1000.0,

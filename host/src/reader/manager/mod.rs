@@ -297,9 +297,7 @@ impl ModelManager {
     pub fn new(settings: ManagerSettings, pinned: Vec<(String, PathBuf, u64)>) -> Arc<Self> {
         let mut inner = Inner::default();
         for (name, path, estimated) in pinned {
-            inner
-                .models
-                .insert(name, Slot::new(path, estimated, true));
+            inner.models.insert(name, Slot::new(path, estimated, true));
         }
         let manager = Arc::new(ModelManager {
             settings,
@@ -402,7 +400,11 @@ impl ModelManager {
     /// Looks at the models directories again (at most once a second unless `force`): new
     /// checkpoints become available, removed ones unload once idle and are dropped.
     pub fn rescan(&self, force: bool) {
-        self.rescan_if_older(if force { Duration::ZERO } else { RESCAN_AT_MOST });
+        self.rescan_if_older(if force {
+            Duration::ZERO
+        } else {
+            RESCAN_AT_MOST
+        });
     }
 
     fn rescan_if_older(&self, age: Duration) {

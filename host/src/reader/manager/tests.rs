@@ -67,7 +67,10 @@ async fn a_model_that_can_never_fit_is_refused_at_once_naming_both_sizes() {
         }
     );
     let message = refused.to_string();
-    assert!(message.contains("5000") && message.contains("4000"), "{message}");
+    assert!(
+        message.contains("5000") && message.contains("4000"),
+        "{message}"
+    );
     // The lease says the same without waiting, and a reader reports it as no retry's business.
     let started = Instant::now();
     assert_eq!(manager.lease("big").await.err(), Some(refused.clone()));
@@ -130,14 +133,21 @@ async fn concurrent_first_requests_start_one_load_and_share_its_failure() {
     let view = manager.view();
     let m = view.model("m").unwrap();
     assert_eq!(m.state, ModelState::Failed);
-    assert!(m.error.as_deref().unwrap_or("").contains("no-such-sidecar"), "{m:?}");
+    assert!(
+        m.error.as_deref().unwrap_or("").contains("no-such-sidecar"),
+        "{m:?}"
+    );
     // Within the cooldown a read is refused with the reason, no new load is tried.
     assert!(matches!(
         manager.lease("m").await,
         Err(LeaseError::Failed { .. })
     ));
     assert!(matches!(
-        manager.lease("m").await.err().map(LeaseError::into_read_error),
+        manager
+            .lease("m")
+            .await
+            .err()
+            .map(LeaseError::into_read_error),
         Some(ReadError::Unavailable { .. })
     ));
 }
@@ -154,7 +164,10 @@ async fn unloading_what_is_not_loaded_or_unknown_says_so() {
     );
     // x_keep_alive on a model that is not loaded changes nothing.
     manager.keep_alive("m", Duration::ZERO);
-    assert_eq!(manager.view().model("m").unwrap().state, ModelState::Available);
+    assert_eq!(
+        manager.view().model("m").unwrap().state,
+        ModelState::Available
+    );
 }
 
 #[test]
@@ -171,7 +184,9 @@ fn the_metrics_name_the_budget_and_every_eviction_reason() {
     assert!(out.contains("hunch_model_budget_bytes 4096\n"), "{out}");
     for reason in ["budget", "ttl", "keep_alive", "admin", "removed", "died"] {
         assert!(
-            out.contains(&format!("hunch_model_evictions_total{{reason=\"{reason}\"}} 0\n")),
+            out.contains(&format!(
+                "hunch_model_evictions_total{{reason=\"{reason}\"}} 0\n"
+            )),
             "{reason}: {out}"
         );
     }

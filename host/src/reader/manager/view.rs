@@ -160,7 +160,9 @@ impl ModelManager {
                     Phase::Loaded { .. } | Phase::Unloading { .. } | Phase::Loading { .. }
                 );
                 let ttl_left_seconds = match (&slot.phase, slot.expires) {
-                    (Phase::Loaded { .. }, Some(expires)) if !slot.pinned && slot.in_flight == 0 => {
+                    (Phase::Loaded { .. }, Some(expires))
+                        if !slot.pinned && slot.in_flight == 0 =>
+                    {
                         Some(expires.saturating_duration_since(now).as_secs_f64())
                     }
                     _ => None,
@@ -182,7 +184,9 @@ impl ModelManager {
                     pinned: slot.pinned,
                     reads_in_flight: slot.in_flight,
                     ttl_left_seconds,
-                    last_used: slot.last_used.map(|(_, at)| hunch_core::date::rfc3339_ms(at)),
+                    last_used: slot
+                        .last_used
+                        .map(|(_, at)| hunch_core::date::rfc3339_ms(at)),
                 }
             })
             .collect();
