@@ -24,6 +24,26 @@ pub fn matches_any<'a>(keys: impl IntoIterator<Item = &'a [u8]>, presented: &str
     ok.into()
 }
 
+/// Whether `headers` carry the admin key `expected`: `X-Admin-Key: KEY`, or
+/// `Authorization: Bearer KEY` (when API keys are on, `Authorization` carries the caller's API
+/// key, so `X-Admin-Key` is looked at first). Every admin route (policy deployments, model
+/// loads and unloads) checks it here.
+pub fn admin_key_matches(expected: &str, headers: &axum::http::HeaderMap) -> bool {
+    let candidates = [
+        headers
+            .get("x-admin-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim),
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token),
+    ];
+    candidates.iter().flatten().fold(false, |acc, key| {
+        acc | matches_any([expected.as_bytes()], key)
+    })
+}
+
 /// Bearer keys. Empty = auth off: any `Authorization` header (or none) is accepted.
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys(Vec<Vec<u8>>);

@@ -121,6 +121,21 @@ pub enum ApiError {
         message: String,
         retry_after_seconds: u64,
     },
+    /// 507: the model can never fit the memory budget (less what pinned models hold); no
+    /// retry helps, only a larger `--memory-budget` or fewer pinned models.
+    #[error(
+        "model {model} needs {needed_bytes} bytes but the memory budget is {budget_bytes} bytes \
+         ({pinned_bytes} of them held by pinned models): it can never be loaded here"
+    )]
+    InsufficientStorage {
+        model: String,
+        needed_bytes: u64,
+        budget_bytes: u64,
+        pinned_bytes: u64,
+    },
+    /// 409: a model change its state does not allow now (unloading a pinned or loading model).
+    #[error("{message}")]
+    ModelConflict { message: String },
     /// 504: the request did not finish within the per-request timeout.
     #[error("the request timed out")]
     Timeout,
@@ -288,6 +303,8 @@ impl ApiError {
                 .filter(|s| s.is_client_error())
                 .unwrap_or(StatusCode::BAD_REQUEST),
             ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::InsufficientStorage { .. } => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::ModelConflict { .. } => StatusCode::CONFLICT,
             ApiError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Invoke(e) => invoke_status(e),
@@ -325,6 +342,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => FailureKind::UnsupportedContentEncoding,
             ApiError::Upstream { .. } => FailureKind::UpstreamRejected,
             ApiError::Unavailable { .. } => FailureKind::Unavailable,
+            ApiError::InsufficientStorage { .. } => FailureKind::InsufficientMemory,
+            ApiError::ModelConflict { .. } => FailureKind::Conflict,
             ApiError::Timeout => FailureKind::Timeout,
             ApiError::Internal { .. } => FailureKind::InternalError,
             ApiError::Invoke(e) => e.kind(),
@@ -383,6 +402,18 @@ impl ApiError {
         detail.insert("message".into(), json!(self.to_string()));
         if let ApiError::Invoke(e) = self {
             invoke_fields(e, &mut detail);
+        }
+        if let ApiError::InsufficientStorage {
+            model,
+            needed_bytes,
+            budget_bytes,
+            pinned_bytes,
+        } = self
+        {
+            detail.insert("model".into(), json!(model));
+            detail.insert("needed_bytes".into(), json!(needed_bytes));
+            detail.insert("budget_bytes".into(), json!(budget_bytes));
+            detail.insert("pinned_bytes".into(), json!(pinned_bytes));
         }
         json!({ "detail": detail })
     }
@@ -546,6 +577,27 @@ mod tests {
         assert_eq!(timed_out.body()["detail"]["error_type"], "policy_declined");
         let response = ApiError::Validation(vec![]).into_response_for("d");
         assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+
+    #[test]
+    fn a_model_that_can_never_fit_is_a_507_naming_both_sizes() {
+        let e = ApiError::InsufficientStorage {
+            model: "big".into(),
+            needed_bytes: 5000,
+            budget_bytes: 4000,
+            pinned_bytes: 1000,
+        };
+        assert_eq!(e.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert!(e.retry_after_seconds().is_none(), "no retry helps");
+        let body = e.body();
+        assert_eq!(body["detail"]["error_type"], "insufficient_memory");
+        assert_eq!(body["detail"]["needed_bytes"], 5000);
+        assert_eq!(body["detail"]["budget_bytes"], 4000);
+        let message = body["detail"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("5000") && message.contains("4000"),
+            "{message}"
+        );
     }
 
     #[test]

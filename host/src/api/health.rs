@@ -33,7 +33,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         }
         models.insert(entry.name.clone(), json!(ready));
     }
-    if state.registry.models().is_empty() {
+    // Models of a models directory load on request: being unloaded is not being unready.
+    let managed = state.models.as_ref().is_some_and(|m| !m.names().is_empty());
+    if state.registry.models().is_empty() && !managed {
         return Err(ApiError::Unavailable {
             message: "no model is configured".into(),
             retry_after_seconds: 5,

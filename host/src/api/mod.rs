@@ -13,13 +13,15 @@ pub mod metrics;
 pub mod middleware;
 pub mod models;
 pub mod openapi;
+pub mod openapi_models;
 pub mod policies;
 pub mod status;
 pub mod systemone;
 pub mod validate;
 
 use crate::metrics::Metrics;
-use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry};
+use crate::reader::manager::ModelManager;
+use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry, DEFAULT_ALIAS};
 pub use auth::ApiKeys;
 use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
@@ -73,12 +75,15 @@ pub struct AppState {
     pub served_policies: openapi::ServedPolicies,
     /// Set once a shutdown began: `/readyz` answers 503 so balancers send no new work.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
-    /// The sidecars this server supervises, for what `/v1/models` says of each one's process.
-    pub sidecars: Arc<Vec<Arc<crate::reader::sidecar::Sidecar>>>,
     /// The operator console's sessions, admin key and policy sources (`/console`).
     pub console: Arc<console::Console>,
     /// `--memory-limit`: what the console draws the models' memory against when set.
     pub memory_limit: Option<u64>,
+    /// The models whose sidecars this server runs (pinned `--model`s and `--models-dir`
+    /// discoveries) under one memory budget; `None` when it runs none.
+    pub models: Option<Arc<ModelManager>>,
+    /// `--admin-key`: loading and unloading models over HTTP.
+    pub admin_key: Option<String>,
 }
 
 impl AppState {
@@ -104,9 +109,10 @@ impl AppState {
             calibration: Default::default(),
             served_policies: openapi::ServedPolicies::default(),
             draining: Arc::default(),
-            sidecars: Arc::default(),
             console: Arc::default(),
             memory_limit: None,
+            models: None,
+            admin_key: None,
         })
     }
 
@@ -116,32 +122,115 @@ impl AppState {
         self
     }
 
-    /// The model a request names (a name or an alias), or a 404 listing what is served.
-    pub fn model(&self, name: &str) -> Result<&ModelEntry, ApiError> {
-        self.registry.resolve(name).ok_or_else(|| {
-            let mut known: Vec<String> = self
-                .registry
-                .aliases()
-                .into_iter()
-                .map(|(a, _)| a)
-                .collect();
-            known.extend(self.registry.models().iter().map(|m| m.name.clone()));
-            ApiError::not_found(
-                error::Missing::Model,
-                format!("unknown model {name:?}; served: {}", known.join(", ")),
-            )
-        })
+    /// The model a request names (a name or an alias), or a 404 listing what is served. A name
+    /// the registry does not know may be a model of a models directory (found by a rescan when
+    /// it was just copied in).
+    pub fn model(&self, name: &str) -> Result<ModelEntry, ApiError> {
+        if let Some(entry) = self.registry.resolve(name) {
+            return Ok(entry.clone());
+        }
+        if let (Some(manager), Some(target)) = (&self.models, self.managed_name(name)) {
+            return Ok(discovered_entry(manager, &target));
+        }
+        let mut known: Vec<String> = self.aliases().into_iter().map(|(a, _)| a).collect();
+        known.extend(self.registry.models().iter().map(|m| m.name.clone()));
+        if let Some(manager) = &self.models {
+            for name in manager.names() {
+                if !known.contains(&name) {
+                    known.push(name);
+                }
+            }
+        }
+        Err(ApiError::not_found(
+            error::Missing::Model,
+            format!("unknown model {name:?}; served: {}", known.join(", ")),
+        ))
+    }
+
+    /// The managed model `name` means when the registry does not know it: a discovered model,
+    /// or what an alias (`jev-latest` included, with no registry model) points at.
+    fn managed_name(&self, name: &str) -> Option<String> {
+        let manager = self.models.as_ref()?;
+        let target = match self.registry.alias_target(name) {
+            Some(target) => target.to_string(),
+            None if name == DEFAULT_ALIAS && self.registry.models().is_empty() => {
+                manager.names().into_iter().next()?
+            }
+            None => name.to_string(),
+        };
+        manager.contains(&target).then_some(target)
+    }
+
+    /// Every alias with its target: the registry's, and `jev-latest` for the first discovered
+    /// model when the registry serves none.
+    pub fn aliases(&self) -> Vec<(String, String)> {
+        let mut aliases = self.registry.aliases();
+        if self.registry.models().is_empty() && !aliases.iter().any(|(a, _)| a == DEFAULT_ALIAS) {
+            if let Some(first) = self
+                .models
+                .as_ref()
+                .and_then(|m| m.names().into_iter().next())
+            {
+                aliases.insert(0, (DEFAULT_ALIAS.to_string(), first));
+            }
+        }
+        aliases
     }
 
     /// The reader for a model, behind the bounded queue and counted in the metrics: what the raw
-    /// API and the policies call.
+    /// API and the policies call. A model of the manager is leased before the queue (its load
+    /// holds no read slot).
     pub fn reader(&self, name: &str) -> Result<GatedReader, ApiError> {
         let entry = self.model(name)?;
+        if let Some(manager) = self.models.as_ref().filter(|m| m.manages(&entry.name)) {
+            return Ok(GatedReader::managed(
+                &entry.name,
+                manager,
+                self.gate.clone(),
+                self.metrics.clone(),
+            ));
+        }
         Ok(GatedReader::new(
-            entry,
+            &entry,
             self.gate.clone(),
             self.metrics.clone(),
         ))
+    }
+
+    /// A model that can never fit the memory budget: the raw API answers 507 before reading.
+    pub fn check_fits(&self, model: &str) -> Result<(), ApiError> {
+        let Some(manager) = &self.models else {
+            return Ok(());
+        };
+        match manager.check_fits(model) {
+            Err(crate::reader::manager::LeaseError::NeverFits {
+                model,
+                needed,
+                budget,
+                pinned,
+            }) => Err(ApiError::InsufficientStorage {
+                model,
+                needed_bytes: needed,
+                budget_bytes: budget,
+                pinned_bytes: pinned,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A discovered model as the API lists and reads it.
+fn discovered_entry(manager: &Arc<ModelManager>, name: &str) -> ModelEntry {
+    let path = manager
+        .view()
+        .model(name)
+        .map(|v| v.path.display().to_string())
+        .unwrap_or_default();
+    ModelEntry {
+        name: name.to_string(),
+        description: format!("System One reader ({path}), loaded on first request"),
+        release_date: hunch_core::date::today(),
+        reader: Arc::new(manager.reader(name)),
     }
 }
 
@@ -157,6 +246,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/systemone", post(systemone::handle))
         .route("/v1/models", get(models::list))
+        .route("/v1/models/{*rest}", post(models::admin))
         .merge(extra)
         .route_layer(from_fn_with_state(state.clone(), middleware::timeout))
         .route_layer(from_fn_with_state(state.clone(), middleware::auth));

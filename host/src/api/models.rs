@@ -1,24 +1,29 @@
 //! `GET /v1/models` in TypeSafe's shape: aliases (`jev-latest` first) and the served models, each
 //! with the extension `x_fingerprint`: what exactly the model is, as it reports itself (the same
 //! fingerprint decision events record and the answer cache keys on; `null` while unknown).
-//! A model served by a sidecar this server supervises also says how its process stands
-//! (docs/models.md): `x_state` (`loading` with `x_progress` 0–1, `loaded`, `failed` with
-//! `x_error` while it restarts), `x_resident_bytes` (measured) and `x_pinned` (a `--model`
-//! stays loaded). Once a model has loaded it also says what it is: `x_family`,
-//! `x_architecture`, `x_layout`, `x_quantization`, `x_read`, `x_checkpoint_name`. Clients that
-//! know only TypeSafe's fields ignore them.
+//!
+//! Every model whose sidecar this server runs (a pinned `--model`, or one of a `--models-dir`,
+//! docs/models.md) also says how it stands, from the model manager's [`ModelsView`]: `x_state`
+//! (`available`, `loading` with `x_progress` 0–1, `loaded`, `unloading`, `failed` with
+//! `x_error`), `x_estimated_bytes`, `x_resident_bytes` (measured while its process runs),
+//! `x_pinned`, `x_ttl_left_seconds`, `x_last_used`, `x_reads_in_flight`; the body's `x_memory`
+//! says the budget and what is held of it. Once a model has loaded it also says what it is:
+//! `x_family`, `x_architecture`, `x_layout`, `x_quantization`, `x_read`,
+//! `x_checkpoint_name`. Clients that know only TypeSafe's fields ignore them.
+//!
+//! `POST /v1/models/NAME/load` and `…/unload` (admin key) load and unload a model by hand.
 
-use super::error::ApiError;
+use super::error::{ApiError, Missing};
 use super::AppState;
-use crate::reader::sidecar::{Sidecar, SidecarStatus};
+use crate::reader::manager::{LeaseError, ModelView, ModelsView, UnloadError, Unloaded};
 use crate::reader::ModelEntry;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::Json;
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 /// One entry of the list, under `name` (the model's own, or an alias of it).
-fn listed(name: &str, description: String, model: &ModelEntry, sidecars: &[Arc<Sidecar>]) -> Value {
+fn listed(name: &str, description: String, model: &ModelEntry, view: Option<&ModelsView>) -> Value {
     let info = model.reader.info();
     let mut entry = json!({
         "name": name,
@@ -29,8 +34,8 @@ fn listed(name: &str, description: String, model: &ModelEntry, sidecars: &[Arc<S
     if let Some(kind) = info.kind {
         kind_fields(&mut entry, kind);
     }
-    if let Some(sidecar) = sidecars.iter().find(|s| s.name() == model.name) {
-        process_fields(&mut entry, sidecar);
+    if let Some(m) = view.and_then(|v| v.model(&model.name)) {
+        managed_fields(&mut entry, m);
     }
     entry
 }
@@ -49,46 +54,160 @@ fn kind_fields(entry: &mut Value, kind: hunch_core::protocol::ModelKind) {
     }
 }
 
-/// What a supervised sidecar's process is doing, and what it holds.
-fn process_fields(entry: &mut Value, sidecar: &Sidecar) {
-    match sidecar.status() {
-        SidecarStatus::Starting => {
-            entry["x_state"] = json!("loading");
-            entry["x_progress"] = json!(0.0);
-        }
-        SidecarStatus::Loading { progress, .. } => {
-            entry["x_state"] = json!("loading");
-            entry["x_progress"] = json!(progress.clamp(0.0, 1.0));
-        }
-        SidecarStatus::Ready => entry["x_state"] = json!("loaded"),
-        SidecarStatus::Down { message } => {
-            entry["x_state"] = json!("failed");
-            entry["x_error"] = json!(message);
-        }
+/// What the manager says of a model.
+fn managed_fields(entry: &mut Value, m: &ModelView) {
+    entry["x_state"] = json!(m.state.as_str());
+    if let Some(progress) = m.progress {
+        entry["x_progress"] = json!(progress);
     }
-    entry["x_resident_bytes"] = json!(sidecar.resident_bytes());
-    // Every sidecar today is a `--model` (or the default model): started with the server and
-    // never unloaded.
-    entry["x_pinned"] = json!(true);
+    if let Some(error) = &m.error {
+        entry["x_error"] = json!(error);
+    }
+    entry["x_estimated_bytes"] = json!(m.estimated_bytes);
+    entry["x_resident_bytes"] = json!(m.resident_bytes);
+    entry["x_pinned"] = json!(m.pinned);
+    entry["x_ttl_left_seconds"] = json!(m.ttl_left_seconds);
+    entry["x_last_used"] = json!(m.last_used);
+    entry["x_reads_in_flight"] = json!(m.reads_in_flight);
 }
 
 pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    // A listing looks at the models directories again (at most once a second), so a model just
+    // copied in is listed, and one just removed is not.
+    let view = state.models.as_ref().map(|m| {
+        m.rescan(false);
+        m.view()
+    });
     let registry = &state.registry;
+    let mut entries: Vec<ModelEntry> = registry.models().to_vec();
+    if let Some(view) = &view {
+        for m in &view.models {
+            if !entries.iter().any(|e| e.name == m.name) {
+                if let Ok(entry) = state.model(&m.name) {
+                    entries.push(entry);
+                }
+            }
+        }
+    }
     let mut models = Vec::new();
-    for (alias, target) in registry.aliases() {
-        if let Some(m) = registry.resolve(&target) {
+    for (alias, target) in state.aliases() {
+        if let Some(m) = entries.iter().find(|e| e.name == target) {
             let description = format!("Alias of {}. {}", m.name, m.description)
                 .trim_end()
                 .to_string();
-            models.push(listed(&alias, description, m, &state.sidecars));
+            models.push(listed(&alias, description, m, view.as_ref()));
         }
     }
-    for m in registry.models() {
-        models.push(listed(&m.name, m.description.clone(), m, &state.sidecars));
+    for m in &entries {
+        models.push(listed(&m.name, m.description.clone(), m, view.as_ref()));
     }
     let mut body = json!({ "models": models });
+    if let Some(view) = &view {
+        body["x_memory"] = json!({
+            "budget_bytes": view.budget_bytes,
+            "used_bytes": view.used_bytes,
+            "overhead_bytes": view.overhead_bytes,
+        });
+    }
     if let Some(c) = state.calibration.current() {
         body["x_calibration"] = json!({"id": c.id, "questions": c.len()});
     }
     Ok(Json(body))
+}
+
+/// `POST /v1/models/{NAME}/load` and `…/unload`; NAME may hold a `/` (`org/name`), so the route
+/// takes the rest of the path and this splits the action off its end.
+pub async fn admin(
+    State(state): State<AppState>,
+    Path(rest): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (name, action) = rest
+        .rsplit_once('/')
+        .filter(|(name, action)| !name.is_empty() && matches!(*action, "load" | "unload"))
+        .ok_or_else(|| {
+            ApiError::not_found(
+                Missing::Route,
+                format!("no route POST /v1/models/{rest}: POST /v1/models/NAME/load or /unload"),
+            )
+        })?;
+    authorize(&state, &headers)?;
+    let entry = state.model(name)?;
+    let manager = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&entry.name))
+        .ok_or_else(|| ApiError::ModelConflict {
+            message: format!(
+                "model {} is not run by this server (an --accelerator or --upstream): it cannot \
+                 be loaded or unloaded here",
+                entry.name
+            ),
+        })?;
+    if action == "load" {
+        state.check_fits(&entry.name)?;
+        manager.load_now(&entry.name).await.map_err(lease_error)?;
+    } else {
+        let outcome = manager.unload(&entry.name).map_err(|e| match e {
+            UnloadError::NotFound(_) => ApiError::not_found(Missing::Model, e.to_string()),
+            UnloadError::Pinned(_) | UnloadError::Loading(_) => ApiError::ModelConflict {
+                message: e.to_string(),
+            },
+        })?;
+        let said = match outcome {
+            Unloaded::NotLoaded => "not_loaded",
+            Unloaded::Stopped => "unloading",
+            Unloaded::Draining => "draining",
+        };
+        let view = manager.view();
+        let mut body = json!({ "name": entry.name, "x_unload": said });
+        if let Some(m) = view.model(&entry.name) {
+            managed_fields(&mut body, m);
+        }
+        return Ok(Json(body));
+    }
+    let view = manager.view();
+    let mut body = json!({ "name": entry.name });
+    if let Some(m) = view.model(&entry.name) {
+        managed_fields(&mut body, m);
+    }
+    Ok(Json(body))
+}
+
+/// A failed admin load, as the API answers it.
+fn lease_error(e: LeaseError) -> ApiError {
+    match e {
+        LeaseError::NotFound(_) => ApiError::not_found(Missing::Model, e.to_string()),
+        LeaseError::NeverFits {
+            model,
+            needed,
+            budget,
+            pinned,
+        } => ApiError::InsufficientStorage {
+            model,
+            needed_bytes: needed,
+            budget_bytes: budget,
+            pinned_bytes: pinned,
+        },
+        other => super::error::from_read_error(other.into_read_error(), &[]),
+    }
+}
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(expected) = &state.admin_key else {
+        return Err(ApiError::Forbidden {
+            message: "loading and unloading models over HTTP is disabled: start the server with \
+                      --admin-key"
+                .into(),
+        });
+    };
+    if super::auth::admin_key_matches(expected, headers) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized {
+            message: "POST /v1/models/NAME/load and /unload need the admin key (X-Admin-Key: \
+                      KEY, or Authorization: Bearer KEY when API keys are off)"
+                .into(),
+        })
+    }
 }

@@ -142,7 +142,7 @@ fn components() -> Value {
             "bearer": {"type": "http", "scheme": "bearer",
                        "description": "An API key (--api-key); every /v1 route needs it when keys are configured."},
             "admin": {"type": "apiKey", "in": "header", "name": "X-Admin-Key",
-                      "description": "The admin key (--admin-key) for deployments; `Authorization: Bearer KEY` works too when API keys are off."}
+                      "description": "The admin key (--admin-key) for policy deployments and model loads and unloads; `Authorization: Bearer KEY` works too when API keys are off."}
         },
         "schemas": {
             "SystemOneRequest": system_one_request_schema(),
@@ -173,21 +173,6 @@ fn components() -> Value {
             "Error": {"type": "object", "required": ["detail"], "properties": {"detail": {"type": "object",
                 "required": ["error_type", "message"], "properties": {"error_type": {"type": "string"}, "message": {"type": "string"},
                     "decision_id": {"type": "string", "description": "The decision's id, on the policy routes."}}}}},
-            "ModelList": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
-                "type": "object", "required": ["name", "description", "release_date"], "properties": {
-                    "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"},
-                    "x_fingerprint": {"type": ["string", "null"], "description": "The model's identity as it reports it; null while unknown."},
-                    "x_state": {"type": "string", "enum": ["loading", "loaded", "failed"], "description": "A supervised sidecar's state (docs/models.md); absent for other readers."},
-                    "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
-                    "x_error": {"type": "string", "description": "Why it failed, while it restarts."},
-                    "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},
-                    "x_pinned": {"type": "boolean", "description": "Loaded at start and never unloaded."},
-                    "x_family": {"type": "string", "description": "The model family once loaded: chat or diffusion-gemma."},
-                    "x_architecture": {"type": "string", "description": "llama, qwen3, gemma3 or diffusiongemma."},
-                    "x_layout": {"type": "string", "description": "The checkpoint's layout on disk: gguf, hf, mlx-affine, nvfp4."},
-                    "x_quantization": {"type": "string", "description": "How its matrices are stored, the type holding most weights first (Q4_1+Q8_0, BF16, affine-4bit-g64)."},
-                    "x_read": {"type": "string", "description": "The read that answers: logits-v1 or diffusion."},
-                    "x_checkpoint_name": {"type": "string", "description": "The name the checkpoint gives itself (GGUF general.name)."}}}}}},
             "PolicySummary": {"type": "object", "required": ["name", "mode"], "properties": {
                 "name": {"type": "string"},
                 "version": {"type": ["string", "null"], "description": "Content hash of the .wasm; null when no version ever loaded."},
@@ -397,6 +382,16 @@ fn served_policy_paths(
     schemas: &mut Map<String, Value>,
 ) -> Map<String, Value> {
     let mut paths = Map::new();
+    // A served policy's path takes every method the generic one does (the server's `Allow`
+    // says GET, HEAD, POST, PUT, DELETE): deploying over it and removing it included.
+    let generic = generic_policy_paths();
+    let generic_item = generic.get("/v1/policies/{name}");
+    let generic_op = |method: &str| {
+        generic_item
+            .and_then(|item| item.get(method))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
     for policy in policies {
         let (Some(input), Some(output)) = (&policy.input_schema, &policy.output_schema) else {
             continue;
@@ -414,6 +409,8 @@ fn served_policy_paths(
                     &format!("Run {} ({}): {about}", policy.name, policy.version.as_deref().unwrap_or("?")),
                     json!({"$ref": format!("#/components/schemas/{input_name}")}),
                     json!({"$ref": format!("#/components/schemas/{output_name}")})),
+                "put": generic_op("put"),
+                "delete": generic_op("delete"),
             }),
         );
     }
@@ -432,6 +429,7 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
         .as_object()
         .cloned()
         .unwrap_or_default();
+    schemas.extend(super::openapi_models::schemas());
     let served = served_policy_paths(policies, &mut schemas);
     components["schemas"] = Value::Object(schemas);
     let mut paths: Map<String, Value> = json!({
@@ -468,7 +466,8 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                 "415": error("Unsupported Content-Encoding"),
                 "422": {"description": "Invalid request; loc names the field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}}},
                 "500": error("A bug or a broken reader output (logged)"),
-                "503": with_retry_after(error("Loading, restarting or overloaded; see Retry-After")),
+                "503": with_retry_after(error("Loading, restarting or overloaded, or no room in the memory budget while every loaded model is busy; see Retry-After")),
+                "507": super::openapi_models::insufficient_memory(),
             }))
         }},
         "/v1/status": {"get": {
@@ -476,11 +475,6 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
             "security": [{"bearer": []}],
             "responses": v1_responses(json!({"200": {"description": "Status",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}}))
-        }},
-        "/v1/models": {"get": {
-            "summary": "Served models and aliases (jev-latest is the default model)",
-            "security": [{"bearer": []}],
-            "responses": v1_responses(json!({"200": {"description": "Models", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}}}))
         }},
         "/healthz": {"get": {"summary": "Liveness: the process answers", "responses": {"200": {"description": "Alive"}}}},
         "/readyz": {"get": {"summary": "Readiness: every model can take reads",
@@ -493,6 +487,7 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
     .as_object()
     .cloned()
     .unwrap_or_default();
+    paths.extend(super::openapi_models::paths());
     paths.extend(generic_policy_paths());
     paths.extend(served);
     json!({
@@ -572,6 +567,8 @@ mod tests {
         for path in [
             "/v1/systemone",
             "/v1/models",
+            "/v1/models/{name}/load",
+            "/v1/models/{name}/unload",
             "/v1/status",
             "/v1/policies",
             "/v1/policies/{name}",

@@ -3,7 +3,7 @@
 //! Every error is the API's one [`ApiError`] (`api/error.rs` maps the policy runtime's errors
 //! to statuses and bodies); every run is a decision finished by `api/decision.rs`.
 
-use crate::api::auth::{bearer_token, matches_any};
+use crate::api::auth::admin_key_matches;
 use crate::api::decision as decision_api;
 use crate::api::error::{ApiError, BadBody, BadDeployment, Missing};
 use crate::api::middleware::RequestId;
@@ -300,21 +300,7 @@ fn authorize(api: &PolicyApi, headers: &HeaderMap) -> Result<(), ApiError> {
             message: "deployments over HTTP are disabled: start the server with --admin-key".into(),
         });
     };
-    // `X-Admin-Key` first: when API keys are on, `Authorization` carries the caller's API key.
-    let candidates = [
-        headers
-            .get("x-admin-key")
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim),
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token),
-    ];
-    let ok = candidates.iter().flatten().fold(false, |acc, key| {
-        acc | matches_any([expected.as_bytes()], key)
-    });
-    if ok {
+    if admin_key_matches(expected, headers) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized {

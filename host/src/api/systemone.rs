@@ -105,7 +105,11 @@ async fn decide(
         .record_body_encoding(&encoding.trim().to_ascii_lowercase());
     let request = state.validator.parse(&bytes)?;
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
-    let model: Arc<dyn Reader> = Arc::new(state.reader(&request.model)?);
+    let gated = state.reader(&request.model)?;
+    // A model that can never fit the memory budget is a 507 now, not after a wait.
+    state.check_fits(gated.model_name())?;
+    let model_name = gated.model_name().to_string();
+    let model: Arc<dyn Reader> = Arc::new(gated);
     // The answer cache sits below the decision's recorder, so a recorded read holds every
     // answer, cached or read (and replays without a model). It holds raw distributions: the
     // calibration is applied above the recorder, at every read, so a reloaded calibration
@@ -130,7 +134,14 @@ async fn decide(
         None => reader,
     };
     let started = Instant::now();
-    let answered = answer(reader.as_ref(), &request, state.answering.questions).await?;
+    let answered = answer(reader.as_ref(), &request, state.answering.questions).await;
+    // `x_keep_alive` applies once this request's reads are done, answered or not.
+    if let (Some(keep), Some(manager)) = (request.keep_alive, &state.models) {
+        if manager.manages(&model_name) {
+            manager.keep_alive(&model_name, keep);
+        }
+    }
+    let answered = answered?;
     let summary = ReadSummary {
         model: reader.model_name().to_string(),
         questions: request.questions.len(),

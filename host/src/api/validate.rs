@@ -9,6 +9,7 @@ use hunch_core::{
 };
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// The request schema, served in `/openapi.json` and used to validate every request.
 pub const REQUEST_SCHEMA: &str = include_str!("../../schema/systemone-request.json");
@@ -23,7 +24,12 @@ const KNOWN_FIELDS: &[&str] = &[
     "x_draws",
     "x_questions",
     "x_calibration",
+    "x_keep_alive",
 ];
+
+/// The longest `x_keep_alive` (30 days): what the schema admits as a number, and a duration
+/// string is held to the same.
+const MAX_KEEP_ALIVE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// A validated System One request.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +48,9 @@ pub struct SystemOneRequest {
     /// `"x_calibration": "off"`: answer from the raw distributions even when the server has a
     /// calibration.
     pub calibration_off: bool,
+    /// `x_keep_alive`: how long the model stays loaded after this request (zero: unload it
+    /// once answered), when sent.
+    pub keep_alive: Option<Duration>,
     /// Top-level fields this server does not know, in request order: ignored, and named in the
     /// `x-hunch-ignored-fields` response header.
     pub ignored_fields: Vec<String>,
@@ -285,6 +294,21 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
 
     // The schema admits only "on" and "off".
     let calibration_off = body.get("x_calibration").and_then(Value::as_str) == Some("off");
+    let keep_alive = match body.get("x_keep_alive") {
+        None => None,
+        Some(v) => match keep_alive_of(v) {
+            Some(d) => Some(d),
+            None => {
+                errors.push(FieldError::new(
+                    at(&["x_keep_alive"]),
+                    "value_error",
+                    "x_keep_alive must be seconds (0 to 2592000) or a duration such as 30s, 5m, \
+                     1h, at most 30 days",
+                ));
+                None
+            }
+        },
+    };
 
     let mut questions = Vec::new();
     match body.get("questions").and_then(Value::as_object) {
@@ -313,8 +337,35 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         options,
         x_questions,
         calibration_off,
+        keep_alive,
         ignored_fields,
     })
+}
+
+/// `x_keep_alive` as a duration: seconds as a number, or `500ms`, `30s`, `5m`, `1h` (a bare
+/// number in a string is seconds). `None` for anything else or beyond [`MAX_KEEP_ALIVE`].
+fn keep_alive_of(value: &Value) -> Option<Duration> {
+    let seconds = match value {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(text) => {
+            let split = text
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(text.len());
+            let (number, unit) = text.split_at(split);
+            let scale = match unit {
+                "" | "s" => 1.0,
+                "ms" => 1e-3,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return None,
+            };
+            number.parse::<f64>().ok()? * scale
+        }
+        _ => return None,
+    };
+    Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| *d <= MAX_KEEP_ALIVE)
 }
 
 /// JSON Schema's `integer` admits `3.0`; read it as 3 rather than dropping it.
@@ -436,6 +487,57 @@ mod tests {
 
     fn ok(v: Value) -> SystemOneRequest {
         validator().validate(&v).expect("valid request")
+    }
+
+    #[test]
+    fn x_keep_alive_is_seconds_or_a_duration_and_anything_else_is_named() {
+        let with = |keep: Value| {
+            json!({"model": "m", "state": "s",
+                   "questions": {"q": {"type": "noul", "instructions": "?"}},
+                   "x_keep_alive": keep})
+        };
+        for (keep, seconds) in [
+            (json!(0), 0.0),
+            (json!(30), 30.0),
+            (json!(1.5), 1.5),
+            (json!("0"), 0.0),
+            (json!("500ms"), 0.5),
+            (json!("30s"), 30.0),
+            (json!("5m"), 300.0),
+            (json!("2h"), 7200.0),
+        ] {
+            let r = ok(with(keep.clone()));
+            assert_eq!(
+                r.keep_alive,
+                Some(Duration::from_secs_f64(seconds)),
+                "{keep}"
+            );
+            assert!(r.ignored_fields.is_empty(), "a known extension: {keep}");
+        }
+        for keep in [
+            json!(-1),
+            json!("-5m"),
+            json!("5 minutes"),
+            json!("5d"),
+            json!(true),
+            json!(null),
+            json!([5]),
+            json!(2_592_001),
+            json!("721h"),
+        ] {
+            let errors = rejected(with(keep.clone()));
+            assert!(
+                errors.iter().any(|(loc, _)| loc == "body.x_keep_alive"),
+                "{keep}: {errors:?}"
+            );
+        }
+        assert_eq!(
+            ok(with(json!("1s"))).keep_alive,
+            Some(Duration::from_secs(1))
+        );
+        let absent = ok(json!({"model": "m", "state": "s",
+                               "questions": {"q": {"type": "noul", "instructions": "?"}}}));
+        assert_eq!(absent.keep_alive, None);
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("--sidecar-arg", "HUNCH_SIDECAR_ARGS", "sidecar_args"),
     ("--memory-limit", "HUNCH_MEMORY_LIMIT", "memory_limit"),
+    ("--models-dir", "HUNCH_MODELS_DIRS", "models_dirs"),
+    ("--memory-budget", "HUNCH_MEMORY_BUDGET", "memory_budget"),
+    ("--model-ttl", "HUNCH_MODEL_TTL", "model_ttl"),
     ("--max-body-bytes", "HUNCH_MAX_BODY_BYTES", "max_body_bytes"),
     (
         "--request-timeout",
@@ -136,6 +139,11 @@ pub struct Layer {
     pub sidecar_args: Option<Vec<String>>,
     /// `"48G"` or bytes.
     pub memory_limit: Option<hunch_core::size::ByteSize>,
+    pub models_dirs: Option<Vec<PathBuf>>,
+    /// `"24G"` or bytes.
+    pub memory_budget: Option<hunch_core::size::ByteSize>,
+    /// `"5m"`, `"30s"` or seconds.
+    pub model_ttl: Option<super::bundle::Span>,
     pub max_body_bytes: Option<usize>,
     pub request_timeout: Option<f64>,
     pub max_concurrent_reads: Option<usize>,
@@ -279,6 +287,9 @@ impl Layer {
             accelerator_bin: args.accelerator_bin.clone(),
             sidecar_args: given(&args.sidecar_args),
             memory_limit: args.memory_limit,
+            models_dirs: given(&args.model_budget.models_dirs),
+            memory_budget: args.model_budget.memory_budget,
+            model_ttl: args.model_budget.model_ttl,
             max_body_bytes: args.max_body_bytes,
             request_timeout: args.request_timeout,
             max_concurrent_reads: args.max_concurrent_reads,
@@ -387,6 +398,10 @@ impl Layer {
             sidecar_args: var("HUNCH_SIDECAR_ARGS")
                 .map(|v| v.split_whitespace().map(String::from).collect()),
             memory_limit: size("HUNCH_MEMORY_LIMIT", var("HUNCH_MEMORY_LIMIT"))?,
+            models_dirs: list("HUNCH_MODELS_DIRS")
+                .map(|dirs| dirs.into_iter().map(PathBuf::from).collect()),
+            memory_budget: size("HUNCH_MEMORY_BUDGET", var("HUNCH_MEMORY_BUDGET"))?,
+            model_ttl: span("HUNCH_MODEL_TTL", var("HUNCH_MODEL_TTL"))?,
             max_body_bytes: number("HUNCH_MAX_BODY_BYTES", var("HUNCH_MAX_BODY_BYTES"))?,
             request_timeout: number("HUNCH_REQUEST_TIMEOUT", var("HUNCH_REQUEST_TIMEOUT"))?,
             max_concurrent_reads: number(
@@ -479,6 +494,9 @@ impl Layer {
             accelerator_bin,
             sidecar_args,
             memory_limit,
+            models_dirs,
+            memory_budget,
+            model_ttl,
             max_body_bytes,
             request_timeout,
             max_concurrent_reads,
@@ -520,10 +538,10 @@ mod tests {
             "HUNCH_NO_DEMO" | "HUNCH_DEMO" => "1",
             "HUNCH_QUESTIONS" => "joint",
             "HUNCH_ANSWER_CACHE_MB" => "64",
-            "HUNCH_MEMORY_LIMIT" | "HUNCH_POLICY_MAX_MEMORY" => "48M",
+            "HUNCH_MEMORY_LIMIT" | "HUNCH_POLICY_MAX_MEMORY" | "HUNCH_MEMORY_BUDGET" => "48M",
             "HUNCH_POLICY_MAX_STACK" => "1M",
             "HUNCH_POLICY_POOL" | "HUNCH_POLICY_SHADOW_RUNS" | "HUNCH_POLICY_MAX_FUEL" => "9",
-            "HUNCH_BUNDLE_POLL" | "HUNCH_BUNDLE_STALE_AFTER" => "10s",
+            "HUNCH_BUNDLE_POLL" | "HUNCH_BUNDLE_STALE_AFTER" | "HUNCH_MODEL_TTL" => "10s",
             "HUNCH_BUNDLE_ALLOW_UNSIGNED" => "true",
             _ => "some-value",
         }
@@ -540,17 +558,19 @@ mod tests {
                 "models" => "[{ dir = \"/m\" }]".to_string(),
                 "accelerators" => "[{ url = \"http://h:1\" }]".to_string(),
                 "upstreams" => "[{ name = \"u\", url = \"http://h:1\" }]".to_string(),
-                "api_keys" | "sidecar_args" => "[\"a\"]".to_string(),
+                "api_keys" | "sidecar_args" | "models_dirs" => "[\"a\"]".to_string(),
                 "aliases" => "{ fast = \"a\" }".to_string(),
                 "no_demo" | "demo" => "true".to_string(),
                 "questions" => "\"joint\"".to_string(),
                 "answer_cache_mb" => "64".to_string(),
-                "memory_limit" | "policy_max_memory" | "policy_max_stack" => "\"48M\"".to_string(),
+                "memory_limit" | "policy_max_memory" | "policy_max_stack" | "memory_budget" => {
+                    "\"48M\"".to_string()
+                }
                 "policy_pool" | "policy_shadow_runs" | "policy_max_fuel" => "9".into(),
                 "max_body_bytes" | "max_concurrent_reads" | "max_queued_reads" => "7".into(),
                 "console_decisions" => "7".into(),
                 "request_timeout" | "shutdown_grace" | "drain_delay" => "2.5".into(),
-                "bundle.poll" | "bundle.stale_after" => "\"10s\"".into(),
+                "bundle.poll" | "bundle.stale_after" | "model_ttl" => "\"10s\"".into(),
                 "bundle.allow_unsigned" => "true".into(),
                 _ => "\"v\"".to_string(),
             };

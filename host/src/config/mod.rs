@@ -11,6 +11,7 @@ pub mod bundle;
 pub mod decision_log;
 pub mod default_model;
 mod layer;
+pub mod model_budget;
 pub mod model_path;
 mod parse;
 #[cfg(test)]
@@ -214,6 +215,8 @@ pub struct ServeArgs {
     pub bundle_allow_unsigned: Option<bool>,
     #[command(flatten)]
     pub decision_log: decision_log::DecisionLogArgs,
+    #[command(flatten)]
+    pub model_budget: model_budget::ModelBudgetArgs,
 }
 
 /// An on/off flag's value (`--flag` alone is `true`).
@@ -285,6 +288,8 @@ pub struct Settings {
     pub decision_log: crate::decision::settings::DecisionLogSettings,
     /// `--bundle-url` and its settings; `None`: policies come from `--policies` or HTTP.
     pub bundle: Option<crate::policy::bundle::BundleSettings>,
+    /// `--models-dir`, `--memory-budget`, `--model-ttl`.
+    pub model_budget: model_budget::ModelBudgetSettings,
 }
 
 /// The policy engine's settings: how many instances run at once, how many of them shadow runs
@@ -549,6 +554,11 @@ impl Settings {
             )?,
             decision_log,
             bundle,
+            model_budget: model_budget::ModelBudgetSettings::resolve(
+                layer.models_dirs,
+                layer.memory_budget,
+                layer.model_ttl,
+            ),
         })
     }
 }

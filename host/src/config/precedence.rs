@@ -126,6 +126,21 @@ const CASES: &[Case] = &[
         values: &[v("\"1G\"", "2G", &["--memory-limit", "3G"])],
     },
     Case {
+        flag: "--models-dir",
+        context: &[],
+        values: &[v("[\"/f/m\"]", "/e/m", &["--models-dir", "/l/m"])],
+    },
+    Case {
+        flag: "--memory-budget",
+        context: &[],
+        values: &[v("\"1G\"", "2G", &["--memory-budget", "3G"])],
+    },
+    Case {
+        flag: "--model-ttl",
+        context: &[],
+        values: &[v("\"1m\"", "2m", &["--model-ttl", "3m"])],
+    },
+    Case {
         flag: "--max-body-bytes",
         context: &[],
         values: &[v("1000", "2000", &["--max-body-bytes", "3000"])],

@@ -176,6 +176,8 @@ pub enum FailureKind {
     UpstreamRejected,
     /// Loading, restarting, overloaded, or the required decision log cannot take the event (503).
     Unavailable,
+    /// A model that can never fit the memory budget (507).
+    InsufficientMemory,
     Timeout,
     InternalError,
     /// A policy's input breaks its input schema (422).
@@ -216,6 +218,7 @@ impl FailureKind {
             FailureKind::UnsupportedContentEncoding => "unsupported_content_encoding",
             FailureKind::UpstreamRejected => "upstream_rejected",
             FailureKind::Unavailable => "unavailable",
+            FailureKind::InsufficientMemory => "insufficient_memory",
             FailureKind::Timeout => "timeout",
             FailureKind::InternalError => "internal_error",
             FailureKind::InvalidInput => "invalid_input",

@@ -6,9 +6,12 @@
 //! - [`upstream`]: any other System One server, by URL and key.
 //! - [`models`]: many models under one memory budget: discovery, the eviction choice, measured
 //!   resident sizes.
+//! - [`manager`]: the one owner of this server's sidecars: loads on first request, evicts,
+//!   unloads idle models, and its [`manager::ModelsView`] snapshot.
 //! - [`ReadGate`]: the bounded queue in front of every reader (503 + `Retry-After` when full).
 
 pub mod accelerator;
+pub mod manager;
 pub mod models;
 pub mod sidecar;
 pub mod upstream;
@@ -85,6 +88,25 @@ impl Registry {
         self.aliases.retain(|(a, _)| a != alias);
         self.aliases.push((alias.into(), target.into()));
         Ok(())
+    }
+
+    /// Adds `alias` → `target` where `target` is served by the model manager (a model of a
+    /// models directory), which the registry does not hold.
+    pub fn alias_managed(&mut self, alias: &str, target: &str) -> Result<(), RegistryError> {
+        if self.models.iter().any(|m| m.name == alias) {
+            return Err(RegistryError::Duplicate(alias.to_string()));
+        }
+        self.aliases.retain(|(a, _)| a != alias);
+        self.aliases.push((alias.into(), target.into()));
+        Ok(())
+    }
+
+    /// The model an alias points at, as configured (`None` for a name that is no alias).
+    pub fn alias_target(&self, alias: &str) -> Option<&str> {
+        self.aliases
+            .iter()
+            .find(|(a, _)| a == alias)
+            .map(|(_, t)| t.as_str())
     }
 
     /// The model a request's `model` names: a real name first, then an alias; `jev-latest` is the
@@ -251,9 +273,13 @@ impl ReadGate {
 }
 
 /// A reader behind the gate, recording metrics. What the API and the policies call.
+///
+/// A model of the [`manager::ModelManager`] is leased *before* the gate: a read waiting for its
+/// model to load holds no read slot, so it never delays reads of models already loaded.
 pub struct GatedReader {
     name: String,
     inner: Arc<dyn Reader>,
+    managed: Option<Arc<manager::ModelManager>>,
     gate: Arc<ReadGate>,
     metrics: Arc<Metrics>,
     priority: Priority,
@@ -264,6 +290,24 @@ impl GatedReader {
         GatedReader {
             name: entry.name.clone(),
             inner: entry.reader.clone(),
+            managed: None,
+            gate,
+            metrics,
+            priority: Priority::Live,
+        }
+    }
+
+    /// The reader of `name`, a model of `manager`.
+    pub fn managed(
+        name: &str,
+        manager: &Arc<manager::ModelManager>,
+        gate: Arc<ReadGate>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        GatedReader {
+            name: name.to_string(),
+            inner: Arc::new(manager.reader(name)),
+            managed: Some(manager.clone()),
             gate,
             metrics,
             priority: Priority::Live,
@@ -284,6 +328,14 @@ impl Reader for GatedReader {
     }
 
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
+        let lease = match &self.managed {
+            Some(manager) => Some(manager.lease(&self.name).await.map_err(|e| {
+                self.metrics
+                    .record_read(&self.name, "refused", 0, Duration::ZERO);
+                e.into_read_error()
+            })?),
+            None => None,
+        };
         let _admitted = self.gate.admit(self.priority).await.inspect_err(|_| {
             self.metrics
                 .record_read(&self.name, "refused", 0, Duration::ZERO);
@@ -297,7 +349,10 @@ impl Reader for GatedReader {
         }
         let _done = Done(&self.metrics);
         let started = Instant::now();
-        let result = self.inner.read(request).await;
+        let result = match &lease {
+            Some(lease) => lease.read(request).await,
+            None => self.inner.read(request).await,
+        };
         let (outcome, draws) = match &result {
             Ok(o) => {
                 self.metrics.record_read_stats(&self.name, &o.stats);

@@ -183,29 +183,6 @@ impl Reader for Sidecar {
     }
 }
 
-/// `/metrics` lines for the sidecars a server started: each one's measured resident bytes.
-pub struct SidecarMemory(pub Vec<Arc<Sidecar>>);
-
-impl crate::metrics::MetricsSource for SidecarMemory {
-    fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write;
-        crate::metrics::family(
-            out,
-            "hunch_model_resident_bytes",
-            "gauge",
-            "What each model's sidecar process holds resident (VmRSS), measured; 0 while none runs.",
-        );
-        for sidecar in &self.0 {
-            let _ = writeln!(
-                out,
-                "hunch_model_resident_bytes{{model=\"{}\"}} {}",
-                crate::metrics::escape(&sidecar.name),
-                sidecar.resident_bytes().unwrap_or(0)
-            );
-        }
-    }
-}
-
 /// Why a sidecar process did not come up listening.
 #[derive(Debug, thiserror::Error)]
 enum StartError {

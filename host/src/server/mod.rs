@@ -9,7 +9,8 @@ use crate::api::{router_with, ApiKeys, AppState};
 use crate::config::default_model::DEFAULT_MODEL_NAME;
 use crate::config::{check_model_path, DefaultModel, Fallback, ModelSource, Settings, Source};
 use crate::reader::accelerator::{AcceleratorClient, AcceleratorReader};
-use crate::reader::sidecar::{Sidecar, SidecarConfig, SidecarMemory};
+use crate::reader::manager::{ManagerSettings, ModelManager};
+use crate::reader::models::discovery;
 use crate::reader::upstream::{UpstreamConfig, UpstreamReader};
 use crate::reader::{ModelEntry, Registry};
 use anyhow::Context;
@@ -21,10 +22,11 @@ use std::time::Duration;
 /// The line printed on stdout once the server listens (tests and scripts read the port from it).
 pub const LISTENING_PREFIX: &str = "HUNCH_LISTENING ";
 
-/// The readers a configuration asks for, and the sidecars to stop on shutdown.
+/// The readers a configuration asks for, and the model manager that runs this server's
+/// sidecars (pinned `--model`s and `--models-dir` models), when it runs any.
 pub struct Readers {
     pub registry: Registry,
-    pub sidecars: Vec<Arc<Sidecar>>,
+    pub models: Option<Arc<ModelManager>>,
 }
 
 /// The name the demo model is served under.
@@ -97,6 +99,8 @@ async fn models_to_serve(settings: &Settings) -> anyhow::Result<Vec<ModelSource>
         return Ok(settings.models.clone());
     }
     Ok(match &settings.fallback {
+        // A models directory is what is served then: no default model beside it.
+        Fallback::DefaultModel(_) if !settings.model_budget.models_dirs.is_empty() => Vec::new(),
         Fallback::DefaultModel(default) => vec![default_model(default)?],
         Fallback::Demo => vec![demo_model(settings).await?],
         Fallback::Nothing => Vec::new(),
@@ -124,9 +128,12 @@ fn sidecar_args(settings: &Settings) -> Vec<String> {
 pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     let mut registry = Registry::new();
     let models = models_to_serve(settings).await?;
-    let mut sidecars = Vec::new();
     // A read may take as long as a request may; a little more so the request's own 504 wins.
     let read_timeout = settings.limits.request_timeout + Duration::from_secs(1);
+    // Each model in configuration order; a sidecar's reader comes from the manager, made once
+    // every name is known (a discovered model may not take a configured model's name).
+    let mut served: Vec<(String, String, String, Option<Arc<dyn hunch_core::Reader>>)> = Vec::new();
+    let mut pinned = Vec::new();
     for ModelSource {
         name,
         description,
@@ -134,28 +141,18 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
         source,
     } in &models
     {
-        let (name, reader): (String, Arc<dyn hunch_core::Reader>) = match source {
+        let (name, reader): (String, Option<Arc<dyn hunch_core::Reader>>) = match source {
             Source::Sidecar { path } => {
                 let name = name.clone().unwrap_or_else(|| "default".into());
                 // Fail at startup, not in a restart loop, on what a restart cannot fix. A
                 // directory or a file: which checkpoint it is, the sidecar tells by its content.
                 check_model_path(path).with_context(|| format!("model {name}"))?;
-                let binary = settings.accelerator_bin.clone();
-                anyhow::ensure!(
-                    binary.is_file(),
-                    "model {name}: no sidecar binary at {} (build hunch-accelerator, or set \
-                     --accelerator-bin / HUNCH_ACCELERATOR_BIN)",
-                    binary.display()
-                );
-                let sidecar = Sidecar::spawn(SidecarConfig {
-                    name: name.clone(),
-                    model_path: path.clone(),
-                    binary,
-                    extra_args: sidecar_args(settings),
-                    read_timeout,
-                });
-                sidecars.push(sidecar.clone());
-                (name, sidecar)
+                pinned.push((
+                    name.clone(),
+                    path.clone(),
+                    discovery::estimate::checkpoint(path),
+                ));
+                (name, None)
             }
             Source::Accelerator { url } => {
                 let probe =
@@ -178,7 +175,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                     AcceleratorClient::new(&name, url, read_timeout).map_err(anyhow::Error::msg)?;
                 (
                     name.clone(),
-                    Arc::new(AcceleratorReader::new(&name, client)),
+                    Some(Arc::new(AcceleratorReader::new(&name, client))),
                 )
             }
             Source::Upstream {
@@ -196,7 +193,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                     ca_file: settings.upstream_ca_file.clone(),
                 })
                 .with_context(|| format!("upstream {name}"))?;
-                (name, Arc::new(reader))
+                (name, Some(Arc::new(reader)))
             }
         };
         let description = description.clone().unwrap_or_else(|| match source {
@@ -205,17 +202,92 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
             Source::Accelerator { url } => format!("System One reader at {url}"),
             Source::Upstream { url, .. } => format!("System One server at {url}"),
         });
+        served.push((
+            name,
+            description,
+            release_date.clone().unwrap_or_else(today),
+            reader,
+        ));
+    }
+    let budget = &settings.model_budget;
+    let manager = if pinned.is_empty() && budget.models_dirs.is_empty() {
+        None
+    } else {
+        let binary = settings.accelerator_bin.clone();
+        anyhow::ensure!(
+            binary.is_file(),
+            "no sidecar binary at {} to run the models (build hunch-accelerator, or set \
+             --accelerator-bin / HUNCH_ACCELERATOR_BIN)",
+            binary.display()
+        );
+        let mut reserved: Vec<String> = served
+            .iter()
+            .filter(|(_, _, _, reader)| reader.is_some())
+            .map(|(name, ..)| name.clone())
+            .collect();
+        reserved.extend(settings.aliases.iter().map(|(alias, _)| alias.clone()));
+        let pinned_total: u64 = pinned.iter().map(|(_, _, bytes)| bytes).sum();
+        if pinned_total > budget.budget_bytes {
+            tracing::warn!(
+                pinned_bytes = pinned_total,
+                budget_bytes = budget.budget_bytes,
+                "the pinned models (--model) alone are estimated above the memory budget: they \
+                 are loaded anyway, and no model of a models directory will fit"
+            );
+        }
+        let manager = ModelManager::new(
+            ManagerSettings {
+                budget_bytes: budget.budget_bytes,
+                models_dirs: budget.models_dirs.clone(),
+                ttl: budget.ttl,
+                // A read waits for its model's load (or for room) at most this long, leaving its
+                // request time to answer 503 + Retry-After before the request's own 504.
+                wait: settings
+                    .limits
+                    .request_timeout
+                    .saturating_sub(Duration::from_secs(2))
+                    .max(Duration::from_secs(1)),
+                binary,
+                extra_args: sidecar_args(settings),
+                read_timeout,
+                reserved,
+            },
+            pinned,
+        );
+        let view = manager.view();
+        tracing::info!(
+            budget_bytes = view.budget_bytes,
+            models = view.models.len(),
+            dirs = ?budget.models_dirs,
+            "model manager"
+        );
+        Some(manager)
+    };
+    for (name, description, release_date, reader) in served {
+        let reader = match (reader, &manager) {
+            (Some(reader), _) => reader,
+            (None, Some(manager)) => Arc::new(manager.reader(&name)) as Arc<dyn hunch_core::Reader>,
+            (None, None) => anyhow::bail!("model {name}: no manager to run its sidecar"),
+        };
         registry.add(ModelEntry {
             name,
             description,
-            release_date: release_date.clone().unwrap_or_else(today),
+            release_date,
             reader,
         })?;
     }
     for (alias, target) in &settings.aliases {
-        registry.alias(alias, target)?;
+        let managed = manager.as_ref().is_some_and(|m| m.manages(target));
+        if managed && registry.resolve(target).is_none() {
+            registry.alias_managed(alias, target)?;
+        } else {
+            registry.alias(alias, target)?;
+        }
     }
-    Ok(Readers { registry, sidecars })
+    Ok(Readers {
+        registry,
+        models: manager,
+    })
 }
 
 /// Resolves when SIGTERM or Ctrl-C arrives.
@@ -265,7 +337,7 @@ pub async fn serve_until(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let readers = build_readers(&settings).await?;
-    if readers.registry.models().is_empty() {
+    if readers.registry.models().is_empty() && readers.models.is_none() {
         tracing::warn!("no model configured: every read will be a 404 (give --model, --accelerator or --upstream)");
     }
     let mut state = AppState::new(
@@ -316,13 +388,13 @@ pub async fn serve_until(
             .map(|m| (m.name.clone(), m.reader.clone())),
     );
     state.metrics.add_source(state.decisions.clone());
-    state.sidecars = Arc::new(readers.sidecars.clone());
-    if !readers.sidecars.is_empty() {
-        state
-            .metrics
-            .add_source(Arc::new(SidecarMemory(readers.sidecars.clone())));
+    if let Some(manager) = &readers.models {
+        manager.start();
+        state.metrics.add_source(manager.clone());
     }
-    for (alias, target) in state.registry.aliases() {
+    state.models = readers.models.clone();
+    state.admin_key = settings.admin_key.clone();
+    for (alias, target) in state.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
     let app = router_with(state.clone(), extra(&state)?);
@@ -364,8 +436,8 @@ pub async fn serve_until(
         result = graceful => result.context("server error")?,
         _ = deadline => tracing::warn!(?grace, "grace period over: dropping the requests still in flight"),
     }
-    for sidecar in &readers.sidecars {
-        sidecar.stop().await;
+    if let Some(manager) = &readers.models {
+        manager.stop_all().await;
     }
     state_decisions
         .close(crate::api::decision::SHUTDOWN_GRACE)

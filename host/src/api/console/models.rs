@@ -8,7 +8,7 @@ use super::html::{bytes, esc, layout, Text};
 use super::session::Viewer;
 use super::{html_response, AppState};
 use crate::reader::models::budget::{default_budget, machine_total};
-use crate::reader::sidecar::SidecarStatus;
+use crate::reader::manager::ModelState as ManagedState;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
@@ -17,6 +17,10 @@ use std::fmt::Write;
 /// What a model is doing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelState {
+    /// Known to the model manager, not loaded: its first read loads it.
+    Available,
+    /// Its reads in flight finish, then its process ends.
+    Unloading,
     /// A supervised sidecar starting or loading its checkpoint (progress 0–1).
     Loading {
         progress: f64,
@@ -38,6 +42,8 @@ impl ModelState {
             ModelState::Loaded => "loaded".into(),
             ModelState::Failed { .. } => "failed".into(),
             ModelState::Remote => "remote".into(),
+            ModelState::Available => "available".into(),
+            ModelState::Unloading => "unloading".into(),
         }
     }
 }
@@ -83,27 +89,36 @@ pub struct Budget {
 /// Every served model, in the registry's order.
 pub fn rows(state: &AppState) -> Vec<ModelRow> {
     let aliases = state.registry.aliases();
+    let view = state.models.as_ref().map(|m| m.view());
     state
         .registry
         .models()
         .iter()
         .map(|m| {
             let info = m.reader.info();
-            let sidecar = state.sidecars.iter().find(|s| s.name() == m.name);
-            let (model_state, resident, pinned) = match sidecar {
-                Some(s) => {
-                    let st = match s.status() {
-                        SidecarStatus::Starting => ModelState::Loading { progress: 0.0 },
-                        SidecarStatus::Loading { progress, .. } => ModelState::Loading {
-                            progress: progress.clamp(0.0, 1.0),
+            let managed = view.as_ref().and_then(|v| v.model(&m.name));
+            let (model_state, resident, estimated, pinned, ttl) = match managed {
+                Some(v) => {
+                    let st = match v.state {
+                        ManagedState::Available => ModelState::Available,
+                        ManagedState::Loading => ModelState::Loading {
+                            progress: v.progress.unwrap_or(0.0).clamp(0.0, 1.0),
                         },
-                        SidecarStatus::Ready => ModelState::Loaded,
-                        SidecarStatus::Down { message } => ModelState::Failed { message },
+                        ManagedState::Loaded => ModelState::Loaded,
+                        ManagedState::Unloading => ModelState::Unloading,
+                        ManagedState::Failed => ModelState::Failed {
+                            message: v.error.clone().unwrap_or_default(),
+                        },
                     };
-                    // Every sidecar today is a `--model` (or the default model): pinned.
-                    (st, s.resident_bytes(), Some(true))
+                    (
+                        st,
+                        v.resident_bytes,
+                        Some(v.estimated_bytes),
+                        Some(v.pinned),
+                        v.ttl_left_seconds,
+                    )
                 }
-                None => (ModelState::Remote, None, None),
+                None => (ModelState::Remote, None, None, None, None),
             };
             ModelRow {
                 name: m.name.clone(),
@@ -117,7 +132,7 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
                 fingerprint: info.fingerprint,
                 state: model_state,
                 resident_bytes: resident,
-                estimated_bytes: None,
+                estimated_bytes: estimated,
                 pinned,
                 family: info
                     .kind
@@ -127,7 +142,7 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
                     .kind
                     .as_ref()
                     .map(|k| format!("{} {}", k.layout, k.quantization)),
-                ttl_left_seconds: None,
+                ttl_left_seconds: ttl,
                 idle_seconds: None,
                 max_choice_options: info.limits.questions.max_choice_options,
                 max_score_levels: info.limits.questions.max_score_levels,
@@ -139,6 +154,12 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
 
 /// The budget the models' memory is drawn against, when one is known.
 pub fn budget(state: &AppState) -> Option<Budget> {
+    if let Some(view) = state.models.as_ref().map(|m| m.view()) {
+        return Some(Budget {
+            bytes: view.budget_bytes,
+            source: "--memory-budget",
+        });
+    }
     if let Some(limit) = state.memory_limit {
         return Some(Budget {
             bytes: limit,
@@ -234,9 +255,10 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
         super::html::seconds(state.limits.request_timeout.as_secs_f64()),
     );
     body.push_str(
-        "<p class=\"muted\">Every model is loaded when the server starts and stays loaded (pinned); \
-loading and unloading models on demand, with their size estimate and idle TTL, \
-is not served yet, so there are no load or unload actions here.</p>",
+        "<p class=\"muted\">Pinned models (<code>--model</code>) load at start and stay loaded; the \
+others (<code>--models-dir</code>) load on their first read and unload when idle past their TTL \
+or when another model needs the memory (docs/models.md). Load and unload one by hand with \
+<code>POST /v1/models/NAME/load</code> and <code>…/unload</code> and the admin key.</p>",
     );
     let flash = state.console.sessions.take_flash(&viewer);
     html_response(layout(

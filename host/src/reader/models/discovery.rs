@@ -259,6 +259,16 @@ pub mod estimate {
             })
     }
 
+    /// A `--model` checkpoint as given: a GGUF file, or a folder of `*.safetensors` (what it
+    /// is not sized from, e.g. an MLX folder without safetensors, is 0: measured once it runs).
+    pub fn checkpoint(path: &Path) -> u64 {
+        if path.is_dir() {
+            super::folder_tensor_bytes(path).unwrap_or(0)
+        } else {
+            gguf(path).unwrap_or(0)
+        }
+    }
+
     /// A GGUF file: its length. The metadata before the tensor data (the vocabulary, mostly) is
     /// a few MB at most, a fair over-estimate next to the weights.
     pub fn gguf(path: &Path) -> Result<u64, String> {

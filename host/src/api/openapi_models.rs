@@ -1,0 +1,119 @@
+//! The OpenAPI document's part for models (docs/models.md): `GET /v1/models` with what the model
+//! manager says of each model, and the admin routes that load and unload one.
+
+use serde_json::{json, Map, Value};
+
+/// `x_*` fields of a model that this server runs, as listed and as the admin routes answer.
+fn managed_properties() -> Value {
+    json!({
+        "x_state": {"type": "string", "enum": ["available", "loading", "loaded", "unloading", "failed"],
+                    "description": "A model whose sidecar this server runs (docs/models.md): available (its first read loads it), loading, loaded, unloading (reads in flight finish first), failed (x_error says why). Absent for --accelerator and --upstream models."},
+        "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
+        "x_error": {"type": "string", "description": "Why it failed (a failed load, or a pinned model's sidecar restarting)."},
+        "x_estimated_bytes": {"type": "integer", "minimum": 0, "description": "What a load reserves in the memory budget before it is measured: the checkpoint's tensor bytes plus the per-process overhead measured so far."},
+        "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},
+        "x_pinned": {"type": "boolean", "description": "A --model: loaded at start and never unloaded or evicted."},
+        "x_ttl_left_seconds": {"type": ["number", "null"], "minimum": 0, "description": "Seconds until its idle TTL (or the last x_keep_alive) unloads it; null unless loaded, idle and unpinned."},
+        "x_last_used": {"type": ["string", "null"], "description": "When its last read ended (RFC 3339); null if never read."},
+        "x_reads_in_flight": {"type": "integer", "minimum": 0}
+    })
+}
+
+/// The schemas these routes use (`ModelList`, `ModelAction`).
+pub fn schemas() -> Map<String, Value> {
+    let mut model = json!({
+        "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"},
+        "x_fingerprint": {"type": ["string", "null"], "description": "The model's identity as it reports it; null while unknown."},
+        "x_family": {"type": "string", "description": "The model family, once loaded: chat or diffusion-gemma."},
+        "x_architecture": {"type": "string", "description": "llama, qwen3, gemma3 or diffusiongemma."},
+        "x_layout": {"type": "string", "description": "The checkpoint's layout on disk: gguf, hf, mlx-affine, nvfp4."},
+        "x_quantization": {"type": "string", "description": "How its matrices are stored, the type holding most weights first (Q4_1+Q8_0, BF16, affine-4bit-g64)."},
+        "x_read": {"type": "string", "description": "The read that answers: logits-v1 or diffusion."},
+        "x_checkpoint_name": {"type": "string", "description": "The name the checkpoint gives itself (GGUF general.name)."}
+    });
+    let mut action = json!({"name": {"type": "string"},
+        "x_unload": {"enum": ["not_loaded", "unloading", "draining"],
+                     "description": "What an unload did: nothing (not loaded), ended the process, or waits for reads in flight."}});
+    if let (Some(m), Some(a), Some(managed)) = (
+        model.as_object_mut(),
+        action.as_object_mut(),
+        managed_properties().as_object(),
+    ) {
+        m.extend(managed.clone());
+        a.extend(managed.clone());
+    }
+    let mut out = Map::new();
+    out.insert("ModelList".into(), json!({"type": "object", "required": ["models"], "properties": {
+        "models": {"type": "array", "items": {"type": "object", "required": ["name", "description", "release_date"], "properties": model}},
+        "x_memory": {"type": "object", "description": "The memory budget the models this server runs share (absent when it runs none).",
+                     "required": ["budget_bytes", "used_bytes", "overhead_bytes"],
+                     "properties": {"budget_bytes": {"type": "integer", "minimum": 0},
+                                    "used_bytes": {"type": "integer", "minimum": 0, "description": "Held by loaded and loading models: measured, else estimated."},
+                                    "overhead_bytes": {"type": "integer", "minimum": 0}}},
+        "x_calibration": {"type": "object"}}}));
+    out.insert(
+        "ModelAction".into(),
+        json!({"type": "object", "required": ["name"], "properties": action}),
+    );
+    out
+}
+
+fn error(description: &str) -> Value {
+    json!({"description": description,
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
+}
+
+fn with_retry_after(mut response: Value) -> Value {
+    response["headers"] = json!({
+        "Retry-After": {"schema": {"type": "integer", "minimum": 0}, "description": "Seconds after which a retry may succeed."},
+        "retry-after-ms": {"schema": {"type": "integer", "minimum": 0}, "description": "The same, in milliseconds."}
+    });
+    response
+}
+
+/// The response every `/v1/systemone` (and admin load) answers for a model that can never fit.
+pub fn insufficient_memory() -> Value {
+    error("The model can never fit the memory budget (less what pinned models hold): detail names needed_bytes and budget_bytes (error_type insufficient_memory); a retry never helps")
+}
+
+/// `/v1/models` and the admin routes.
+pub fn paths() -> Map<String, Value> {
+    let admin = |summary: &str, extra: Value| {
+        let mut responses = json!({
+            "200": {"description": "The model after the action",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelAction"}}}},
+            "401": error("Missing or wrong admin key (or API key)"),
+            "403": error("Loading and unloading over HTTP are off (no --admin-key)"),
+            "404": error("Unknown model"),
+            "409": error("Not a model this server runs (an --accelerator or --upstream), or (unload) a pinned or loading model"),
+            "504": error("The request did not finish within the per-request timeout")
+        });
+        if let (Some(r), Some(e)) = (responses.as_object_mut(), extra.as_object()) {
+            r.extend(e.clone());
+        }
+        json!({"post": {"summary": summary, "security": [{"bearer": [], "admin": []}],
+                        "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"},
+                                        "description": "The model's name or an alias (a name may hold a /, as org/name)."}],
+                        "responses": responses}})
+    };
+    let mut paths = Map::new();
+    paths.insert("/v1/models".into(), json!({"get": {
+        "summary": "Served models and aliases (jev-latest is the default model); models this server runs say their state, sizes, TTL and last use (docs/models.md)",
+        "security": [{"bearer": []}],
+        "responses": {
+            "200": {"description": "Models", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelList"}}}},
+            "401": error("Missing or wrong bearer key (when API keys are configured)"),
+            "504": error("The request did not finish within the per-request timeout")}}}));
+    paths.insert("/v1/models/{name}/load".into(), admin(
+        "Load a model now (admin key), evicting idle models to make room as a read would; answers once it is loaded",
+        json!({"503": with_retry_after(error("Still loading after the wait, no room while every resident model is busy, or its load failed")),
+               "507": insufficient_memory()})));
+    paths.insert(
+        "/v1/models/{name}/unload".into(),
+        admin(
+            "Unload a model (admin key): its process ends once its reads in flight have finished",
+            json!({}),
+        ),
+    );
+    paths
+}
