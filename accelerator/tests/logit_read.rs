@@ -143,13 +143,20 @@ fn the_model_says_what_kind_it_is() {
     };
     let gguf = kind(tiny("tiny-llama.q4_1.gguf"));
     assert_eq!(
-        (gguf.family.as_str(), gguf.architecture.as_str(), gguf.layout.as_str()),
+        (
+            gguf.family.as_str(),
+            gguf.architecture.as_str(),
+            gguf.layout.as_str()
+        ),
         ("chat", "llama", "gguf")
     );
     assert!(gguf.quantization.starts_with("Q4_1"), "{gguf:?}");
     assert_eq!(gguf.read, "logits-v1");
     let bf16 = kind(tiny("tiny-llama-bf16"));
-    assert_eq!((bf16.layout.as_str(), bf16.quantization.as_str()), ("hf", "BF16"));
+    assert_eq!(
+        (bf16.layout.as_str(), bf16.quantization.as_str()),
+        ("hf", "BF16")
+    );
     let mlx = kind(tiny("tiny-qwen3-mlx8"));
     assert_eq!(mlx.architecture, "qwen3");
     assert_eq!(mlx.layout, "mlx-affine");

@@ -489,3 +489,32 @@ pub fn sidecar_pid(hunch_pid: u32) -> Option<u32> {
             .unwrap_or(false)
     })
 }
+
+/// The default model's file (`SmolLM2-135M-Instruct.Q4_1.gguf`) in the models cache
+/// (`$HUNCH_MODELS_CACHE`, else `~/.cache/hunch/models`), where `scripts/fetch-default-model.sh`
+/// puts it; `None` when it is not there.
+pub fn default_model_file() -> Option<PathBuf> {
+    let cache = std::env::var_os("HUNCH_MODELS_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
+        })?;
+    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    path.is_file().then_some(path)
+}
+
+/// The venv's interpreter with the official TypeSafe SDK and jevbench (`.venv`, made by
+/// `scripts/python-env.sh`); `None` (the test returns) only when `HUNCH_TEST_SKIP` lists
+/// `python`. A missing venv otherwise fails the test, saying how to make it.
+pub fn venv_python() -> Option<PathBuf> {
+    let python = workspace_root().join(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    missing_prerequisite(
+        "python",
+        "the Python venv with the official SDK and jevbench (.venv)",
+        "run scripts/python-env.sh",
+    );
+    None
+}

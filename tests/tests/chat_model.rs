@@ -8,22 +8,11 @@
 
 use hunch_e2e::http::{get_json, post_systemone};
 use hunch_e2e::{
-    accelerator_bin, eventually, hunch_bin, missing_prerequisite, start_hunch_with,
-    wait_ready_or_logs, workspace_root, Hunch,
+    accelerator_bin, default_model_file, eventually, hunch_bin, missing_prerequisite,
+    start_hunch_with, venv_python, wait_ready_or_logs, workspace_root, Hunch,
 };
 use serde_json::{json, Map, Value};
-use std::path::PathBuf;
 use std::time::Duration;
-
-fn default_model() -> Option<PathBuf> {
-    let cache = std::env::var_os("HUNCH_MODELS_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
-        })?;
-    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
-}
 
 async fn start() -> Option<Hunch> {
     start_with(&[]).await
@@ -31,7 +20,7 @@ async fn start() -> Option<Hunch> {
 
 /// The server with no model configured (so the default model), and `args`.
 async fn start_with(args: &[&str]) -> Option<Hunch> {
-    if default_model().is_none() {
+    if default_model_file().is_none() {
         missing_prerequisite(
             "chat_model",
             "the default model SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -181,21 +170,6 @@ async fn the_default_model_reads_choices_past_v1s_50_labels_and_refuses_what_can
     assert!(text.contains("255") || text.contains("option"), "{text}");
 }
 
-/// The venv with the official TypeSafe SDK and jevbench (`scripts/python-env.sh`); `None` only
-/// when `HUNCH_TEST_SKIP` lists `python`.
-fn venv_python() -> Option<PathBuf> {
-    let python = workspace_root().join(".venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    missing_prerequisite(
-        "python",
-        "the Python venv with the official SDK and jevbench (.venv)",
-        "run scripts/python-env.sh",
-    );
-    None
-}
-
 /// The official clients against the default model, as users run them: TypeSafe's Python SDK
 /// parses every answer type (`tests/python/sdk_e2e.py`: the model list, every type, a zstd body
 /// of a 40-option choice over a long state, typed errors) and `jevbench check` reads one request
@@ -257,7 +231,8 @@ async fn hunch_calibrate_fits_the_default_models_decision_log() {
         "Can you recommend a good book about gardening?",
     ];
     let mut labels = String::new();
-    for round in 0..2 {
+    // 36 labels: `hunch calibrate` fits a question from 30 up.
+    for round in 0..3 {
         for (text, is_billing) in billing
             .iter()
             .map(|t| (t, true))
@@ -295,10 +270,10 @@ async fn hunch_calibrate_fits_the_default_models_decision_log() {
             .lines()
             .filter(|l| !l.trim().is_empty())
             .count();
-        if held >= 24 {
+        if held >= 36 {
             Ok(())
         } else {
-            Err(format!("the log holds {held} of 24 decisions"))
+            Err(format!("the log holds {held} of 36 decisions"))
         }
     })
     .await;
@@ -318,8 +293,10 @@ async fn hunch_calibrate_fits_the_default_models_decision_log() {
     let fitted: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let questions = fitted["questions"].as_array().expect("questions");
     assert_eq!(questions.len(), 1, "{fitted:#}");
-    assert_eq!(questions[0]["labels"], json!(24));
-    assert!(questions[0]["temperature"].as_f64().is_some_and(|t| t > 0.0));
+    assert_eq!(questions[0]["labels"], json!(36));
+    assert!(questions[0]["temperature"]
+        .as_f64()
+        .is_some_and(|t| t > 0.0));
     for side in ["before", "after"] {
         assert!(questions[0][side]["ece"].is_number(), "{fitted:#}");
     }

@@ -14,8 +14,8 @@
 use hunch::policy::testing::{built_policy, fresh_version};
 use hunch_e2e::webdriver::{browser, Browser};
 use hunch_e2e::{
-    accelerator_bin, missing_prerequisite, start_hunch_with, start_hunch_with_fixture, target_dir,
-    wait_ready_or_logs, Hunch,
+    accelerator_bin, default_model_file, missing_prerequisite, start_hunch_with,
+    start_hunch_with_fixture, target_dir, wait_ready_or_logs, Hunch,
 };
 use reqwest::header::{HeaderMap, CONTENT_SECURITY_POLICY, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::{json, Value};
@@ -30,16 +30,6 @@ const XSS_IMG: &str = "\"><img src=x onerror=alert(1)>";
 const MODEL: &str = "smollm2-135m-instruct";
 const DESKTOP: (u32, u32) = (1280, 1300);
 const PHONE: (u32, u32) = (390, 844);
-
-fn default_model() -> Option<PathBuf> {
-    let cache = std::env::var_os("HUNCH_MODELS_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
-        })?;
-    let path = cache.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    path.is_file().then_some(path)
-}
 
 /// A client that follows no redirect (the gate's 303s are what is checked).
 fn client() -> reqwest::Client {
@@ -206,7 +196,7 @@ async fn an_operator_logs_in_asks_watches_decisions_and_promotes_a_candidate_in_
         );
         return;
     };
-    if default_model().is_none() {
+    if default_model_file().is_none() {
         missing_prerequisite(
             "chat_model",
             "the default model SmolLM2-135M-Instruct.Q4_1.gguf",

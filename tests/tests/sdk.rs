@@ -9,24 +9,8 @@
 //! it, unless `HUNCH_TEST_SKIP=python` says to skip them on purpose.
 
 use hunch_e2e::http::metrics;
-use hunch_e2e::{missing_prerequisite, start_hunch_for_clients, target_dir, workspace_root};
-use std::path::PathBuf;
+use hunch_e2e::{start_hunch_for_clients, target_dir, venv_python, workspace_root};
 use std::process::Command;
-
-/// The venv's interpreter; `None` (the test returns) only when `HUNCH_TEST_SKIP` lists
-/// `python`. A missing venv otherwise fails the test, saying how to make it.
-fn venv_python() -> Option<PathBuf> {
-    let python = workspace_root().join(".venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    missing_prerequisite(
-        "python",
-        "the Python venv with the official SDK and jevbench (.venv)",
-        "run scripts/python-env.sh",
-    );
-    None
-}
 
 #[tokio::test]
 async fn the_official_python_sdk_parses_every_answer() {

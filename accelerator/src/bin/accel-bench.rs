@@ -64,7 +64,9 @@ fn parse_args() -> Result<Args, String> {
             "--dtype" => {
                 a.dtype_name = value()?;
                 a.dtype = a.dtype_name.parse().map_err(
-                    |e: hunch_accelerator::model::diffusion_gemma::forward_io::UnknownDtype| e.to_string(),
+                    |e: hunch_accelerator::model::diffusion_gemma::forward_io::UnknownDtype| {
+                        e.to_string()
+                    },
                 )?;
             }
             "--prompt-lens" => a.prompt_lens = ints(&value()?)?,

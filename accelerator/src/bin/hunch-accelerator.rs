@@ -123,10 +123,9 @@ struct DtypeArg(Option<ActivationDtype>);
 fn parse_dtype(s: &str) -> Result<DtypeArg, String> {
     match s {
         "auto" => Ok(DtypeArg(None)),
-        other => other
-            .parse()
-            .map(|d| DtypeArg(Some(d)))
-            .map_err(|e: hunch_accelerator::model::diffusion_gemma::forward_io::UnknownDtype| e.to_string()),
+        other => other.parse().map(|d| DtypeArg(Some(d))).map_err(
+            |e: hunch_accelerator::model::diffusion_gemma::forward_io::UnknownDtype| e.to_string(),
+        ),
     }
 }
 

@@ -71,7 +71,11 @@ pub fn chat_kind(
                 .and_then(|files| TensorSet::open(&files.files).ok())
                 .map(|tensors| safetensors(&tensors, &config, None))
                 .unwrap_or_else(|| "unknown".into());
-            let layout = if quantization.starts_with("affine") { "mlx-affine" } else { "hf" };
+            let layout = if quantization.starts_with("affine") {
+                "mlx-affine"
+            } else {
+                "hf"
+            };
             (layout.to_string(), quantization, None)
         }
     };

@@ -7,8 +7,8 @@
 use super::html::{bytes, esc, layout, Text};
 use super::session::Viewer;
 use super::{html_response, AppState};
-use crate::reader::models::budget::{default_budget, machine_total};
 use crate::reader::manager::ModelState as ManagedState;
+use crate::reader::models::budget::{default_budget, machine_total};
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
