@@ -387,6 +387,77 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
     assert_eq!(loaded["x_state"], "loaded", "{loaded}");
     assert!(loaded["x_resident_bytes"].as_u64().unwrap() > 0, "{loaded}");
 
+    // The console does the same for its admin: a session, its CSRF token, the load button.
+    let browserless = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let login = browserless
+        .post(format!("{}/console/login", hunch.url))
+        .form(&[("key", ADMIN)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 303);
+    let cookie = login
+        .headers()
+        .get(reqwest::header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let models_page = || async {
+        browserless
+            .get(format!("{}/console/models", hunch.url))
+            .header(reqwest::header::COOKIE, &cookie)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let page = models_page().await;
+    assert!(
+        page.contains("action=\"/console/models/qwen/load\""),
+        "{page}"
+    );
+    assert!(
+        !page.contains("/console/models/pinned/"),
+        "a pinned model has no button"
+    );
+    let csrf = page
+        .split("data-csrf=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page carries its CSRF token")
+        .to_string();
+    let without_token = browserless
+        .post(format!("{}/console/models/qwen/load", hunch.url))
+        .header(reqwest::header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert!(without_token.status().is_client_error());
+    let loaded = browserless
+        .post(format!("{}/console/models/qwen/load", hunch.url))
+        .header(reqwest::header::COOKIE, &cookie)
+        .form(&[("csrf", csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(loaded.status(), 303);
+    assert_eq!(state_of(&hunch, "qwen").await, "loaded");
+    let page = models_page().await;
+    assert!(
+        page.contains("Loaded qwen."),
+        "the outcome is shown: {page}"
+    );
+    assert!(
+        page.contains("action=\"/console/models/qwen/unload\""),
+        "{page}"
+    );
+
     // The pinned model survived all of it, in its first process.
     assert!(sidecars(&hunch).contains(&(pinned_pid, "pinned".into())));
     read(&hunch, &request("pinned")).await;

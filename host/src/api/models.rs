@@ -71,16 +71,12 @@ fn managed_fields(entry: &mut Value, m: &ModelView) {
     entry["x_reads_in_flight"] = json!(m.reads_in_flight);
 }
 
-pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    // A listing looks at the models directories again (at most once a second), so a model just
-    // copied in is listed, and one just removed is not.
-    let view = state.models.as_ref().map(|m| {
-        m.rescan(false);
-        m.view()
-    });
-    let registry = &state.registry;
-    let mut entries: Vec<ModelEntry> = registry.models().to_vec();
-    if let Some(view) = &view {
+/// Every model this server serves: the registry's (pinned sidecars, accelerators, upstreams),
+/// then the model manager's others (discovered under `--models-dir`, loaded or not). The one
+/// list `GET /v1/models` and the console's models page show.
+pub fn served_entries(state: &AppState, view: Option<&ModelsView>) -> Vec<ModelEntry> {
+    let mut entries: Vec<ModelEntry> = state.registry.models().to_vec();
+    if let Some(view) = view {
         for m in &view.models {
             if !entries.iter().any(|e| e.name == m.name) {
                 if let Ok(entry) = state.model(&m.name) {
@@ -89,6 +85,17 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
             }
         }
     }
+    entries
+}
+
+pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    // A listing looks at the models directories again (at most once a second), so a model just
+    // copied in is listed, and one just removed is not.
+    let view = state.models.as_ref().map(|m| {
+        m.rescan(false);
+        m.view()
+    });
+    let entries = served_entries(&state, view.as_ref());
     let mut models = Vec::new();
     for (alias, target) in state.aliases() {
         if let Some(m) = entries.iter().find(|e| e.name == target) {

@@ -1,7 +1,7 @@
 //! The operator console at `/console` (docs/console.md): server-rendered HTML pages of what the
 //! server already keeps (models, policies, recent decisions, calibrations, rates), one small
 //! script and one stylesheet served from `/console/assets/`, and a few actions (ask, replay,
-//! promote, roll back), each a POST with the session's CSRF token.
+//! promote, roll back, load and unload a model), each a POST with the session's CSRF token.
 //!
 //! - [`session`]: logins, sessions, roles, the CSRF token.
 //! - [`html`]: escaping, the page shell, bars.
@@ -10,7 +10,7 @@
 //!
 //! Who may see what: with no key configured at all the console is open and read-only; with any
 //! key configured (`--admin-key`, `--api-key`) every page needs a login, an API key logs in to
-//! read and ask, and only the admin key may promote or roll back. Every response carries a strict
+//! read and ask, and only the admin key may promote, roll back, load or unload. Every response carries a strict
 //! Content-Security-Policy (no inline script or style anywhere), `X-Frame-Options: DENY`,
 //! `nosniff` and `Cache-Control: no-store`.
 
@@ -110,6 +110,8 @@ pub fn router(state: AppState) -> Router<AppState> {
     let gated = Router::new()
         .route("/console", get(overview::page))
         .route("/console/models", get(models::page))
+        .route("/console/models/{name}/load", post(models::load))
+        .route("/console/models/{name}/unload", post(models::unload))
         .route("/console/policies", get(policies::page))
         .route("/console/policies/{name}/promote", post(policies::promote))
         .route(

@@ -4,14 +4,17 @@
 //! when the server learns more of a model (load on demand: family, layout, estimate, TTL, last
 //! use) only `rows` changes.
 
-use super::html::{bytes, esc, layout, Text};
+use super::html::{bytes, csrf_field, esc, layout, Text};
+use super::policies::ActionForm;
 use super::session::Viewer;
-use super::{html_response, AppState};
+use super::{check_csrf, html_response, refusal, AppState};
 use crate::reader::manager::ModelState as ManagedState;
+use crate::reader::manager::Unloaded;
 use crate::reader::models::budget::{default_budget, machine_total};
-use axum::extract::State;
-use axum::response::Response;
-use axum::Extension;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
 use std::fmt::Write;
 
 /// What a model is doing.
@@ -88,11 +91,9 @@ pub struct Budget {
 
 /// Every served model, in the registry's order.
 pub fn rows(state: &AppState) -> Vec<ModelRow> {
-    let aliases = state.registry.aliases();
+    let aliases = state.aliases();
     let view = state.models.as_ref().map(|m| m.view());
-    state
-        .registry
-        .models()
+    crate::api::models::served_entries(state, view.as_ref())
         .iter()
         .map(|m| {
             let info = m.reader.info();
@@ -205,11 +206,12 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
         let _ = write!(
             body,
             "<tr data-model=\"{name}\"><td><b>{name}</b>{aliases}<br><small>{desc}</small></td>\
-<td><span class=\"state {cls}\">{state}</span>{failed}</td><td class=\"num\">{res}</td>\
+<td><span class=\"state {cls}\">{state}</span>{failed}{action}</td><td class=\"num\">{res}</td>\
 <td class=\"num\">{est}</td><td>{pinned}</td><td>{family}</td><td>{layout}</td><td>{ttl}</td>\
 <td>{idle}</td><td class=\"num\">{maxo} / {maxl}</td><td class=\"num\">{maxp}</td><td><code>{fp}</code></td></tr>",
             name = Text(&r.name),
             desc = Text(&r.description),
+            action = action_form(r, &viewer),
             cls = match r.state {
                 ModelState::Loaded => "ok",
                 ModelState::Failed { .. } => "bad",
@@ -257,8 +259,8 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     body.push_str(
         "<p class=\"muted\">Pinned models (<code>--model</code>) load at start and stay loaded; the \
 others (<code>--models-dir</code>) load on their first read and unload when idle past their TTL \
-or when another model needs the memory (docs/models.md). Load and unload one by hand with \
-<code>POST /v1/models/NAME/load</code> and <code>…/unload</code> and the admin key.</p>",
+or when another model needs the memory (docs/models.md). With the admin key, load and unload \
+one here or with <code>POST /v1/models/NAME/load</code> and <code>…/unload</code>.</p>",
     );
     let flash = state.console.sessions.take_flash(&viewer);
     html_response(layout(
@@ -268,4 +270,121 @@ or when another model needs the memory (docs/models.md). Load and unload one by 
         flash.as_deref(),
         &body,
     ))
+}
+
+/// The load or unload button of a model the manager may load and unload (not pinned, not remote),
+/// for a viewer who may act; empty otherwise.
+fn action_form(row: &ModelRow, viewer: &Viewer) -> String {
+    if !viewer.role.can_act() || row.pinned != Some(false) {
+        return String::new();
+    }
+    let (verb, label) = match row.state {
+        ModelState::Available | ModelState::Failed { .. } => ("load", "Load"),
+        ModelState::Loaded => ("unload", "Unload"),
+        _ => return String::new(),
+    };
+    format!(
+        "<form method=\"post\" action=\"/console/models/{}/{verb}\">{}\
+<button type=\"submit\">{label}</button></form>",
+        path_segment(&row.name),
+        csrf_field(viewer)
+    )
+}
+
+/// `name` as one URL path segment: every byte but unreserved ones percent-encoded, so an
+/// `org/name` model stays one segment (axum's `Path` decodes it back).
+fn path_segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Load,
+    Unload,
+}
+
+/// A load or unload from the console: the session's CSRF token, the admin key's role, then the
+/// model manager's own operation (the same as `POST /v1/models/NAME/load|unload`); the outcome
+/// is flashed on the models page.
+async fn act(
+    state: AppState,
+    viewer: Viewer,
+    name: String,
+    form: ActionForm,
+    action: Action,
+) -> Response {
+    if let Err(refused) = check_csrf(&viewer, form.csrf.as_deref()) {
+        return refused;
+    }
+    if !viewer.role.can_act() {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            "Loading and unloading models need a login with the admin key (--admin-key).",
+        );
+    }
+    let Some(manager) = state.models.clone() else {
+        return refusal(
+            StatusCode::NOT_FOUND,
+            "This server runs no models of its own.",
+        );
+    };
+    let message = match action {
+        Action::Load => match manager.load_now(&name).await {
+            Ok(()) => {
+                tracing::info!(model = %name, "loaded from the console");
+                format!("Loaded {name}.")
+            }
+            Err(e) => format!("{name}: {e}"),
+        },
+        Action::Unload => match manager.unload(&name) {
+            Ok(Unloaded::NotLoaded) => format!("{name} was not loaded."),
+            Ok(Unloaded::Stopped) => {
+                tracing::info!(model = %name, "unloaded from the console");
+                format!("Unloaded {name}.")
+            }
+            Ok(Unloaded::Draining) => {
+                format!("{name} unloads once its reads in flight have finished.")
+            }
+            Err(e) => format!("{name}: {e}"),
+        },
+    };
+    state.console.sessions.flash(&viewer, message);
+    Redirect::to("/console/models").into_response()
+}
+
+pub async fn load(
+    State(state): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    act(state, viewer, name, form, Action::Load).await
+}
+
+pub async fn unload(
+    State(state): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    act(state, viewer, name, form, Action::Unload).await
+}
+
+#[cfg(test)]
+mod action_tests {
+    use super::path_segment;
+
+    #[test]
+    fn an_org_name_model_stays_one_path_segment() {
+        assert_eq!(path_segment("org/name"), "org%2Fname");
+        assert_eq!(path_segment("tiny-llama.q8_0"), "tiny-llama.q8_0");
+        assert_eq!(path_segment("a b\"<"), "a%20b%22%3C");
+    }
 }
