@@ -2,6 +2,7 @@
 //! (docs/accelerator-protocol.md): `GET /health` answers [`Health`], `POST /read` takes a
 //! [`crate::ReadRequest`] and answers a [`crate::ReadOutcome`] or a [`crate::ReadError`] body.
 
+pub use crate::reader::ModelKind;
 use crate::reader::{ReaderInfo, ReaderLimits};
 use serde::{Deserialize, Serialize};
 
@@ -52,27 +53,6 @@ pub struct ModelInfo {
     /// fingerprint is the identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ModelKind>,
-}
-
-/// What a loaded model is, in words an operator reads in `/v1/models`: the family and read that
-/// answer, the architecture, the checkpoint's layout and how its matrices are stored, all found
-/// from the checkpoint's content (docs/accelerator-protocol.md).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelKind {
-    /// `diffusion-gemma` or `chat` (a causal chat model read from its label logits).
-    pub family: String,
-    /// `diffusiongemma`, `llama`, `qwen3`, `gemma3`.
-    pub architecture: String,
-    /// How the checkpoint is laid out on disk: `gguf`, `hf`, `mlx-affine`, `nvfp4`.
-    pub layout: String,
-    /// The storage types of its matrices, the one holding the most weights first, joined by
-    /// `+`: `Q4_1+Q8_0`, `BF16`, `affine-4bit-g64`.
-    pub quantization: String,
-    /// The read the model answers with: `diffusion` or `logits-v1`.
-    pub read: String,
-    /// The name the checkpoint gives itself (GGUF `general.name`), when it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
 }
 
 /// What a reader served by a sidecar is: the limits and fingerprint its `/health` reported.

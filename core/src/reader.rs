@@ -300,7 +300,7 @@ pub struct ReaderInfo {
     pub fingerprint: Option<String>,
     /// What kind of model answers (family, architecture, layout, quantisation), when the
     /// reader's model reported it.
-    pub kind: Option<crate::protocol::ModelKind>,
+    pub kind: Option<ModelKind>,
 }
 
 impl ReaderInfo {
@@ -309,6 +309,27 @@ impl ReaderInfo {
     pub fn unknown() -> Self {
         ReaderInfo::default()
     }
+}
+
+/// What a loaded model is, in words an operator reads in `/v1/models`: the family and read that
+/// answer, the architecture, the checkpoint's layout and how its matrices are stored, all found
+/// from the checkpoint's content (docs/accelerator-protocol.md; the sidecar sends it in `/health`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelKind {
+    /// `diffusion-gemma` or `chat` (a causal chat model read from its label logits).
+    pub family: String,
+    /// `diffusiongemma`, `llama`, `qwen3`, `gemma3`.
+    pub architecture: String,
+    /// How the checkpoint is laid out on disk: `gguf`, `hf`, `mlx-affine`, `nvfp4`.
+    pub layout: String,
+    /// The storage types of its matrices, the one holding the most weights first, joined by
+    /// `+`: `Q4_1+Q8_0`, `BF16`, `affine-4bit-g64`.
+    pub quantization: String,
+    /// The read the model answers with: `diffusion` or `logits-v1`.
+    pub read: String,
+    /// The name the checkpoint gives itself (GGUF `general.name`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// Answers typed questions about a state with label distributions.

@@ -9,7 +9,7 @@
 //! - Q4_1 `w = d · q + m`: scale `d`, bias `m`;
 //! - Q8_0 `w = d · q`, `q` signed: codes `q + 128`, scale `d`, bias `−128d`.
 
-use super::kquants::{f16_at, Float};
+use super::float::{f16_at, Float};
 use super::types::GgmlType;
 
 /// Elements per block of every format here.

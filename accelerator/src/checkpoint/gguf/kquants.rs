@@ -7,40 +7,11 @@
 //! f32 in the order ggml's (and gguf-py's) reference dequantisers do, so the values agree bit
 //! for bit before the final rounding to the requested dtype.
 
-use half::{bf16, f16};
-
 use super::blocks;
+use super::float::{f16_at, Float};
 use super::types::{GgmlType, QK_K};
 
 const N: usize = QK_K as usize;
-
-/// An output element type: MLX holds these as they are.
-pub(super) trait Float: Copy + 'static {
-    fn from_f32(x: f32) -> Self;
-}
-
-impl Float for f32 {
-    fn from_f32(x: f32) -> Self {
-        x
-    }
-}
-
-impl Float for f16 {
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-}
-
-impl Float for bf16 {
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-}
-
-/// The little-endian f16 at `at`, widened.
-pub(super) fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
-}
 
 /// A block dequantiser: one block's bytes into its elements.
 type Dequantise = fn(&[u8], &mut [f32]);
@@ -196,6 +167,7 @@ fn q8_k(b: &[u8], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
 
     /// Pseudo-random bytes (a fixed hash of the index and `seed`).
     fn bytes(n: usize, seed: u32) -> Vec<u8> {

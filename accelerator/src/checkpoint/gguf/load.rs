@@ -11,7 +11,8 @@ use mlx_rs::{Array, Dtype};
 use super::blocks::{self, AffineParts};
 use super::error::GgufError;
 use super::file::{GgufFile, GgufTensorInfo};
-use super::kquants::{self, Float};
+use super::float::Float;
+use super::kquants;
 use super::types::{FloatDtype, GgmlType};
 
 /// Elements per group of the affine layouts made here (one ggml block).

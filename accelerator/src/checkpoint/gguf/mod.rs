@@ -6,6 +6,7 @@
 //! - `blocks`: Q4_0, Q4_1 and Q8_0 repacked exactly into MLX's affine layout (group 32), and
 //!   Q5_0, Q5_1 and Q8_1 dequantised;
 //! - `kquants`: Q2_K to Q8_K dequantised;
+//! - `float`: the element types dequantised tensors are written in, and ggml's f16 scales;
 //! - `load`: the arrays of one tensor ([`GgufFile::load`]) and what they will take
 //!   ([`GgufFile::resident_bytes`]).
 //!
@@ -17,6 +18,7 @@
 mod blocks;
 mod error;
 mod file;
+mod float;
 mod kquants;
 mod load;
 mod meta;
