@@ -518,3 +518,47 @@ pub fn venv_python() -> Option<PathBuf> {
     );
     None
 }
+
+/// Runs the official TypeSafe SDK's end-to-end script (`tests/python/sdk_e2e.py`) with `python`
+/// against `hunch`, failing the test with its output and the server's logs unless it ends
+/// with `SDK E2E OK`.
+pub fn assert_sdk_script_passes(python: &std::path::Path, hunch: &Hunch) {
+    let out = std::process::Command::new(python)
+        .arg(workspace_root().join("tests/python/sdk_e2e.py"))
+        .env("TYPESAFE_BASE_URL", &hunch.url)
+        .env("TYPESAFE_API_KEY", "any-key-auth-is-off")
+        .output()
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("SDK E2E OK"),
+        "stdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        hunch.process.logs()
+    );
+}
+
+/// `jevbench check` (the venv's, beside `python`) against `url`'s `/v1/systemone` as
+/// `jev-latest`, failing the test unless it says `jevbench check: OK`.
+pub fn assert_jevbench_check_passes(python: &std::path::Path, url: &str) {
+    let out = std::process::Command::new(python.with_file_name("jevbench"))
+        .args(["check", "--url", &format!("{url}/v1/systemone")])
+        .args(["--model", "jev-latest"])
+        .output()
+        .expect("jevbench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("jevbench check: OK"),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The CSRF token a console page carries (`<body data-csrf="…">`).
+pub fn console_csrf_token(page: &str) -> String {
+    page.split("data-csrf=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page carries its CSRF token")
+        .to_string()
+}

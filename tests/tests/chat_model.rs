@@ -8,8 +8,9 @@
 
 use hunch_e2e::http::{get_json, post_systemone};
 use hunch_e2e::{
-    accelerator_bin, default_model_file, eventually, hunch_bin, missing_prerequisite,
-    start_hunch_with, venv_python, wait_ready_or_logs, workspace_root, Hunch,
+    accelerator_bin, assert_jevbench_check_passes, assert_sdk_script_passes, default_model_file,
+    eventually, hunch_bin, missing_prerequisite, start_hunch_with, venv_python, wait_ready_or_logs,
+    Hunch,
 };
 use serde_json::{json, Map, Value};
 use std::time::Duration;
@@ -178,30 +179,8 @@ async fn the_default_model_reads_choices_past_v1s_50_labels_and_refuses_what_can
 async fn the_official_sdk_and_jevbench_check_pass_on_the_default_model() {
     let Some(python) = venv_python() else { return };
     let Some(hunch) = start().await else { return };
-    let out = std::process::Command::new(&python)
-        .arg(workspace_root().join("tests/python/sdk_e2e.py"))
-        .env("TYPESAFE_BASE_URL", &hunch.url)
-        .env("TYPESAFE_API_KEY", "any-key-auth-is-off")
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("SDK E2E OK"),
-        "stdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        hunch.process.logs()
-    );
-    let out = std::process::Command::new(python.with_file_name("jevbench"))
-        .args(["check", "--url", &format!("{}/v1/systemone", hunch.url)])
-        .args(["--model", "jev-latest"])
-        .output()
-        .expect("jevbench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("jevbench check: OK"),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_sdk_script_passes(&python, &hunch);
+    assert_jevbench_check_passes(&python, &hunch.url);
 }
 
 /// `hunch calibrate` on the default model's own decision log: labelled decisions are joined to

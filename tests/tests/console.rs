@@ -14,8 +14,8 @@
 use hunch::policy::testing::{built_policy, fresh_version};
 use hunch_e2e::webdriver::{browser, Browser};
 use hunch_e2e::{
-    accelerator_bin, default_model_file, missing_prerequisite, start_hunch_with,
-    start_hunch_with_fixture, target_dir, wait_ready_or_logs, Hunch,
+    accelerator_bin, console_csrf_token, default_model_file, missing_prerequisite,
+    start_hunch_with, start_hunch_with_fixture, target_dir, wait_ready_or_logs, Hunch,
 };
 use reqwest::header::{HeaderMap, CONTENT_SECURITY_POLICY, COOKIE, LOCATION, SET_COOKIE};
 use serde_json::{json, Value};
@@ -72,12 +72,7 @@ async fn login(url: &str, key: &str) -> (String, String) {
         .await
         .unwrap();
     assert!(!page.contains(key), "a key never appears in a page");
-    let csrf = page
-        .split("data-csrf=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page carries its CSRF token")
-        .to_string();
+    let csrf = console_csrf_token(&page);
     (cookie, csrf)
 }
 

@@ -12,8 +12,8 @@
 
 use hunch_e2e::http::{get_json, metric_in, metrics, post_systemone};
 use hunch_e2e::{
-    accelerator_bin, child_pids, eventually, start_hunch_with, wait_ready_or_logs, workspace_root,
-    Hunch,
+    accelerator_bin, child_pids, console_csrf_token, eventually, start_hunch_with,
+    wait_ready_or_logs, workspace_root, Hunch,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -426,12 +426,7 @@ async fn models_load_on_request_and_are_evicted_within_one_budget() {
         !page.contains("/console/models/pinned/"),
         "a pinned model has no button"
     );
-    let csrf = page
-        .split("data-csrf=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("the page carries its CSRF token")
-        .to_string();
+    let csrf = console_csrf_token(&page);
     let without_token = browserless
         .post(format!("{}/console/models/qwen/load", hunch.url))
         .header(reqwest::header::COOKIE, &cookie)

@@ -9,27 +9,17 @@
 //! it, unless `HUNCH_TEST_SKIP=python` says to skip them on purpose.
 
 use hunch_e2e::http::metrics;
-use hunch_e2e::{start_hunch_for_clients, target_dir, venv_python, workspace_root};
+use hunch_e2e::{
+    assert_jevbench_check_passes, assert_sdk_script_passes, start_hunch_for_clients, target_dir,
+    venv_python,
+};
 use std::process::Command;
 
 #[tokio::test]
 async fn the_official_python_sdk_parses_every_answer() {
     let Some(python) = venv_python() else { return };
     let hunch = start_hunch_for_clients(&[]).await;
-    let script = workspace_root().join("tests/python/sdk_e2e.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .env("TYPESAFE_BASE_URL", &hunch.url)
-        .env("TYPESAFE_API_KEY", "any-key-auth-is-off")
-        .output()
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("SDK E2E OK"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}\nserver:\n{}",
-        hunch.process.logs()
-    );
+    assert_sdk_script_passes(&python, &hunch);
     // The SDK really sent zstd bodies (it compresses from 1 KiB up).
     let metrics = metrics(&hunch.url).await;
     assert!(
@@ -65,23 +55,7 @@ async fn the_sdk_with_auth_on() {
 async fn jevbench_check_passes() {
     let Some(python) = venv_python() else { return };
     let hunch = start_hunch_for_clients(&[]).await;
-    let jevbench = python.with_file_name("jevbench");
-    let out = Command::new(&jevbench)
-        .args([
-            "check",
-            "--url",
-            &format!("{}/v1/systemone", hunch.url),
-            "--model",
-            "jev-latest",
-        ])
-        .output()
-        .expect("jevbench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("jevbench check: OK"),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_jevbench_check_passes(&python, &hunch.url);
 }
 
 /// jevbench's bundled `examples` suite (one case, every scored relation: 43 requests with several

@@ -85,3 +85,19 @@ impl PromptTokenizer for crate::tokenizer::chat::ChatTokenizer {
         crate::tokenizer::chat::ChatTokenizer::last_special_end(self, text)
     }
 }
+
+#[cfg(test)]
+mod chat_tokenizer_tests {
+    use crate::read::logits::labels::LabelTables;
+    use crate::tokenizer::chat::ChatTokenizer;
+
+    /// A real chat tokenizer (the tiny Llama checkpoint's folder) answers what the label
+    /// tables ask of it. Kept here, beside the impl, so the tokenizer never imports the read.
+    #[test]
+    fn prompt_tokenizer_builds_label_tables() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal/tiny-llama");
+        let t = ChatTokenizer::from_dir(&dir).expect("loads");
+        LabelTables::new(&t).expect("tables");
+    }
+}

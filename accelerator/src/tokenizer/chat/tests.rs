@@ -121,15 +121,6 @@ fn last_special_end_matches_the_split_encode_makes() {
 }
 
 #[test]
-fn prompt_tokenizer_builds_label_tables() {
-    let dir = folder(Some(
-        json!({"chat_template": GEMMA_LIKE, "bos_token": "<bos>"}),
-    ));
-    let t = ChatTokenizer::from_dir(dir.path()).expect("loads");
-    crate::read::logits::labels::LabelTables::new(&t).expect("tables");
-}
-
-#[test]
 fn folder_errors_name_what_is_wrong() {
     let missing = ChatTokenizer::from_dir(&PathBuf::from("/nonexistent/model"))
         .err()
