@@ -7,5 +7,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo build --release -p hunch -p hunch-accelerator
+cargo build --release -p hunch -p hunch-accelerator --bin hunch --bin hunch-accelerator
 exec target/release/hunch serve "$@"

@@ -347,6 +347,21 @@ fn compile_mlx_c(mlx_c_root: &Path, include_dir: &Path) {
         .filter(|p| p.file_name().is_some_and(|n| n != "object.cpp"))
         .collect();
     sources.sort();
+    // One translation unit that includes every source (an amalgamation, as SQLite ships): each
+    // mlx-c file includes MLX's C++ headers, and parsing them once instead of 26 times cuts the
+    // C++ compile from ~40 to ~10 CPU seconds, a part of a fresh machine's first build
+    // (docs/benchmarks.md, "First answer"). The sources are pinned (mlx-sys 0.7.0) and share no
+    // file-local names, so the single unit compiles to the same functions.
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap_or_else(|_| fail("OUT_DIR is not set")));
+    let unity = out_dir.join("mlx_c_all.cpp");
+    let text: String = sources
+        .iter()
+        .map(|p| format!("#include \"{}\"\n", p.display()))
+        .collect();
+    if fs::read_to_string(&unity).ok().as_deref() != Some(text.as_str()) {
+        fs::write(&unity, &text)
+            .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", unity.display())));
+    }
 
     let mut build = cc::Build::new();
     build
@@ -357,7 +372,7 @@ fn compile_mlx_c(mlx_c_root: &Path, include_dir: &Path) {
         .flag("-include")
         .flag(shim.join("hunch_mlx_shim.h").to_string_lossy().as_ref())
         .warnings(false)
-        .files(&sources)
+        .file(&unity)
         // Our own helper over the same private API (graph size, for the benchmarks).
         .file(shim.join("hunch_graph.cpp"));
     // Optimise even in dev builds: these are thin wrappers, and it is a one-off cost.

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The label-logit read against llama.cpp, side by side in one run on the same GGUF, the same
+# token ids and the same cores (docs/benchmarks.md, "Label-logit read against llama.cpp").
+#
+#   scripts/bench-logits.sh [--model M.gguf|DIR] [logits-bench flags...]
+#
+# 1. Builds llama-cpp-python from source (pinned below) into .venv-llama-cpp, once, for this
+#    machine's CPU (GGML_NATIVE: the widest vector instructions it has, as a user building
+#    llama.cpp here would get; HUNCH_LLAMA_CPP_NATIVE=0 builds the portable AVX2 variant).
+#    Two cores take 10-25 minutes for it; later runs reuse the venv.
+# 2. Builds Hunch in release as scripts/serve.sh does, with the bench binary beside it.
+# 3. Runs `logits-bench` in both question modes (isolated, joint) with the peer: per-question
+#    latency (p50 of the warm rounds), prompt tokens per second, the ratio Hunch / llama.cpp, the
+#    machine and BLAS. A model that is not a GGUF file is read by Hunch alone.
+#
+# Env: HUNCH_BENCH_MODES (default "isolated joint"), HUNCH_LLAMA_CPP_VERSION.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+model="${HOME}/.cache/hunch/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+rest=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) model="$2"; shift 2 ;;
+    *) rest+=("$1"); shift ;;
+  esac
+done
+[[ -e "$model" ]] || { echo "bench-logits: no model at $model (scripts/fetch-default-model.sh)" >&2; exit 2; }
+
+version="${HUNCH_LLAMA_CPP_VERSION:-0.3.36}"
+venv="$root/.venv-llama-cpp"
+native="${HUNCH_LLAMA_CPP_NATIVE:-1}"
+native_flag=$([[ "$native" == 1 ]] && echo ON || echo OFF)
+stamp="$venv/.built-$version-native-$native_flag"
+if [[ ! -e "$stamp" ]]; then
+  echo "bench-logits: building llama-cpp-python $version from source (GGML_NATIVE=$native_flag)" >&2
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q numpy scikit-build-core cmake ninja
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  CMAKE_ARGS="-DGGML_NATIVE=$native_flag -DLLAVA_BUILD=OFF -DMTMD_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
+    -DGGML_OPENMP=OFF" \
+    "$venv/bin/pip" install -q --no-build-isolation --no-binary llama-cpp-python \
+    "llama-cpp-python==$version"
+  touch "$stamp"
+fi
+
+eval "$(grep '^cargo build' scripts/serve.sh) --bin logits-bench"
+
+peer=()
+case "$model" in
+  *.gguf) peer=(--peer-python "$venv/bin/python") ;;
+  *) echo "bench-logits: $model is no GGUF file: llama.cpp is not run" >&2 ;;
+esac
+echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (modified)'); llama.cpp: llama-cpp-python $version, GGML_NATIVE=$native_flag"
+for mode in ${HUNCH_BENCH_MODES:-isolated joint}; do
+  echo "--- mode $mode"
+  target/release/logits-bench --model "$model" --mode "$mode" "${peer[@]}" "${rest[@]}"
+done
