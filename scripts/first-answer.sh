@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures the README's first command the way a newcomer meets it: a fresh clone of this
 # repository, `scripts/serve.sh`, and the time until `POST /v1/systemone` first answers 200 with
-# the real default model. Prints the time of each phase (setup, build, server up, first answer)
+# the real default model. Prints the time of each phase (setup, build, serve to the first answer)
 # and keeps cargo's build-timings report (`--timings`) for the build.
 #
 #   scripts/first-answer.sh [DIR]     clone HEAD into DIR (default: a new temporary directory)
@@ -43,12 +43,10 @@ body='{"model": "jev-latest",
     "urgency": {"type": "score", "instructions": "How frustrated the customer appears",
                 "criteria": ["Calm", "Mildly annoyed", "Very frustrated"]},
     "urgent": {"type": "noul", "instructions": "The message conveys urgency"}}}'
-t_up=""
 while :; do
   if ! kill -0 $server 2>/dev/null; then
     echo "first-answer: the server exited; its log:" >&2; cat "$dir/serve.log" >&2; exit 1
   fi
-  if [[ -z "$t_up" ]] && curl -fs "127.0.0.1:$port/health" >/dev/null 2>&1; then t_up=$(now); fi
   code=$(curl -s -o "$dir/answer.json" -w '%{http_code}' "127.0.0.1:$port/v1/systemone" \
     -H 'content-type: application/json' -d "$body" 2>/dev/null || true)
   [[ "$code" == 200 ]] && break
@@ -58,7 +56,6 @@ t_answer=$(now)
 echo "first-answer: answer: $(head -c 300 "$dir/answer.json")"
 echo "first-answer: setup        $(span "$t0" "$t_setup")  (clone, apt, MLX wheel, default model)"
 echo "first-answer: build        $(span "$t_setup" "$t_build")"
-echo "first-answer: server up    $(span "$t_build" "${t_up:-$t_answer}")"
-echo "first-answer: first answer $(span "${t_up:-$t_build}" "$t_answer") after up"
+echo "first-answer: serve        $(span "$t_build" "$t_answer")  (start, model load, first read)"
 echo "first-answer: total        $(span "$t0" "$t_answer")  fresh clone -> first 200"
 echo "first-answer: build timings: $(ls -1 "$dir"/target/cargo-timings/cargo-timing-*.html 2>/dev/null | tail -1)"
