@@ -12,8 +12,12 @@
 # 3. Runs `logits-bench` in both question modes (isolated, joint) with the peer: per-question
 #    latency (p50 of the warm rounds), prompt tokens per second, the ratio Hunch / llama.cpp, the
 #    machine and BLAS. A model that is not a GGUF file is read by Hunch alone.
+# 4. Sends the same requests through `hunch serve` (scripts/bench_logits_http.py: a fresh server
+#    per round, three questions per POST /v1/systemone) and prints that per-question time and
+#    its ratio to llama.cpp's.
 #
-# Env: HUNCH_BENCH_MODES (default "isolated joint"), HUNCH_LLAMA_CPP_VERSION.
+# Env: HUNCH_BENCH_MODES (default "isolated joint"), HUNCH_BENCH_ROUNDS (default 3),
+# HUNCH_LLAMA_CPP_VERSION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -48,6 +52,7 @@ if [[ ! -e "$stamp" ]]; then
 fi
 
 eval "$(grep '^cargo build' scripts/serve.sh) --bin logits-bench"
+[[ "${HUNCH_BENCH_MODES:-}" == none ]] && exit 0  # build only
 
 peer=()
 case "$model" in
@@ -55,7 +60,26 @@ case "$model" in
   *) echo "bench-logits: $model is no GGUF file: llama.cpp is not run" >&2 ;;
 esac
 echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (modified)'); llama.cpp: llama-cpp-python $version, GGML_NATIVE=$native_flag"
+rounds="${HUNCH_BENCH_ROUNDS:-3}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 for mode in ${HUNCH_BENCH_MODES:-isolated joint}; do
   echo "--- mode $mode"
-  target/release/logits-bench --model "$model" --mode "$mode" "${peer[@]}" "${rest[@]}"
+  target/release/logits-bench --model "$model" --mode "$mode" --rounds "$rounds" \
+    --dump-requests "$tmp/requests.jsonl" "${peer[@]}" "${rest[@]}" | tee "$tmp/bench.txt"
+  # The same requests through `hunch serve` (host, HTTP, sidecar), a fresh server per round.
+  python3 scripts/bench_logits_http.py target/release/hunch "$model" "$tmp/requests.jsonl" \
+    "$rounds" > "$tmp/http.json"
+  python3 - "$tmp/http.json" "$tmp/bench.txt" <<'PY'
+import json, re, statistics, sys
+rounds = json.load(open(sys.argv[1]))["rounds"][1:]
+per_q = [sum(r["seconds"] for r in rows) / (3 * len(rows)) for rows in rounds]
+p50 = statistics.median(per_q)
+spread = f"{min(per_q) * 1e3:.1f}-{max(per_q) * 1e3:.1f}"
+print(f"hunch http : {p50 * 1e3:.1f} ms/question (p50 of {len(rounds)} rounds, {spread}), "
+      f"POST /v1/systemone of 3 questions through hunch serve")
+m = re.search(r"^llama\.cpp  : ([0-9.]+) ms/question", open(sys.argv[2]).read(), re.M)
+if m:
+    print(f"ratio hunch http / llama.cpp (time per question): {p50 * 1e3 / float(m.group(1)):.2f}x")
+PY
 done

@@ -9,7 +9,11 @@
 //! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
-//!                  [--chunk 32] [--peer-python PY] [--threads N]
+//!                  [--chunk 32] [--peer-python PY] [--threads N] [--dump-requests FILE]
+//!
+//! `--dump-requests FILE` also writes the requests as `POST /v1/systemone` bodies (one JSON per
+//! line, model `bench`), for `scripts/bench_logits_http.py`, which reads them through a running
+//! `hunch serve`: the same reads with the host and HTTP around them.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -25,6 +29,7 @@ struct Args {
     chunk: usize,
     peer_python: Option<String>,
     threads: usize,
+    dump_requests: Option<PathBuf>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -36,6 +41,7 @@ fn parse() -> Result<Args, String> {
         chunk: hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK,
         peer_python: None,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        dump_requests: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -47,6 +53,7 @@ fn parse() -> Result<Args, String> {
             "--chunk" => args.chunk = value()?.parse().map_err(|e| format!("{e}"))?,
             "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
             "--peer-python" => args.peer_python = Some(value()?),
+            "--dump-requests" => args.dump_requests = Some(PathBuf::from(value()?)),
             "--mode" => {
                 args.mode = match value()?.as_str() {
                     "isolated" => QuestionMode::Isolated,
@@ -116,6 +123,41 @@ fn request(n: usize, mode: QuestionMode) -> ReadRequest {
     }
 }
 
+/// `request` as a System One body (the wire's names for what `ReadRequest` carries).
+fn wire_body(r: &ReadRequest) -> serde_json::Value {
+    let questions: serde_json::Map<String, serde_json::Value> = r
+        .questions
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let body = match &q.kind {
+                QuestionKind::Noul { .. } => {
+                    serde_json::json!({"type": "noul", "instructions": q.instructions})
+                }
+                QuestionKind::Choice { options } => {
+                    let criteria: serde_json::Map<String, serde_json::Value> = options
+                        .iter()
+                        .map(|o| (o.name.clone(), serde_json::json!(o.description)))
+                        .collect();
+                    serde_json::json!({"type": "choice", "instructions": q.instructions,
+                                       "criteria": criteria})
+                }
+                QuestionKind::Score { levels } => {
+                    serde_json::json!({"type": "score", "instructions": q.instructions,
+                                       "criteria": levels})
+                }
+            };
+            (format!("q{i}"), body)
+        })
+        .collect();
+    let mode = match r.options.questions {
+        QuestionMode::Isolated => "isolated",
+        QuestionMode::Joint => "joint",
+    };
+    serde_json::json!({"model": "bench", "state": r.state, "questions": questions,
+                       "x_questions": mode})
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -161,6 +203,13 @@ fn run() -> Result<(), String> {
     let load_seconds = load_started.elapsed().as_secs_f64();
     eprintln!("loaded in {load_seconds:.2} s");
     let requests: Vec<ReadRequest> = (0..args.requests).map(|n| request(n, args.mode)).collect();
+    if let Some(path) = &args.dump_requests {
+        let lines: String = requests
+            .iter()
+            .map(|r| wire_body(r).to_string() + "\n")
+            .collect();
+        std::fs::write(path, lines).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
 
     // The sequences, for the peer: exactly the ids Hunch reads.
     let mut planned = Vec::new();
