@@ -11,7 +11,8 @@
 # 2. Builds Hunch in release as scripts/serve.sh does, with the bench binary beside it.
 # 3. Runs `logits-bench` in both question modes (isolated, joint) with the peer: per-question
 #    latency (p50 of the warm rounds), prompt tokens per second, the ratio Hunch / llama.cpp, the
-#    machine and BLAS. A model that is not a GGUF file is read by Hunch alone.
+#    machine and BLAS. A Hugging Face folder is read by mlx-lm beside Hunch instead (its venv,
+#    .venv-mlx-lm, made once: pip install mlx[cpu] mlx-lm).
 # 4. Sends the same requests through `hunch serve` (scripts/bench_logits_http.py: a fresh server
 #    per round, three questions per POST /v1/systemone) and prints that per-question time and
 #    its ratio to llama.cpp's.
@@ -57,7 +58,14 @@ eval "$(grep '^cargo build' scripts/serve.sh) --bin logits-bench"
 peer=()
 case "$model" in
   *.gguf) peer=(--peer-python "$venv/bin/python") ;;
-  *) echo "bench-logits: $model is no GGUF file: llama.cpp is not run" >&2 ;;
+  *)
+    # A Hugging Face folder: llama.cpp cannot read it; mlx-lm can (its own venv, MLX's CPU wheel).
+    mlx_lm_venv="$root/.venv-mlx-lm"
+    if [[ ! -x "$mlx_lm_venv/bin/python" ]] || ! "$mlx_lm_venv/bin/python" -c 'import mlx_lm' 2>/dev/null; then
+      python3 -m venv "$mlx_lm_venv"
+      "$mlx_lm_venv/bin/pip" install -q "mlx[cpu]==$(cat accelerator/mlx-sys/MLX_VERSION)" mlx-lm
+    fi
+    peer=(--peer-python "$mlx_lm_venv/bin/python") ;;
 esac
 echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (modified)'); llama.cpp: llama-cpp-python $version, GGML_NATIVE=$native_flag"
 rounds="${HUNCH_BENCH_ROUNDS:-3}"
@@ -78,8 +86,8 @@ p50 = statistics.median(per_q)
 spread = f"{min(per_q) * 1e3:.1f}-{max(per_q) * 1e3:.1f}"
 print(f"hunch http : {p50 * 1e3:.1f} ms/question (p50 of {len(rounds)} rounds, {spread}), "
       f"POST /v1/systemone of 3 questions through hunch serve")
-m = re.search(r"^llama\.cpp  : ([0-9.]+) ms/question", open(sys.argv[2]).read(), re.M)
+m = re.search(r"^(llama\.cpp|mlx-lm) +: ([0-9.]+) ms/question", open(sys.argv[2]).read(), re.M)
 if m:
-    print(f"ratio hunch http / llama.cpp (time per question): {p50 * 1e3 / float(m.group(1)):.2f}x")
+    print(f"ratio hunch http / {m.group(1)} (time per question): {p50 * 1e3 / float(m.group(2)):.2f}x")
 PY
 done

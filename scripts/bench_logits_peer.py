@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""The llama.cpp side of `logits-bench` (docs/benchmarks.md, "Chat models against llama.cpp").
+"""The peer side of `logits-bench` (docs/benchmarks.md, "Label-logit read against llama.cpp").
 
 Reads the scoring sequences Hunch planned (token ids, label ids, grouped by request) from a JSON
-file, evaluates each with llama-cpp-python on the same GGUF and thread count, reusing the KV cache
-of the longest common token prefix with the previous sequence (as llama.cpp's own prompt cache
-does, and as Hunch reuses whole chunks), and prints one JSON object: per-sequence seconds, the
-tokens evaluated, and the label logits (so the two runs can be checked to read the same thing).
+file, evaluates each with another runtime on the same checkpoint, reusing the KV cache of the
+longest common token prefix with the previous sequence (as llama.cpp's own prompt cache does, and
+as Hunch reuses whole chunks), and prints one JSON object: per-sequence seconds, the tokens
+evaluated, and the label logits (so the runs can be checked to read the same thing).
 
-    python scripts/bench_logits_peer.py SEQUENCES.json MODEL.gguf THREADS ROUNDS
+- a `.gguf` file: llama.cpp through llama-cpp-python, on THREADS threads;
+- a Hugging Face folder: mlx-lm on MLX (the Python package's CPU wheel, its own BLAS), prefilling
+  as mlx-lm's `generate` does (the cache's states evaluated, the head only at the last token).
+
+    python scripts/bench_logits_peer.py SEQUENCES.json MODEL THREADS ROUNDS
 """
 
 import json
@@ -15,7 +19,6 @@ import sys
 import time
 
 import numpy as np
-from llama_cpp import Llama
 
 
 def drop_after(llm, keep):
@@ -31,9 +34,59 @@ def drop_after(llm, keep):
     llm.n_tokens = keep
 
 
+def common_prefix(previous, tokens):
+    """Tokens shared with the previous sequence, leaving at least the last one to evaluate (its
+    logits are the read)."""
+    common = 0
+    for a, b in zip(previous, tokens):
+        if a != b:
+            break
+        common += 1
+    return min(common, len(tokens) - 1)
+
+
+def run_mlx_lm(plan, model, rounds):
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    lm, _ = load(model)
+    out = {"rounds": [], "runtime": "mlx-lm", "version": mx.__version__}
+    for _ in range(rounds):
+        cache = make_prompt_cache(lm)
+        cached = 0
+        previous = []
+        rows = []
+        for request in plan["requests"]:
+            for seq in request:
+                tokens = seq["tokens"]
+                common = common_prefix(previous, tokens)
+                start = time.perf_counter()
+                trim_prompt_cache(cache, cached - common)
+                rest = tokens[common:]
+                for at in range(0, len(rest) - 1, 2048):
+                    lm(mx.array(rest[at:min(at + 2048, len(rest) - 1)])[None], cache=cache)
+                    mx.eval([c.state for c in cache])
+                logits = lm(mx.array(rest[-1:])[None], cache=cache)[0, -1].astype(mx.float32)
+                mx.eval(logits)
+                seconds = time.perf_counter() - start
+                cached = len(tokens)
+                values = np.array(logits)
+                rows.append({"seconds": seconds, "evaluated": len(rest),
+                             "label_logits": [float(values[i]) for i in seq["labels"]]})
+                previous = tokens
+        out["rounds"].append(rows)
+    return out
+
+
 def main():
     sequences_path, model, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     plan = json.load(open(sequences_path))
+    if not model.endswith(".gguf"):
+        print(json.dumps(run_mlx_lm(plan, model, rounds)))
+        return
+    from llama_cpp import Llama
+
     longest = max(len(s["tokens"]) for r in plan["requests"] for s in r)
     llm = Llama(
         model_path=model,
@@ -44,7 +97,8 @@ def main():
         logits_all=False,
         verbose=False,
     )
-    out = {"rounds": [], "llama_cpp_version": getattr(sys.modules["llama_cpp"], "__version__", "?")}
+    out = {"rounds": [], "runtime": "llama.cpp",
+           "version": getattr(sys.modules["llama_cpp"], "__version__", "?")}
     for _ in range(rounds):
         drop_after(llm, 0)
         previous = []
@@ -52,13 +106,7 @@ def main():
         for request in plan["requests"]:
             for seq in request:
                 tokens = seq["tokens"]
-                common = 0
-                for a, b in zip(previous, tokens):
-                    if a != b:
-                        break
-                    common += 1
-                # At least the last token is evaluated: its logits are the read.
-                common = min(common, len(tokens) - 1)
+                common = common_prefix(previous, tokens)
                 start = time.perf_counter()
                 drop_after(llm, common)
                 llm.eval(tokens[common:])

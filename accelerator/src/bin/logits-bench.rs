@@ -1,11 +1,12 @@
-//! `logits-bench`: the label-logit read against llama.cpp on the same GGUF and cores, measured
-//! in one run (docs/benchmarks.md, "Chat models against llama.cpp").
+//! `logits-bench`: the label-logit read against llama.cpp on the same GGUF and cores (or mlx-lm on
+//! the same Hugging Face folder), measured in one run (docs/benchmarks.md, "Label-logit read
+//! against llama.cpp").
 //!
 //! Plans `--requests` requests of three questions sharing a support-ticket state (simple-jev v1
 //! prompts through the model's own template), reads them through [`CausalEngine`] (prefix cache
-//! on, as served), then hands the very same token ids to llama-cpp-python
-//! (`scripts/bench_logits_peer.py`, run by `--peer-python`), which reuses its KV cache over the
-//! common prefix of consecutive sequences. Prints per-question latency (p50 of the warm rounds),
+//! on, as served), then hands the very same token ids to llama-cpp-python for a GGUF file, or
+//! mlx-lm for a folder (`scripts/bench_logits_peer.py`, run by `--peer-python`), which reuses its
+//! KV cache over the common prefix of consecutive sequences. Prints per-question latency (p50 of the warm rounds),
 //! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
@@ -158,6 +159,13 @@ fn wire_body(r: &ReadRequest) -> serde_json::Value {
                        "x_questions": mode})
 }
 
+/// `min-max` of per-question seconds, in milliseconds: the spread over the warm rounds.
+fn spread(v: &[f64]) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.1}-{:.1}", min * 1e3, max * 1e3)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -255,12 +263,11 @@ fn run() -> Result<(), String> {
             hunch_rounds.push((started.elapsed().as_secs_f64(), computed));
         }
     }
-    let hunch_per_question = median(
-        hunch_rounds
-            .iter()
-            .map(|(s, _)| s / questions as f64)
-            .collect(),
-    );
+    let hunch_warm: Vec<f64> = hunch_rounds
+        .iter()
+        .map(|(s, _)| s / questions as f64)
+        .collect();
+    let hunch_per_question = median(hunch_warm.clone());
     let hunch_computed = hunch_rounds.first().map_or(0, |r| r.1);
 
     println!("logits-bench: {}", args.model.display());
@@ -271,15 +278,19 @@ fn run() -> Result<(), String> {
         args.requests, args.mode, args.chunk
     );
     println!(
-        "hunch      : {:.1} ms/question (p50 of {} rounds), {hunch_computed} tokens computed, \
-         {:.0} computed tokens/s",
+        "hunch      : {:.1} ms/question (p50 of {} rounds, {}), {hunch_computed} tokens \
+         computed, {:.0} computed tokens/s",
         hunch_per_question * 1e3,
         args.rounds,
+        spread(&hunch_warm),
         hunch_computed as f64 / (hunch_per_question * questions as f64)
     );
 
     let Some(python) = args.peer_python else {
-        println!("llama.cpp  : not run (--peer-python PY, a Python with llama-cpp-python)");
+        println!(
+            "peer       : not run (--peer-python PY: a Python with llama-cpp-python for a GGUF, \
+             mlx-lm for a folder)"
+        );
         return Ok(());
     };
     let dir = std::env::temp_dir().join(format!("logits-bench-{}", std::process::id()));
@@ -302,7 +313,7 @@ fn run() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&dir);
     if !output.status.success() {
         return Err(format!(
-            "the llama.cpp peer failed: {}",
+            "the peer (scripts/bench_logits_peer.py) failed: {}",
             String::from_utf8_lossy(&output.stderr)
         ));
     }
@@ -318,21 +329,23 @@ fn run() -> Result<(), String> {
             }) / questions as f64
         })
         .collect();
-    let peer_per_question = median(warm);
+    let peer_per_question = median(warm.clone());
+    let runtime = peer["runtime"].as_str().unwrap_or("peer");
     let peer_evaluated: u64 = rounds.get(1).and_then(|r| r.as_array()).map_or(0, |r| {
         r.iter().filter_map(|x| x["evaluated"].as_u64()).sum()
     });
     println!(
-        "llama.cpp  : {:.1} ms/question (p50 of {} rounds), {peer_evaluated} tokens evaluated, \
-         {:.0} evaluated tokens/s, llama-cpp-python {}, {} threads",
+        "{runtime:<11}: {:.1} ms/question (p50 of {} rounds, {}), {peer_evaluated} tokens \
+         evaluated, {:.0} evaluated tokens/s, version {}, {} threads",
         peer_per_question * 1e3,
         rounds.len().saturating_sub(1),
+        spread(&warm),
         peer_evaluated as f64 / (peer_per_question * questions as f64),
-        peer["llama_cpp_version"].as_str().unwrap_or("?"),
+        peer["version"].as_str().unwrap_or("?"),
         args.threads
     );
     println!(
-        "ratio hunch / llama.cpp (time per question): {:.2}x",
+        "ratio hunch / {runtime} (time per question): {:.2}x",
         hunch_per_question / peer_per_question
     );
     Ok(())
