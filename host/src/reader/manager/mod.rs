@@ -6,7 +6,7 @@
 //! - A model found under a `--models-dir` is *available* until a read asks for it. Its first
 //!   read starts its sidecar (one sidecar however many reads ask at once: the slot turns
 //!   `loading` under the lock, and every other read waits for it), after evicting idle models
-//!   until its size fits ([`eviction::choose`], decided before the load starts, so memory is
+//!   until its size fits (`models::eviction::choose`, decided before the load starts, so memory is
 //!   never over-committed while a model loads). It unloads after its idle TTL, after a read that
 //!   sent `x_keep_alive: 0`, on `POST /v1/models/NAME/unload`, or when evicted; a read in flight
 //!   always finishes first (the slot turns `unloading` and new reads wait for a reload).
@@ -14,14 +14,20 @@
 //! The lock guards bookkeeping only and is never held across an await: a load, a stop or a
 //! read of one model never waits on another model's.
 //!
-//! [`ModelsView`] is the snapshot the API (and an operator console) reads.
+//! Where each part lives: this file holds the bookkeeping (slots, phases, rescans, unloads);
+//! `lease.rs` the way a read gets its model (the load-or-wait decision, [`LeaseError`],
+//! [`ManagedReader`]); `lifecycle.rs` what moves on its own (loads, stops, the clock);
+//! `view.rs` what is shown ([`ModelsView`], the snapshot the API and the console read, and
+//! `/metrics`).
 
+mod lease;
 mod lifecycle;
 pub mod view;
 
-use super::models::{discovery, eviction};
+use super::models::discovery;
 use super::sidecar::{Sidecar, SidecarConfig, SidecarStatus};
-use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
+use hunch_core::{Reader, ReaderInfo};
+pub use lease::{Lease, LeaseError, ManagedReader};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -187,52 +193,6 @@ struct Inner {
     last_miss_scan: Option<Instant>,
 }
 
-/// Why a read could not have its model.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LeaseError {
-    #[error("unknown model {0:?}")]
-    NotFound(String),
-    #[error(
-        "model {model} needs {needed} bytes and can never fit the memory budget of {budget} bytes \
-         ({pinned} bytes of it held by pinned models)"
-    )]
-    NeverFits {
-        model: String,
-        needed: u64,
-        budget: u64,
-        pinned: u64,
-    },
-    #[error(
-        "model {model} needs {needed} bytes, and every model holding the rest of the memory \
-         budget is busy; retry shortly"
-    )]
-    NoRoom { model: String, needed: u64 },
-    #[error("model {model} is still loading ({percent:.0}%)")]
-    StillLoading { model: String, percent: f64 },
-    #[error("model {model} is being unloaded; it reloads once its reads have finished")]
-    Unloading { model: String },
-    #[error("model {model} failed to load: {why}")]
-    Failed { model: String, why: String },
-}
-
-impl LeaseError {
-    /// The read error a reader reports: a model that can never fit is the request's own
-    /// problem (a retry never helps); the rest are worth a retry.
-    pub fn into_read_error(self) -> ReadError {
-        let retry = match &self {
-            LeaseError::NotFound(_) | LeaseError::NeverFits { .. } => {
-                return ReadError::TooLarge {
-                    message: self.to_string(),
-                }
-            }
-            LeaseError::StillLoading { .. } => Duration::from_secs(5),
-            LeaseError::Failed { .. } => FAILED_LOAD_COOLDOWN,
-            LeaseError::NoRoom { .. } | LeaseError::Unloading { .. } => Duration::from_secs(2),
-        };
-        ReadError::unavailable(self.to_string(), retry)
-    }
-}
-
 /// Why `unload` did not unload.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum UnloadError {
@@ -253,33 +213,6 @@ pub enum Unloaded {
     Stopped,
     /// Reads are in flight: it ends once they have finished.
     Draining,
-}
-
-/// A read's hold on a loaded model: while any exists, the model is busy (never evicted, never
-/// unloaded by its TTL); dropping it records the use.
-pub struct Lease {
-    manager: Arc<ModelManager>,
-    name: String,
-    sidecar: Arc<Sidecar>,
-}
-
-impl Lease {
-    pub async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        self.sidecar.read(request).await
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.manager.release(&self.name);
-    }
-}
-
-/// What a step of [`ModelManager::lease`] found.
-enum Step {
-    Leased(Lease),
-    /// Wait for a change; on timeout, this is the answer.
-    Wait(LeaseError),
 }
 
 #[derive(Debug)]
@@ -466,151 +399,6 @@ impl ModelManager {
         });
     }
 
-    /// A hold on `name`, loading it first when it is not loaded (waiting at most the
-    /// configured wait for the load, or for room).
-    pub async fn lease(self: &Arc<Self>, name: &str) -> Result<Lease, LeaseError> {
-        let deadline = tokio::time::Instant::now() + self.settings.wait;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.step(name)? {
-                Step::Leased(lease) => return Ok(lease),
-                Step::Wait(on_timeout) => {
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return Err(on_timeout);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Refuses at once a model that can never fit (the API answers 507 before reading).
-    pub fn check_fits(&self, name: &str) -> Result<(), LeaseError> {
-        let inner = self.lock();
-        let slot = inner
-            .models
-            .get(name)
-            .ok_or_else(|| LeaseError::NotFound(name.into()))?;
-        if slot.pinned || !matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
-            return Ok(());
-        }
-        let needed = slot.estimated_bytes + inner.overhead;
-        let pinned = pinned_bytes(&inner);
-        if needed > self.settings.budget_bytes.saturating_sub(pinned) {
-            return Err(LeaseError::NeverFits {
-                model: name.into(),
-                needed,
-                budget: self.settings.budget_bytes,
-                pinned,
-            });
-        }
-        Ok(())
-    }
-
-    fn step(self: &Arc<Self>, name: &str) -> Result<Step, LeaseError> {
-        let mut inner = self.lock();
-        let overhead = inner.overhead;
-        let slot = inner
-            .models
-            .get_mut(name)
-            .ok_or_else(|| LeaseError::NotFound(name.into()))?;
-        match &slot.phase {
-            Phase::Loaded { sidecar } => {
-                slot.in_flight += 1;
-                slot.last_used = Some((Instant::now(), SystemTime::now()));
-                return Ok(Step::Leased(Lease {
-                    manager: self.clone(),
-                    name: name.into(),
-                    sidecar: sidecar.clone(),
-                }));
-            }
-            Phase::Loading { sidecar } => {
-                return Ok(Step::Wait(LeaseError::StillLoading {
-                    model: name.into(),
-                    percent: sidecar.as_ref().map_or(0.0, |s| progress(s) * 100.0),
-                }))
-            }
-            Phase::Unloading { .. } => {
-                return Ok(Step::Wait(LeaseError::Unloading { model: name.into() }))
-            }
-            Phase::Failed { why, retry_at } if Instant::now() < *retry_at => {
-                return Err(LeaseError::Failed {
-                    model: name.into(),
-                    why: why.clone(),
-                })
-            }
-            Phase::Available | Phase::Failed { .. } => {}
-        }
-        let needed = slot.estimated_bytes + overhead;
-        // What runs is measured now, not as of the last tick: a process that has just read may
-        // have grown since.
-        for s in inner.models.values_mut() {
-            if let Phase::Loaded { sidecar } | Phase::Unloading { sidecar, .. } = &s.phase {
-                if let Some(m) = sidecar.resident_bytes() {
-                    s.measured = Some(m);
-                }
-            }
-        }
-        let residents: Vec<eviction::Resident> = inner
-            .models
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .filter_map(|(n, s)| {
-                let bytes = s.held(overhead);
-                (bytes > 0).then(|| eviction::Resident {
-                    name: n.clone(),
-                    bytes,
-                    // A model never read since it loaded counts as used when it loaded.
-                    last_used: s.last_used.map_or_else(Instant::now, |(t, _)| t),
-                    pinned: s.pinned,
-                    busy: s.in_flight > 0 || !matches!(s.phase, Phase::Loaded { .. }),
-                })
-            })
-            .collect();
-        match eviction::choose(&residents, needed, self.settings.budget_bytes) {
-            eviction::Choice::Never {
-                needed,
-                budget,
-                pinned,
-            } => Err(LeaseError::NeverFits {
-                model: name.into(),
-                needed,
-                budget,
-                pinned,
-            }),
-            eviction::Choice::Busy { needed, .. } => Ok(Step::Wait(LeaseError::NoRoom {
-                model: name.into(),
-                needed,
-            })),
-            eviction::Choice::Evict(victims) => {
-                let mut stopping = Vec::new();
-                for victim in victims {
-                    if let Some(v) = inner.models.get_mut(&victim) {
-                        if let Phase::Loaded { sidecar } = &v.phase {
-                            let sidecar = sidecar.clone();
-                            tracing::info!(model = %victim, to_load = name, "evicting to make room");
-                            v.phase = Phase::Unloading {
-                                sidecar: sidecar.clone(),
-                                reason: Reason::Budget,
-                            };
-                            stopping.push((victim, sidecar));
-                        }
-                    }
-                }
-                if let Some(slot) = inner.models.get_mut(name) {
-                    slot.phase = Phase::Loading { sidecar: None };
-                }
-                drop(inner);
-                tokio::spawn(self.clone().load(name.to_string(), stopping));
-                Ok(Step::Wait(LeaseError::StillLoading {
-                    model: name.into(),
-                    percent: 0.0,
-                }))
-            }
-        }
-    }
-
     /// A request's `x_keep_alive` for `name`, applied once its read is done: keep it loaded
     /// for `keep` from now, or unload it once idle when `keep` is zero. Pinned models stay.
     pub fn keep_alive(self: &Arc<Self>, name: &str, keep: Duration) {
@@ -627,11 +415,6 @@ impl ModelManager {
                 slot.expires = Some(Instant::now() + keep);
             }
         }
-    }
-
-    /// `POST /v1/models/NAME/load`: loads it (waiting as a read would) and holds nothing.
-    pub async fn load_now(self: &Arc<Self>, name: &str) -> Result<(), LeaseError> {
-        self.lease(name).await.map(drop)
     }
 
     /// `POST /v1/models/NAME/unload`.
@@ -720,68 +503,6 @@ impl ModelManager {
             Some(slot) => slot.info.clone(),
             None => ReaderInfo::default(),
         }
-    }
-
-    /// The reader for `name`: every read holds a lease (and loads the model first if needed).
-    pub fn reader(self: &Arc<Self>, name: &str) -> ManagedReader {
-        ManagedReader {
-            name: name.to_string(),
-            manager: self.clone(),
-        }
-    }
-}
-
-fn pinned_bytes(inner: &Inner) -> u64 {
-    inner
-        .models
-        .values()
-        .filter(|s| s.pinned)
-        .map(|s| s.held(inner.overhead))
-        .sum()
-}
-
-fn progress(sidecar: &Sidecar) -> f64 {
-    match sidecar.status() {
-        SidecarStatus::Loading { progress, .. } => progress.clamp(0.0, 1.0),
-        SidecarStatus::Ready => 1.0,
-        _ => 0.0,
-    }
-}
-
-/// A managed model as a [`Reader`]: each read leases the model (loading it first when needed)
-/// for as long as it runs.
-pub struct ManagedReader {
-    name: String,
-    manager: Arc<ModelManager>,
-}
-
-impl ManagedReader {
-    pub fn manager(&self) -> &Arc<ModelManager> {
-        &self.manager
-    }
-}
-
-#[async_trait::async_trait]
-impl Reader for ManagedReader {
-    fn model_name(&self) -> &str {
-        &self.name
-    }
-
-    async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        let lease = self
-            .manager
-            .lease(&self.name)
-            .await
-            .map_err(LeaseError::into_read_error)?;
-        lease.read(request).await
-    }
-
-    async fn ready(&self) -> bool {
-        self.manager.is_ready(&self.name)
-    }
-
-    fn info(&self) -> ReaderInfo {
-        self.manager.info(&self.name)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::metrics::MetricsSource;
+use hunch_core::ReadError;
 
 /// A GGUF file of `bytes` bytes (the magic, then zeros): discovered and sized by its length.
 fn gguf(dir: &std::path::Path, name: &str, bytes: usize) {

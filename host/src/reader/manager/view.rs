@@ -132,7 +132,7 @@ impl ModelManager {
                     Phase::Available => {}
                     Phase::Loading { sidecar } => {
                         state = ModelState::Loading;
-                        progress = Some(sidecar.as_deref().map_or(0.0, super::progress));
+                        progress = Some(sidecar.as_deref().map_or(0.0, super::lease::progress));
                     }
                     Phase::Loaded { sidecar } => match sidecar.status() {
                         SidecarStatus::Ready => state = ModelState::Loaded,
