@@ -383,7 +383,8 @@ fn served_policy_paths(
 ) -> Map<String, Value> {
     let mut paths = Map::new();
     // A served policy's path takes every method the generic one does (the server's `Allow`
-    // says GET, HEAD, POST, PUT, DELETE): deploying over it and removing it included.
+    // says GET, HEAD, POST, PUT, DELETE): deploying over it and removing it included (HEAD is
+    // added with every GET, `add_head_operations`).
     let generic = generic_policy_paths();
     let generic_item = generic.get("/v1/policies/{name}");
     let generic_op = |method: &str| {
@@ -417,6 +418,55 @@ fn served_policy_paths(
     paths
 }
 
+/// How a `/v1/systemone` body may be encoded (`api/body.rs`).
+const BODY_ENCODINGS: &str = "JSON, sent as it is or compressed with Content-Encoding: zstd (the SDK compresses from 1 KiB up), gzip or deflate; the header must say how the bytes are encoded (400 when they are not what it says, 415 for another encoding).";
+
+/// Every route that answers `GET` answers `HEAD` too (the router adds it, and the `Allow` of an
+/// `OPTIONS` lists it): each path item with a `get` gets a `head` with its statuses and headers,
+/// without bodies.
+fn add_head_operations(paths: &mut Map<String, Value>) {
+    for item in paths.values_mut() {
+        let Some(get) = item.get("get").cloned() else {
+            continue;
+        };
+        if item.get("head").is_some() {
+            continue;
+        }
+        let mut head = get;
+        if let Some(summary) = head.get("summary").and_then(Value::as_str) {
+            head["summary"] = json!(format!("{summary} (headers only)"));
+        }
+        if let Some(responses) = head.get_mut("responses").and_then(Value::as_object_mut) {
+            for response in responses.values_mut() {
+                if let Some(r) = response.as_object_mut() {
+                    r.remove("content");
+                }
+            }
+        }
+        item["head"] = head;
+    }
+}
+
+/// The generic `POST /v1/policies/{name}` takes what the named policy's input schema takes: with
+/// policies served, a body that no served policy's schema takes is refused (422), so the generic
+/// body is any of their input schemas rather than any JSON value.
+fn narrow_generic_run_body(paths: &mut Map<String, Value>, policies: &[PolicySummary]) {
+    let inputs: Vec<Value> = policies
+        .iter()
+        .filter(|p| p.input_schema.is_some() && p.output_schema.is_some())
+        .map(|p| json!({"$ref": format!("#/components/schemas/policy.{}.input", p.name)}))
+        .collect();
+    if inputs.is_empty() {
+        return;
+    }
+    if let Some(content) = paths
+        .get_mut("/v1/policies/{name}")
+        .and_then(|item| item.pointer_mut("/post/requestBody/content/application~1json"))
+    {
+        content["schema"] = json!({"anyOf": inputs});
+    }
+}
+
 /// The document with no policy served (what `hunch openapi` prints).
 pub fn document() -> Value {
     document_with(&[])
@@ -436,11 +486,14 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
         "/v1/systemone": {"post": {
             "summary": "Answer typed questions about a state (System One)",
             "security": [{"bearer": []}],
+            // `Content-Encoding` is not a parameter: it says how the body's bytes are encoded, so
+            // a client may send it only with a body encoded that way (a fuzzer that sends `zstd`
+            // beside a plain body gets the documented 400). The request body's description says
+            // which encodings are decoded.
             "parameters": [
-                {"name": "Content-Encoding", "in": "header", "required": false, "schema": {"enum": ["zstd", "gzip", "deflate", "identity"]}},
                 {"name": "x-request-id", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Echoed in x-typesafe-request-id when plain."}
             ],
-            "requestBody": {"required": true, "content": {"application/json": {
+            "requestBody": {"required": true, "description": BODY_ENCODINGS, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
                 "example": {"model": "jev-latest", "state": "I was charged twice. Please help.",
                             "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"},
@@ -460,7 +513,7 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                                 "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."},
                             "x-hunch-calibration": {"schema": {"type": "string"},
                                 "description": "The id (sha256 of the file) of the calibration the answers were computed with; absent when they are raw."}}},
-                "400": error("Beyond a limit of the model, or an undecodable body"),
+                "400": error("Beyond a limit of the model, or a body that is not what its Content-Encoding says (plain JSON sent as zstd, say)"),
                 "404": error("Unknown model"),
                 "413": error("Body too large (compressed or decompressed)"),
                 "415": error("Unsupported Content-Encoding"),
@@ -490,6 +543,8 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
     paths.extend(super::openapi_models::paths());
     paths.extend(generic_policy_paths());
     paths.extend(served);
+    narrow_generic_run_body(&mut paths, policies);
+    add_head_operations(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -647,6 +702,48 @@ mod tests {
         );
         let dangling: Vec<_> = refs(&doc).into_iter().filter(|(_, ok)| !ok).collect();
         assert!(dangling.is_empty(), "{dangling:?}");
+    }
+
+    #[test]
+    fn every_get_has_its_head_and_the_generic_run_takes_what_a_served_policy_takes() {
+        let doc = document_with(&[summary("p", json!({"type": "object"}), json!({}))]);
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if let Some(get) = item.get("get") {
+                let head = &item["head"];
+                assert!(head.is_object(), "{path}: GET without HEAD");
+                let statuses = |op: &Value| {
+                    op["responses"]
+                        .as_object()
+                        .unwrap()
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(statuses(head), statuses(get), "{path}");
+                for (status, response) in head["responses"].as_object().unwrap() {
+                    assert!(
+                        response.get("content").is_none(),
+                        "{path} HEAD {status} has a body"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            doc["paths"]["/v1/policies/{name}"]["post"]["requestBody"]["content"]
+                ["application/json"]["schema"],
+            json!({"anyOf": [{"$ref": "#/components/schemas/policy.p.input"}]})
+        );
+        // With none served, any JSON value (nothing narrows it).
+        assert_eq!(
+            document()["paths"]["/v1/policies/{name}"]["post"]["requestBody"]["content"]
+                ["application/json"]["schema"],
+            json!({})
+        );
+        // Content-Encoding is not a free parameter: a fuzzer must not send it beside a plain body.
+        let params = doc["paths"]["/v1/systemone"]["post"]["parameters"]
+            .as_array()
+            .unwrap();
+        assert!(params.iter().all(|p| p["name"] != "Content-Encoding"));
     }
 
     #[test]
