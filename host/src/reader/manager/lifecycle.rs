@@ -54,7 +54,7 @@ impl ModelManager {
                     };
                     slot.measured = measured;
                     slot.info = info;
-                    slot.expires = Some(Instant::now() + self.settings.ttl);
+                    slot.expires = Some(Instant::now() + slot.ttl(self.settings.ttl));
                     let estimated = slot.estimated_bytes;
                     if let Some(m) = measured {
                         inner.overhead = inner.overhead.max(m.saturating_sub(estimated));
@@ -126,7 +126,7 @@ impl ModelManager {
                         to_stop = Some((sidecar.clone(), *reason));
                     }
                     Phase::Loaded { .. } if !slot.pinned => {
-                        slot.expires = Some(Instant::now() + self.settings.ttl);
+                        slot.expires = Some(Instant::now() + slot.ttl(self.settings.ttl));
                     }
                     _ => {}
                 }
@@ -182,7 +182,8 @@ impl ModelManager {
                         inner.overhead = inner.overhead.max(o);
                     }
                 }
-                if slot.pinned {
+                // A pinned model whose checkpoint left its directory goes like any other.
+                if slot.pinned && !slot.removed {
                     // Its supervisor restarts it; while no process runs it holds nothing.
                     slot.measured = measured;
                     continue;

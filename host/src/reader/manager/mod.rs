@@ -22,12 +22,15 @@
 
 mod lease;
 mod lifecycle;
+mod settings;
 pub mod view;
 
 use super::models::discovery;
+use super::models::settings::ModelSettings;
 use super::sidecar::{Sidecar, SidecarConfig, SidecarStatus};
 use hunch_core::{Reader, ReaderInfo};
 pub use lease::{Lease, LeaseError, ManagedReader};
+pub use settings::{SettingsApplied, SettingsError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -125,7 +128,14 @@ enum Phase {
 struct Slot {
     path: PathBuf,
     estimated_bytes: u64,
+    /// Never evicted, never unloaded by a TTL: a `--model`, or pinned by its settings.
     pinned: bool,
+    /// A `--model`: its settings are its flags, not a settings file's.
+    fixed: bool,
+    /// Its settings file's table for it (`hunch-models.toml`), as last applied.
+    settings: ModelSettings,
+    /// Why its table in the settings file was not applied, if it was not.
+    settings_error: Option<String>,
     phase: Phase,
     in_flight: usize,
     last_used: Option<(Instant, SystemTime)>,
@@ -145,6 +155,9 @@ impl Slot {
             path,
             estimated_bytes,
             pinned,
+            fixed: pinned,
+            settings: ModelSettings::default(),
+            settings_error: None,
             phase: Phase::Available,
             in_flight: 0,
             last_used: None,
@@ -160,6 +173,11 @@ impl Slot {
     /// its measured size and that estimate. A process grows as it reads (buffers, caches), so
     /// the budget keeps room for what it will hold, not only for what it held when last measured;
     /// a process that measures larger than its estimate counts as measured.
+    /// Idle time after which it unloads: its own TTL, else the server's.
+    fn ttl(&self, default: Duration) -> Duration {
+        self.settings.ttl.unwrap_or(default)
+    }
+
     fn held(&self, overhead: u64) -> u64 {
         let expected = self.estimated_bytes + overhead;
         match self.phase {
@@ -217,12 +235,19 @@ pub enum Unloaded {
 
 #[derive(Debug)]
 pub struct ModelManager {
+    /// Itself, for the loads a rescan starts (a model pinned by its settings file).
+    me: std::sync::Weak<ModelManager>,
     settings: ManagerSettings,
     inner: Mutex<Inner>,
     /// Woken on every change a waiting read may care about: a load done, a read done, an
     /// unload done.
     changed: Notify,
     counters: view::Counters,
+    /// Whether [`ModelManager::start`] ran: a model pinned after that loads at once.
+    started: std::sync::atomic::AtomicBool,
+    /// Held while a settings file is read, changed and written, so two changes of one file never
+    /// lose either.
+    settings_file: Mutex<()>,
 }
 
 impl ModelManager {
@@ -233,11 +258,14 @@ impl ModelManager {
         for (name, path, estimated) in pinned {
             inner.models.insert(name, Slot::new(path, estimated, true));
         }
-        let manager = Arc::new(ModelManager {
+        let manager = Arc::new_cyclic(|me| ModelManager {
+            me: me.clone(),
             settings,
             inner: Mutex::new(inner),
             changed: Notify::new(),
             counters: view::Counters::default(),
+            started: Default::default(),
+            settings_file: Mutex::new(()),
         });
         manager.rescan(true);
         manager
@@ -255,6 +283,8 @@ impl ModelManager {
 
     /// Starts the pinned models' sidecars and the clock (TTLs, dead sidecars, rescans).
     pub fn start(self: &Arc<Self>) {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let pinned: Vec<String> = {
             let inner = self.lock();
             inner
@@ -294,7 +324,8 @@ impl ModelManager {
             name: name.to_string(),
             model_path: slot.path.clone(),
             binary: self.settings.binary.clone(),
-            extra_args: self.settings.extra_args.clone(),
+            // The model's own `--dtype` and sidecar arguments, after the server's.
+            extra_args: slot.settings.sidecar_args(&self.settings.extra_args),
             read_timeout: self.settings.read_timeout,
         })
     }
@@ -352,8 +383,9 @@ impl ModelManager {
             }
             inner.last_scan = Some(Instant::now());
         }
-        // The scan reads directories and headers: outside the lock.
+        // The scan reads directories and headers, and the settings files: outside the lock.
         let scan = discovery::scan(&self.settings.models_dirs);
+        let files = self.read_settings_files();
         let mut inner = self.lock();
         for skipped in &scan.skipped {
             if !inner.skipped.contains(skipped) {
@@ -368,7 +400,7 @@ impl ModelManager {
             }
             found.push(model.name.clone());
             match inner.models.get_mut(&model.name) {
-                Some(slot) if slot.pinned => {}
+                Some(slot) if slot.fixed => {}
                 Some(slot) => {
                     slot.removed = false;
                     if matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
@@ -386,7 +418,7 @@ impl ModelManager {
             }
         }
         inner.models.retain(|name, slot| {
-            if slot.pinned || found.contains(name) {
+            if slot.fixed || found.contains(name) {
                 return true;
             }
             if matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
@@ -397,6 +429,9 @@ impl ModelManager {
             slot.removed = true;
             true
         });
+        let newly_pinned = self.apply_settings_files(&mut inner, &files);
+        drop(inner);
+        self.load_pinned(newly_pinned);
     }
 
     /// A request's `x_keep_alive` for `name`, applied once its read is done: keep it loaded

@@ -7,13 +7,13 @@ use crate::metrics::MetricsSource;
 use hunch_core::ReadError;
 
 /// A GGUF file of `bytes` bytes (the magic, then zeros): discovered and sized by its length.
-fn gguf(dir: &std::path::Path, name: &str, bytes: usize) {
+pub(super) fn gguf(dir: &std::path::Path, name: &str, bytes: usize) {
     let mut data = b"GGUF".to_vec();
     data.resize(bytes, 0);
     std::fs::write(dir.join(format!("{name}.gguf")), data).unwrap();
 }
 
-fn settings(dir: &std::path::Path, budget: u64) -> ManagerSettings {
+pub(super) fn settings(dir: &std::path::Path, budget: u64) -> ManagerSettings {
     ManagerSettings {
         budget_bytes: budget,
         models_dirs: vec![dir.to_path_buf()],

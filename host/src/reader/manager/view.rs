@@ -58,6 +58,13 @@ pub struct ModelView {
     pub ttl_left_seconds: Option<f64>,
     /// RFC 3339, the end of its last read.
     pub last_used: Option<String>,
+    /// Left out of listings (its settings say `hidden`), still served by name.
+    pub hidden: bool,
+    /// Its settings from its models directory's `hunch-models.toml` (an object, unset keys left
+    /// out).
+    pub settings: serde_json::Value,
+    /// Why its table in that file was not applied (it keeps the settings it had).
+    pub settings_error: Option<String>,
 }
 
 /// Every model the manager knows, and the budget they share.
@@ -187,6 +194,9 @@ impl ModelManager {
                     last_used: slot
                         .last_used
                         .map(|(_, at)| hunch_core::date::rfc3339_ms(at)),
+                    hidden: slot.settings.hidden,
+                    settings: slot.settings.to_json(),
+                    settings_error: slot.settings_error.clone(),
                 }
             })
             .collect();

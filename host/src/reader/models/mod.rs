@@ -5,8 +5,10 @@
 //! - [`discovery`]: the checkpoints under the `--models-dir` roots, sized before loading.
 //! - [`eviction`]: which idle models to unload, before a load, so that the new one fits.
 //! - [`resident`]: a sidecar process's measured resident bytes.
+//! - [`settings`]: per-model settings, `hunch-models.toml` at a models directory's root.
 
 pub mod budget;
 pub mod discovery;
 pub mod eviction;
 pub mod resident;
+pub mod settings;
