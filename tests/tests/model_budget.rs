@@ -635,3 +635,54 @@ async fn a_models_settings_file_applies_at_start_and_put_settings_applies_and_pe
     assert_eq!(response.status().as_u16(), 405);
     assert_eq!(response.headers()["allow"], "PUT");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_waits_too_long_for_a_load_is_told_the_time_left() {
+    // The fixture sidecar (a test double) takes 8 s to load, reporting its progress: long enough
+    // to watch; a real tiny checkpoint loads in well under a second.
+    let dir = tempfile::tempdir().unwrap();
+    let mut gguf = b"GGUF".to_vec();
+    gguf.resize(4096, 0);
+    std::fs::write(dir.path().join("slow.gguf"), gguf).unwrap();
+    let d = dir.path().to_string_lossy().into_owned();
+    let bin = hunch_e2e::fixture_sidecar_bin()
+        .to_string_lossy()
+        .into_owned();
+    let hunch = start_hunch_with(
+        &["--models-dir", d.as_str(), "--request-timeout", "4"],
+        &[
+            ("HUNCH_ACCELERATOR_BIN", bin),
+            ("FIXTURE_LOAD_MS", "8000".into()),
+        ],
+    );
+    wait_ready_or_logs(&hunch, Duration::from_secs(30)).await;
+    // The read waits 2 s (the request timeout less 2), then a 503 naming the time left.
+    let response = post_systemone(&hunch.url, &request("slow")).await;
+    assert_eq!(response.status().as_u16(), 503);
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    let message = body["detail"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("s left"), "{body}");
+    // 2 s of 8: about 6 s left (the sidecar's clock starts a little after the host's).
+    assert!((2..=9).contains(&retry), "Retry-After {retry}: {body}");
+    let slow = listed(&hunch, "slow").await;
+    assert_eq!(slow["x_state"], "loading", "{slow}");
+    let left = slow["x_load_seconds_left"].as_f64().expect("a time left");
+    assert!(left > 0.0 && left < 9.0, "{slow}");
+    // The load went on: a retry after it finds it loaded.
+    eventually(Duration::from_secs(20), || async {
+        match state_of(&hunch, "slow").await.as_str() {
+            "loaded" => Ok(()),
+            other => Err(format!("slow is {other}")),
+        }
+    })
+    .await;
+    assert!(listed(&hunch, "slow")
+        .await
+        .get("x_load_seconds_left")
+        .is_none());
+}

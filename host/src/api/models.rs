@@ -67,6 +67,10 @@ fn managed_fields(entry: &mut Value, m: &ModelView) {
     if let Some(progress) = m.progress {
         entry["x_progress"] = json!(progress);
     }
+    if m.state == crate::reader::manager::ModelState::Loading {
+        // null while it cannot be told (no progress yet, and no earlier load to pace it by).
+        entry["x_load_seconds_left"] = json!(m.load_seconds_left);
+    }
     if let Some(error) = &m.error {
         entry["x_error"] = json!(error);
     }

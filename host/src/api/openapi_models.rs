@@ -9,6 +9,7 @@ fn managed_properties() -> Value {
         "x_state": {"type": "string", "enum": ["available", "loading", "loaded", "unloading", "failed"],
                     "description": "A model whose sidecar this server runs (docs/models.md): available (its first read loads it), loading, loaded, unloading (reads in flight finish first), failed (x_error says why). Absent for --accelerator and --upstream models."},
         "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
+        "x_load_seconds_left": {"type": ["number", "null"], "minimum": 0, "description": "While loading: an estimate of the seconds its load has left, from the progress its sidecar reports and the time spent, or (before any progress) from its bytes at the pace of this server's earlier loads; null when neither can tell."},
         "x_error": {"type": "string", "description": "Why it failed (a failed load, or a pinned model's sidecar restarting)."},
         "x_estimated_bytes": {"type": "integer", "minimum": 0, "description": "What a load reserves in the memory budget before it is measured: the checkpoint's tensor bytes plus the per-process overhead measured so far."},
         "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},

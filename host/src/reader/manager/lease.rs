@@ -3,8 +3,9 @@
 //! waits, bounded, for a change; [`Lease`] keeps the model busy while a read runs; [`LeaseError`]
 //! says why a read could not have it; [`ManagedReader`] is a managed model as a [`Reader`].
 
-use super::{Inner, ModelManager, Phase, Reason, FAILED_LOAD_COOLDOWN};
+use super::{Inner, ModelManager, Phase, Reason, Slot, FAILED_LOAD_COOLDOWN};
 use crate::reader::models::eviction;
+use crate::reader::models::load_eta::{self, LoadPace};
 use crate::reader::sidecar::{Sidecar, SidecarStatus};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
 use std::sync::Arc;
@@ -30,8 +31,13 @@ pub enum LeaseError {
          budget is busy; retry shortly"
     )]
     NoRoom { model: String, needed: u64 },
-    #[error("model {model} is still loading ({percent:.0}%)")]
-    StillLoading { model: String, percent: f64 },
+    #[error("model {model} is still loading ({percent:.0}%{})", time_left(.seconds_left))]
+    StillLoading {
+        model: String,
+        percent: f64,
+        /// What the load has left, when it can be told (`models::load_eta`).
+        seconds_left: Option<f64>,
+    },
     #[error("model {model} is being unloaded; it reloads once its reads have finished")]
     Unloading { model: String },
     #[error("model {model} failed to load: {why}")]
@@ -48,7 +54,10 @@ impl LeaseError {
                     message: self.to_string(),
                 }
             }
-            LeaseError::StillLoading { .. } => Duration::from_secs(5),
+            // Retry when the load should be done, within reason; 5 s when that is unknown.
+            LeaseError::StillLoading { seconds_left, .. } => seconds_left
+                .map(|s| Duration::from_secs_f64(s.ceil().clamp(1.0, 60.0)))
+                .unwrap_or(Duration::from_secs(5)),
             LeaseError::Failed { .. } => FAILED_LOAD_COOLDOWN,
             LeaseError::NoRoom { .. } | LeaseError::Unloading { .. } => Duration::from_secs(2),
         };
@@ -96,7 +105,13 @@ impl ModelManager {
                 Step::Leased(lease) => return Ok(lease),
                 Step::Wait(on_timeout) => {
                     if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return Err(on_timeout);
+                        // A load's progress moves without waking anyone: say where it is now.
+                        return Err(match on_timeout {
+                            LeaseError::StillLoading { .. } => {
+                                self.still_loading(name).unwrap_or(on_timeout)
+                            }
+                            other => other,
+                        });
                     }
                 }
             }
@@ -129,6 +144,7 @@ impl ModelManager {
     fn step(self: &Arc<Self>, name: &str) -> Result<Step, LeaseError> {
         let mut inner = self.lock();
         let overhead = inner.overhead;
+        let pace = inner.pace;
         let slot = inner
             .models
             .get_mut(name)
@@ -143,11 +159,13 @@ impl ModelManager {
                     sidecar: sidecar.clone(),
                 }));
             }
-            Phase::Loading { sidecar } => {
+            Phase::Loading { .. } => {
+                let (progress, seconds_left) = loading(slot, &pace);
                 return Ok(Step::Wait(LeaseError::StillLoading {
                     model: name.into(),
-                    percent: sidecar.as_ref().map_or(0.0, |s| progress(s) * 100.0),
-                }))
+                    percent: progress * 100.0,
+                    seconds_left,
+                }));
             }
             Phase::Unloading { .. } => {
                 return Ok(Step::Wait(LeaseError::Unloading { model: name.into() }))
@@ -216,14 +234,18 @@ impl ModelManager {
                         }
                     }
                 }
-                if let Some(slot) = inner.models.get_mut(name) {
+                let seconds_left = inner.models.get_mut(name).and_then(|slot| {
                     slot.phase = Phase::Loading { sidecar: None };
-                }
+                    // Its clock starts when its process does (`load`).
+                    slot.load_started = None;
+                    loading(slot, &pace).1
+                });
                 drop(inner);
                 tokio::spawn(self.clone().load(name.to_string(), stopping));
                 Ok(Step::Wait(LeaseError::StillLoading {
                     model: name.into(),
                     percent: 0.0,
+                    seconds_left,
                 }))
             }
         }
@@ -250,6 +272,48 @@ fn pinned_bytes(inner: &Inner) -> u64 {
         .filter(|s| s.pinned)
         .map(|s| s.held(inner.overhead))
         .sum()
+}
+
+impl ModelManager {
+    /// `name`'s load as it stands now, if it is loading.
+    fn still_loading(&self, name: &str) -> Option<LeaseError> {
+        let inner = self.lock();
+        let slot = inner.models.get(name)?;
+        if !matches!(slot.phase, Phase::Loading { .. }) {
+            return None;
+        }
+        let (progress, seconds_left) = loading(slot, &inner.pace);
+        Some(LeaseError::StillLoading {
+            model: name.into(),
+            percent: progress * 100.0,
+            seconds_left,
+        })
+    }
+}
+
+/// How far `slot`'s load is (0–1, as its sidecar reports it) and the seconds it has left
+/// (`models::load_eta`), while it loads.
+pub(super) fn loading(slot: &Slot, pace: &LoadPace) -> (f64, Option<f64>) {
+    let sidecar = match &slot.phase {
+        Phase::Loading { sidecar } => sidecar.as_deref(),
+        Phase::Loaded { sidecar } => Some(sidecar.as_ref()),
+        _ => None,
+    };
+    let progress = sidecar.map_or(0.0, progress);
+    let elapsed = match (&slot.phase, slot.load_started) {
+        (_, Some(started)) => started.elapsed(),
+        // A loaded model loading again is a pinned one its supervisor restarted: when its new
+        // process started is not known here.
+        (Phase::Loaded { .. }, None) => return (progress, None),
+        _ => Duration::ZERO,
+    };
+    let left = load_eta::seconds_left(progress, elapsed, slot.estimated_bytes, pace);
+    (progress, left)
+}
+
+/// ", about 12 s left", or nothing when unknown.
+fn time_left(seconds: &Option<f64>) -> String {
+    seconds.map_or_else(String::new, |s| format!(", about {:.0} s left", s.ceil()))
 }
 
 /// How far `sidecar`'s load is, 0–1, as it reports it.

@@ -28,6 +28,7 @@ impl ModelManager {
                 slot.phase = Phase::Loading {
                     sidecar: Some(sidecar.clone()),
                 };
+                slot.load_started = Some(started);
             }
         }
         let outcome = loop {
@@ -59,6 +60,7 @@ impl ModelManager {
                     if let Some(m) = measured {
                         inner.overhead = inner.overhead.max(m.saturating_sub(estimated));
                     }
+                    inner.pace.record(estimated, seconds);
                 }
                 tracing::info!(model = %name, seconds, resident_bytes = ?measured, "loaded");
                 self.counters.loaded(&name, true, seconds);
@@ -173,6 +175,8 @@ impl ModelManager {
                 };
                 let sidecar = sidecar.clone();
                 if status == SidecarStatus::Ready {
+                    // Its load is done; a restart's clock is not this one.
+                    slot.load_started = None;
                     slot.measured = measured.or(slot.measured);
                     slot.info = info;
                     // A process grows once it reads (buffers, caches): what it holds then is

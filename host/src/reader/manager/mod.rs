@@ -26,6 +26,7 @@ mod settings;
 pub mod view;
 
 use super::models::discovery;
+use super::models::load_eta::LoadPace;
 use super::models::settings::ModelSettings;
 use super::sidecar::{Sidecar, SidecarConfig, SidecarStatus};
 use hunch_core::{Reader, ReaderInfo};
@@ -147,6 +148,8 @@ struct Slot {
     removed: bool,
     /// What the sidecar said of its model (limits, fingerprint) when it last ran.
     info: ReaderInfo,
+    /// When its process last started, for the time its load has left.
+    load_started: Option<Instant>,
 }
 
 impl Slot {
@@ -165,6 +168,7 @@ impl Slot {
             measured: None,
             removed: false,
             info: ReaderInfo::default(),
+            load_started: None,
         }
     }
 
@@ -206,6 +210,8 @@ struct Inner {
     /// most seen so far, learnt from measured sizes, added to every estimate.
     overhead: u64,
     skipped: Vec<discovery::Skipped>,
+    /// How fast this server's loads have gone, for the time a load has left.
+    pace: LoadPace,
     last_scan: Option<Instant>,
     /// The last rescan a request for an unknown name made.
     last_miss_scan: Option<Instant>,
@@ -302,6 +308,7 @@ impl ModelManager {
                 let mut inner = self.lock();
                 if let Some(slot) = inner.models.get_mut(&name) {
                     slot.phase = Phase::Loaded { sidecar };
+                    slot.load_started = Some(Instant::now());
                 }
             }
         }

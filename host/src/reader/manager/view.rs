@@ -45,6 +45,8 @@ pub struct ModelView {
     pub state: ModelState,
     /// 0–1 while loading.
     pub progress: Option<f64>,
+    /// While loading: the seconds it has left (`models::load_eta`), when they can be told.
+    pub load_seconds_left: Option<f64>,
     /// Why it failed.
     pub error: Option<String>,
     /// The checkpoint's tensor bytes plus the runtime overhead learnt so far: what a load
@@ -174,11 +176,17 @@ impl ModelManager {
                     }
                     _ => None,
                 };
+                let load_seconds_left = if state == ModelState::Loading {
+                    super::lease::loading(slot, &inner.pace).1
+                } else {
+                    None
+                };
                 ModelView {
                     name: name.clone(),
                     path: slot.path.clone(),
                     state,
                     progress,
+                    load_seconds_left,
                     error,
                     estimated_bytes: slot.estimated_bytes + overhead,
                     // Read now, not as of the last tick: a figure a client compares with
