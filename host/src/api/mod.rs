@@ -14,6 +14,7 @@ pub mod middleware;
 pub mod models;
 pub mod openapi;
 pub mod openapi_models;
+pub mod openapi_policies;
 pub mod policies;
 pub mod status;
 pub mod systemone;
