@@ -186,19 +186,7 @@ async fn load_or_unload(
     action: &str,
     headers: &HeaderMap,
 ) -> Result<Value, ApiError> {
-    authorize(state, headers)?;
-    let entry = state.model(name)?;
-    let manager = state
-        .models
-        .as_ref()
-        .filter(|m| m.manages(&entry.name))
-        .ok_or_else(|| ApiError::ModelConflict {
-            message: format!(
-                "model {} is not run by this server (an --accelerator or --upstream): it cannot \
-                 be loaded or unloaded here",
-                entry.name
-            ),
-        })?;
+    let (entry, manager) = managed(state, headers, name, "cannot be loaded or unloaded here")?;
     if action == "load" {
         state.check_fits(&entry.name)?;
         manager.load_now(&entry.name).await.map_err(lease_error)?;
@@ -237,19 +225,7 @@ fn settings(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    authorize(state, headers)?;
-    let entry = state.model(name)?;
-    let manager = state
-        .models
-        .as_ref()
-        .filter(|m| m.manages(&entry.name))
-        .ok_or_else(|| ApiError::ModelConflict {
-            message: format!(
-                "model {} is not run by this server (an --accelerator or --upstream): it takes \
-                 no settings here",
-                entry.name
-            ),
-        })?;
+    let (entry, manager) = managed(state, headers, name, "takes no settings here")?;
     let fields = match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(fields)) => fields,
         Ok(other) => {
@@ -316,6 +292,35 @@ fn lease_error(e: LeaseError) -> ApiError {
         },
         other => super::error::from_read_error(other.into_read_error(), &[]),
     }
+}
+
+/// The model an admin route names (after the admin key), with the manager that runs it; a model
+/// served by something else is a 409 saying what it `cannot` be here.
+fn managed<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+    name: &str,
+    cannot: &str,
+) -> Result<
+    (
+        ModelEntry,
+        &'a std::sync::Arc<crate::reader::manager::ModelManager>,
+    ),
+    ApiError,
+> {
+    authorize(state, headers)?;
+    let entry = state.model(name)?;
+    let manager = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&entry.name))
+        .ok_or_else(|| ApiError::ModelConflict {
+            message: format!(
+                "model {} is not run by this server (an --accelerator or --upstream): it {cannot}",
+                entry.name
+            ),
+        })?;
+    Ok((entry, manager))
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {

@@ -294,21 +294,9 @@ fn ttl(value: &Value) -> Result<Duration, FieldError> {
     };
     let seconds = match value {
         Value::Number(n) => n.as_f64().ok_or_else(bad)?,
-        Value::String(text) => {
-            let t = text.trim();
-            let split = t
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(t.len());
-            let (number, unit) = t.split_at(split);
-            let scale = match unit {
-                "" | "s" => 1.0,
-                "ms" => 1e-3,
-                "m" => 60.0,
-                "h" => 3600.0,
-                _ => return Err(bad()),
-            };
-            number.parse::<f64>().map_err(|_| bad())? * scale
-        }
+        Value::String(text) => hunch_core::duration::parse(text)
+            .ok_or_else(bad)?
+            .as_secs_f64(),
         _ => return Err(bad()),
     };
     Duration::try_from_secs_f64(seconds)
