@@ -251,8 +251,9 @@ pub struct ModelManager {
     counters: view::Counters,
     /// Whether [`ModelManager::start`] ran: a model pinned after that loads at once.
     started: std::sync::atomic::AtomicBool,
-    /// Held while a settings file is read, changed and written, so two changes of one file never
-    /// lose either.
+    /// Held while a settings file is read, changed, written and applied (a PUT), or read and
+    /// applied (a rescan): two changes of one file never lose either, and a rescan never applies
+    /// a table a PUT has just replaced.
     settings_file: Mutex<()>,
 }
 
@@ -390,8 +391,11 @@ impl ModelManager {
             }
             inner.last_scan = Some(Instant::now());
         }
-        // The scan reads directories and headers, and the settings files: outside the lock.
+        // The scan reads directories and headers, and the settings files: outside the lock. The
+        // files are read and applied under `settings_file`, as a PUT writes and applies them, so
+        // a rescan never applies a table a PUT has just replaced.
         let scan = discovery::scan(&self.settings.models_dirs);
+        let settings_file = self.settings_file.lock().unwrap_or_else(|e| e.into_inner());
         let files = self.read_settings_files();
         let mut inner = self.lock();
         for skipped in &scan.skipped {
@@ -438,6 +442,7 @@ impl ModelManager {
         });
         let newly_pinned = self.apply_settings_files(&mut inner, &files);
         drop(inner);
+        drop(settings_file);
         self.load_pinned(newly_pinned);
     }
 

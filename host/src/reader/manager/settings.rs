@@ -203,8 +203,9 @@ impl ModelManager {
                 .map_err(|e| SettingsError::CannotPin(format!("cannot pin: {e}")))?;
         }
         let file = root.join(settings::FILE_NAME);
+        // Held until the settings are applied too: a rescan reads and applies under it.
+        let _writing = self.settings_file.lock().unwrap_or_else(|e| e.into_inner());
         {
-            let _writing = self.settings_file.lock().unwrap_or_else(|e| e.into_inner());
             let unwritable = |why: String| SettingsError::Unwritable {
                 path: file.display().to_string(),
                 why,
