@@ -12,6 +12,7 @@ pub mod cache;
 pub mod caching;
 pub mod calibration;
 pub mod date;
+pub mod duration;
 pub mod protocol;
 pub mod question;
 pub mod reader;

@@ -497,3 +497,192 @@ async fn an_idle_model_unloads_after_its_ttl_and_a_new_checkpoint_is_found_witho
     })
     .await;
 }
+
+/// `PUT /v1/models/NAME/settings` with the admin key; (status, body).
+async fn put_settings(hunch: &Hunch, name: &str, key: &str, body: &Value) -> (u16, Value) {
+    let (status, _, body) = hunch_e2e::http::send_json(
+        reqwest::Client::new()
+            .put(format!("{}/v1/models/{name}/settings", hunch.url))
+            .header("x-admin-key", key)
+            .json(body),
+    )
+    .await;
+    (status, body)
+}
+
+fn listed_names(list: &Value) -> Vec<String> {
+    list["models"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter_map(|e| e["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_models_settings_file_applies_at_start_and_put_settings_applies_and_persists() {
+    let dir = models_dir(&[
+        ("tiny-qwen3.q8_0.gguf", "qwen"),
+        ("tiny-llama.q8_0.gguf", "llama"),
+    ]);
+    let file = dir.path().join("hunch-models.toml");
+    // qwen: an alias and its own question mode; llama: a misspelt key, shown, never fatal.
+    std::fs::write(
+        &file,
+        "[models.qwen]\naliases = [\"q\"]\nquestions = \"joint\"\n\n[models.llama]\nttll = \"1s\"\n",
+    )
+    .unwrap();
+    let hunch = start(dir.path(), &[]);
+    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+
+    let list = get_json(&format!("{}/v1/models", hunch.url)).await;
+    assert!(listed_names(&list).contains(&"q".to_string()), "{list}");
+    assert_eq!(
+        listed(&hunch, "qwen").await["x_settings"]["questions"],
+        "joint"
+    );
+    let llama = listed(&hunch, "llama").await;
+    let error = llama["x_settings_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("hunch-models.toml") && error.contains("llama") && error.contains("ttll"),
+        "{llama}"
+    );
+    // The alias serves, and the model's question mode stands in for the server's (isolated).
+    let two = json!({"model": "q", "state": "I was charged twice this month.",
+        "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"},
+                      "angry": {"type": "noul", "instructions": "Is the customer angry?"}}});
+    let response = post_systemone(&hunch.url, &two).await;
+    assert_eq!(response.status().as_u16(), 200);
+    assert_eq!(response.headers()["x-hunch-questions"], "joint");
+
+    // Refused: no admin key (401), a bad value (422 naming it), an unknown model (404).
+    let (status, _) = put_settings(&hunch, "llama", "wrong", &json!({})).await;
+    assert_eq!(status, 401);
+    let (status, body) = put_settings(&hunch, "llama", ADMIN, &json!({"ttl": "soon"})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["detail"][0]["loc"], json!(["body", "ttl"]), "{body}");
+    let (status, _) = put_settings(&hunch, "nope", ADMIN, &json!({})).await;
+    assert_eq!(status, 404);
+
+    // llama: a 1 s TTL and hidden, at once; written to the file beside qwen's table.
+    let (status, body) = put_settings(
+        &hunch,
+        "llama",
+        ADMIN,
+        &json!({"ttl": "1s", "hidden": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("x_settings_error").is_none(), "{body}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        written.contains("[models.llama]")
+            && written.contains("ttl = \"1s\"")
+            && written.contains("hidden = true")
+            && written.contains("aliases = [\"q\"]"),
+        "{written}"
+    );
+    let list = get_json(&format!("{}/v1/models", hunch.url)).await;
+    assert!(
+        !listed_names(&list).contains(&"llama".to_string()),
+        "hidden: {list}"
+    );
+    // Hidden, still served by name; its 1 s TTL unloads it.
+    read(&hunch, &request("llama")).await;
+    eventually(Duration::from_secs(10), || async {
+        let running = sidecars(&hunch);
+        if running.iter().any(|(_, n)| n == "llama") {
+            Err(format!("llama still runs past its 1 s TTL: {running:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+
+    // qwen, loaded: pinned now (its unload is refused), its dtype from its next load.
+    let (status, body) = put_settings(
+        &hunch,
+        "qwen",
+        ADMIN,
+        &json!({"aliases": ["q"], "pinned": true, "dtype": "float32"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["x_pinned"], true, "{body}");
+    assert!(
+        body["x_applied"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("next load"),
+        "{body}"
+    );
+    let (status, _, body) = hunch_e2e::http::send_json(
+        reqwest::Client::new()
+            .post(format!("{}/v1/models/qwen/unload", hunch.url))
+            .header("x-admin-key", ADMIN),
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    // Another method on the settings route: 405 naming the one it takes.
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/models/qwen/settings", hunch.url))
+        .header("x-admin-key", ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    assert_eq!(response.headers()["allow"], "PUT");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_waits_too_long_for_a_load_is_told_the_time_left() {
+    // The fixture sidecar (a test double) takes 8 s to load, reporting its progress: long enough
+    // to watch; a real tiny checkpoint loads in well under a second.
+    let dir = tempfile::tempdir().unwrap();
+    let mut gguf = b"GGUF".to_vec();
+    gguf.resize(4096, 0);
+    std::fs::write(dir.path().join("slow.gguf"), gguf).unwrap();
+    let d = dir.path().to_string_lossy().into_owned();
+    let bin = hunch_e2e::fixture_sidecar_bin()
+        .to_string_lossy()
+        .into_owned();
+    let hunch = start_hunch_with(
+        &["--models-dir", d.as_str(), "--request-timeout", "4"],
+        &[
+            ("HUNCH_ACCELERATOR_BIN", bin),
+            ("FIXTURE_LOAD_MS", "8000".into()),
+        ],
+    );
+    wait_ready_or_logs(&hunch, Duration::from_secs(30)).await;
+    // The read waits 2 s (the request timeout less 2), then a 503 naming the time left.
+    let response = post_systemone(&hunch.url, &request("slow")).await;
+    assert_eq!(response.status().as_u16(), 503);
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let body: Value = response.json().await.unwrap();
+    let message = body["detail"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("s left"), "{body}");
+    // 2 s of 8: about 6 s left (the sidecar's clock starts a little after the host's).
+    assert!((2..=9).contains(&retry), "Retry-After {retry}: {body}");
+    let slow = listed(&hunch, "slow").await;
+    assert_eq!(slow["x_state"], "loading", "{slow}");
+    let left = slow["x_load_seconds_left"].as_f64().expect("a time left");
+    assert!(left > 0.0 && left < 9.0, "{slow}");
+    // The load went on: a retry after it finds it loaded.
+    eventually(Duration::from_secs(20), || async {
+        match state_of(&hunch, "slow").await.as_str() {
+            "loaded" => Ok(()),
+            other => Err(format!("slow is {other}")),
+        }
+    })
+    .await;
+    assert!(listed(&hunch, "slow")
+        .await
+        .get("x_load_seconds_left")
+        .is_none());
+}

@@ -72,6 +72,44 @@ async fn each_served_policy_is_a_path_that_follows_deploys_reloads_and_removals(
 
     let doc = document(&hunch.url).await;
     assert_eq!(policy_paths(&doc), ["/v1/policies/ticket-router"]);
+    // What `OPTIONS` says a path takes (`Allow`, on its 405) is what the document lists for it.
+    for (documented, concrete) in [
+        ("/v1/policies/ticket-router", "/v1/policies/ticket-router"),
+        ("/v1/policies/{name}", "/v1/policies/no-such-policy"),
+        (
+            "/v1/policies/{name}/promote",
+            "/v1/policies/ticket-router/promote",
+        ),
+        ("/v1/policies", "/v1/policies"),
+        ("/v1/systemone", "/v1/systemone"),
+        ("/v1/models", "/v1/models"),
+        ("/v1/models/{name}/load", "/v1/models/dg-test/load"),
+        ("/v1/models/{name}/unload", "/v1/models/dg-test/unload"),
+        ("/v1/models/{name}/settings", "/v1/models/dg-test/settings"),
+        ("/openapi.json", "/openapi.json"),
+    ] {
+        let response = client
+            .request(reqwest::Method::OPTIONS, format!("{}{concrete}", hunch.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 405, "OPTIONS {concrete}");
+        let allow = response.headers()["allow"].to_str().unwrap().to_string();
+        let mut allowed: Vec<String> = allow.split(',').map(|m| m.trim().to_lowercase()).collect();
+        allowed.sort();
+        let mut listed: Vec<String> = doc["paths"][documented]
+            .as_object()
+            .unwrap_or_else(|| panic!("{documented} is not documented"))
+            .keys()
+            .filter(|k| *k != "parameters")
+            .cloned()
+            .collect();
+        listed.sort();
+        assert_eq!(
+            allowed, listed,
+            "Allow of {concrete} ({allow}) against {documented}"
+        );
+    }
     let declared = get_json(&format!("{}/v1/policies/ticket-router", hunch.url)).await;
     let schemas = &doc["components"]["schemas"];
     assert_eq!(

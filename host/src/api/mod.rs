@@ -14,6 +14,7 @@ pub mod middleware;
 pub mod models;
 pub mod openapi;
 pub mod openapi_models;
+pub mod openapi_policies;
 pub mod policies;
 pub mod status;
 pub mod systemone;
@@ -24,7 +25,7 @@ use crate::reader::manager::ModelManager;
 use crate::reader::{GatedReader, ModelEntry, ReadGate, Registry, DEFAULT_ALIAS};
 pub use auth::ApiKeys;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use error::ApiError;
 use hunch_core::AnswerSettings;
@@ -135,7 +136,8 @@ impl AppState {
         let mut known: Vec<String> = self.aliases().into_iter().map(|(a, _)| a).collect();
         known.extend(self.registry.models().iter().map(|m| m.name.clone()));
         if let Some(manager) = &self.models {
-            for name in manager.names() {
+            // A hidden model is served by name, never listed, not even here.
+            for name in manager.listed_names() {
                 if !known.contains(&name) {
                     known.push(name);
                 }
@@ -148,31 +150,38 @@ impl AppState {
     }
 
     /// The managed model `name` means when the registry does not know it: a discovered model,
-    /// or what an alias (`jev-latest` included, with no registry model) points at.
+    /// or what an alias (`jev-latest` included, with no registry model; or one of a models
+    /// directory's settings file) points at.
     fn managed_name(&self, name: &str) -> Option<String> {
         let manager = self.models.as_ref()?;
         let target = match self.registry.alias_target(name) {
             Some(target) => target.to_string(),
             None if name == DEFAULT_ALIAS && self.registry.models().is_empty() => {
-                manager.names().into_iter().next()?
+                manager.listed_names().into_iter().next()?
             }
-            None => name.to_string(),
+            None => manager
+                .alias_target(name)
+                .unwrap_or_else(|| name.to_string()),
         };
         manager.contains(&target).then_some(target)
     }
 
-    /// Every alias with its target: the registry's, and `jev-latest` for the first discovered
-    /// model when the registry serves none.
+    /// Every alias with its target: the registry's, `jev-latest` for the first listed
+    /// discovered model when the registry serves none, and those of the models directories'
+    /// settings files.
     pub fn aliases(&self) -> Vec<(String, String)> {
         let mut aliases = self.registry.aliases();
         if self.registry.models().is_empty() && !aliases.iter().any(|(a, _)| a == DEFAULT_ALIAS) {
             if let Some(first) = self
                 .models
                 .as_ref()
-                .and_then(|m| m.names().into_iter().next())
+                .and_then(|m| m.listed_names().into_iter().next())
             {
                 aliases.insert(0, (DEFAULT_ALIAS.to_string(), first));
             }
+        }
+        if let Some(manager) = &self.models {
+            aliases.extend(manager.aliases());
         }
         aliases
     }
@@ -246,7 +255,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/systemone", post(systemone::handle))
         .route("/v1/models", get(models::list))
-        .route("/v1/models/{*rest}", post(models::admin))
+        .route("/v1/models/{*rest}", any(models::admin))
         .merge(extra)
         .route_layer(from_fn_with_state(state.clone(), middleware::timeout))
         .route_layer(from_fn_with_state(state.clone(), middleware::auth));

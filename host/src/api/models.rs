@@ -11,14 +11,21 @@
 //! `x_family`, `x_architecture`, `x_layout`, `x_quantization`, `x_read`,
 //! `x_checkpoint_name`. Clients that know only TypeSafe's fields ignore them.
 //!
-//! `POST /v1/models/NAME/load` and `…/unload` (admin key) load and unload a model by hand.
+//! `POST /v1/models/NAME/load` and `…/unload` (admin key) load and unload a model by hand; `PUT
+//! /v1/models/NAME/settings` (admin key) changes a model's settings and writes them to its
+//! models directory's `hunch-models.toml`. A model whose settings say `hidden` is left out of the
+//! list (and its aliases with it), and served by name all the same.
 
-use super::error::{ApiError, Missing};
+use super::error::{ApiError, BadBody, Missing};
 use super::AppState;
-use crate::reader::manager::{LeaseError, ModelView, ModelsView, UnloadError, Unloaded};
+use crate::reader::manager::{
+    LeaseError, ModelView, ModelsView, SettingsError, UnloadError, Unloaded,
+};
 use crate::reader::ModelEntry;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -60,6 +67,10 @@ fn managed_fields(entry: &mut Value, m: &ModelView) {
     if let Some(progress) = m.progress {
         entry["x_progress"] = json!(progress);
     }
+    if m.state == crate::reader::manager::ModelState::Loading {
+        // null while it cannot be told (no progress yet, and no earlier load to pace it by).
+        entry["x_load_seconds_left"] = json!(m.load_seconds_left);
+    }
     if let Some(error) = &m.error {
         entry["x_error"] = json!(error);
     }
@@ -69,16 +80,20 @@ fn managed_fields(entry: &mut Value, m: &ModelView) {
     entry["x_ttl_left_seconds"] = json!(m.ttl_left_seconds);
     entry["x_last_used"] = json!(m.last_used);
     entry["x_reads_in_flight"] = json!(m.reads_in_flight);
+    entry["x_settings"] = m.settings.clone();
+    if let Some(error) = &m.settings_error {
+        entry["x_settings_error"] = json!(error);
+    }
 }
 
 /// Every model this server serves: the registry's (pinned sidecars, accelerators, upstreams),
-/// then the model manager's others (discovered under `--models-dir`, loaded or not). The one
-/// list `GET /v1/models` and the console's models page show.
+/// then the model manager's others (discovered under `--models-dir`, loaded or not), less the
+/// hidden ones. The one list `GET /v1/models` and the console's models page show.
 pub fn served_entries(state: &AppState, view: Option<&ModelsView>) -> Vec<ModelEntry> {
     let mut entries: Vec<ModelEntry> = state.registry.models().to_vec();
     if let Some(view) = view {
         for m in &view.models {
-            if !entries.iter().any(|e| e.name == m.name) {
+            if !m.hidden && !entries.iter().any(|e| e.name == m.name) {
                 if let Ok(entry) = state.model(&m.name) {
                     entries.push(entry);
                 }
@@ -122,35 +137,56 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     Ok(Json(body))
 }
 
-/// `POST /v1/models/{NAME}/load` and `…/unload`; NAME may hold a `/` (`org/name`), so the route
-/// takes the rest of the path and this splits the action off its end.
+/// `POST /v1/models/{NAME}/load` and `…/unload`, `PUT …/settings`; NAME may hold a `/`
+/// (`org/name`), so the route takes the rest of the path, any method, and this splits the action
+/// off its end. Another method on an action is a 405 whose `Allow` names the one it takes (what
+/// the OpenAPI document lists for its path).
 pub async fn admin(
     State(state): State<AppState>,
+    method: Method,
     Path(rest): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<Value>, ApiError> {
-    let (name, action) = rest
-        .rsplit_once('/')
-        .filter(|(name, action)| !name.is_empty() && matches!(*action, "load" | "unload"))
-        .ok_or_else(|| {
-            ApiError::not_found(
-                Missing::Route,
-                format!("no route POST /v1/models/{rest}: POST /v1/models/NAME/load or /unload"),
-            )
-        })?;
-    authorize(&state, &headers)?;
-    let entry = state.model(name)?;
-    let manager = state
-        .models
-        .as_ref()
-        .filter(|m| m.manages(&entry.name))
-        .ok_or_else(|| ApiError::ModelConflict {
-            message: format!(
-                "model {} is not run by this server (an --accelerator or --upstream): it cannot \
-                 be loaded or unloaded here",
-                entry.name
+    body: Bytes,
+) -> Response {
+    let Some((name, action)) = rest.rsplit_once('/').filter(|(name, action)| {
+        !name.is_empty() && matches!(*action, "load" | "unload" | "settings")
+    }) else {
+        return ApiError::not_found(
+            Missing::Route,
+            format!(
+                "no route {method} /v1/models/{rest}: POST /v1/models/NAME/load or /unload, PUT \
+                 /v1/models/NAME/settings"
             ),
-        })?;
+        )
+        .into_response();
+    };
+    let takes = if action == "settings" {
+        Method::PUT
+    } else {
+        Method::POST
+    };
+    if method != takes {
+        return (
+            StatusCode::METHOD_NOT_ALLOWED,
+            [(header::ALLOW, takes.as_str())],
+        )
+            .into_response();
+    }
+    let answered = if action == "settings" {
+        settings(&state, name, &headers, &body)
+    } else {
+        load_or_unload(&state, name, action, &headers).await
+    };
+    answered.map(Json).into_response()
+}
+
+async fn load_or_unload(
+    state: &AppState,
+    name: &str,
+    action: &str,
+    headers: &HeaderMap,
+) -> Result<Value, ApiError> {
+    let (entry, manager) = managed(state, headers, name, "cannot be loaded or unloaded here")?;
     if action == "load" {
         state.check_fits(&entry.name)?;
         manager.load_now(&entry.name).await.map_err(lease_error)?;
@@ -171,14 +207,72 @@ pub async fn admin(
         if let Some(m) = view.model(&entry.name) {
             managed_fields(&mut body, m);
         }
-        return Ok(Json(body));
+        return Ok(body);
     }
     let view = manager.view();
     let mut body = json!({ "name": entry.name });
     if let Some(m) = view.model(&entry.name) {
         managed_fields(&mut body, m);
     }
-    Ok(Json(body))
+    Ok(body)
+}
+
+/// `PUT /v1/models/NAME/settings`: the body is the model's whole settings (a JSON object with
+/// the keys of its `hunch-models.toml` table; a key left out is the server's default).
+fn settings(
+    state: &AppState,
+    name: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let (entry, manager) = managed(state, headers, name, "takes no settings here")?;
+    let fields = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(fields)) => fields,
+        Ok(other) => {
+            return Err(ApiError::field(
+                vec!["body".into()],
+                "type_error",
+                format!("the settings must be a JSON object, got {other}"),
+            ))
+        }
+        Err(e) => {
+            return Err(ApiError::BadBody {
+                kind: BadBody::NotJson,
+                message: format!("the body is not JSON: {e}"),
+            })
+        }
+    };
+    let applied = manager
+        .put_settings(&entry.name, &fields)
+        .map_err(|e| match e {
+            SettingsError::NotFound(_) => ApiError::not_found(Missing::Model, e.to_string()),
+            SettingsError::Invalid(field) => ApiError::field(
+                vec!["body".into(), field.key.clone().into()],
+                "value_error",
+                field.to_string(),
+            ),
+            SettingsError::Fixed(_)
+            | SettingsError::CannotPin(_)
+            | SettingsError::Unwritable { .. } => ApiError::ModelConflict {
+                message: e.to_string(),
+            },
+        })?;
+    let view = manager.view();
+    let mut body = json!({
+        "name": entry.name,
+        "x_settings_file": applied.file.display().to_string(),
+        "x_applied": if applied.sidecar_settings_at_next_load {
+            "aliases, pinned, ttl, hidden and the read settings apply now; dtype and \
+             sidecar_args take effect at the model's next load (it runs with the old ones until \
+             it unloads)"
+        } else {
+            "applied now (dtype and sidecar_args are used from the model's next load)"
+        },
+    });
+    if let Some(m) = view.model(&entry.name) {
+        managed_fields(&mut body, m);
+    }
+    Ok(body)
 }
 
 /// A failed admin load, as the API answers it.
@@ -200,6 +294,35 @@ fn lease_error(e: LeaseError) -> ApiError {
     }
 }
 
+/// The model an admin route names (after the admin key), with the manager that runs it; a model
+/// served by something else is a 409 saying what it `cannot` be here.
+fn managed<'a>(
+    state: &'a AppState,
+    headers: &HeaderMap,
+    name: &str,
+    cannot: &str,
+) -> Result<
+    (
+        ModelEntry,
+        &'a std::sync::Arc<crate::reader::manager::ModelManager>,
+    ),
+    ApiError,
+> {
+    authorize(state, headers)?;
+    let entry = state.model(name)?;
+    let manager = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&entry.name))
+        .ok_or_else(|| ApiError::ModelConflict {
+            message: format!(
+                "model {} is not run by this server (an --accelerator or --upstream): it {cannot}",
+                entry.name
+            ),
+        })?;
+    Ok((entry, manager))
+}
+
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &state.admin_key else {
         return Err(ApiError::Forbidden {
@@ -212,8 +335,9 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::Unauthorized {
-            message: "POST /v1/models/NAME/load and /unload need the admin key (X-Admin-Key: \
-                      KEY, or Authorization: Bearer KEY when API keys are off)"
+            message: "POST /v1/models/NAME/load and /unload, and PUT /v1/models/NAME/settings, \
+                      need the admin key (X-Admin-Key: KEY, or Authorization: Bearer KEY when API \
+                      keys are off)"
                 .into(),
         })
     }

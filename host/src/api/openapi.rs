@@ -1,11 +1,15 @@
 //! `GET /openapi.json`: every route with every status it can answer, the request schema the host
 //! validates against (the same file, inlined), the response and error shapes, and each served
 //! policy as its own path (`/v1/policies/ticket-router`) with the input and output schemas it
-//! declares. Built on every request, so it follows deploys, reloads and removals.
+//! declares. Built on every request, so it follows deploys, reloads and removals. The policies'
+//! part is `openapi_policies.rs`, the models' `openapi_models.rs`.
 //!
 //! `tests/tests/openapi.rs` runs a property-based fuzzer (schemathesis) against this document on
 //! a real server: an undocumented status, a 5xx or a response outside its schema fails it.
 
+use super::openapi_policies::{
+    decision_schema, generic_policy_paths, narrow_generic_run_body, served_policy_paths,
+};
 use super::validate::REQUEST_SCHEMA;
 use super::AppState;
 use crate::policy::registry::PolicySummary;
@@ -67,39 +71,6 @@ fn inline_refs(value: &Value, defs: &Value) -> Value {
     }
 }
 
-/// A policy's own schema as a component named `component`: kept whole (its `$defs` included) and
-/// every local `$ref` (`#`, `#/$defs/x`, any JSON pointer) rewritten to point inside that
-/// component, so recursive definitions stay references instead of being expanded forever.
-fn as_component(schema: &Value, component: &str) -> Value {
-    fn rewrite(value: &Value, base: &str) -> Value {
-        match value {
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let v = match (k.as_str(), v) {
-                            ("$ref", Value::String(target)) if target.starts_with('#') => {
-                                json!(format!("{base}{}", &target[1..]))
-                            }
-                            _ => rewrite(v, base),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(items.iter().map(|v| rewrite(v, base)).collect()),
-            other => other.clone(),
-        }
-    }
-    let base = format!("#/components/schemas/{component}");
-    let mut rewritten = rewrite(schema, &base);
-    // The root's identifiers would change how the document's references resolve.
-    if let Value::Object(map) = &mut rewritten {
-        map.remove("$id");
-        map.remove("$schema");
-    }
-    rewritten
-}
-
 /// The request schema the validator enforces (the shipped file, its definitions inlined).
 fn system_one_request_schema() -> Value {
     let schema: Value = serde_json::from_str(REQUEST_SCHEMA).unwrap_or(Value::Null);
@@ -107,20 +78,20 @@ fn system_one_request_schema() -> Value {
     inline_refs(&schema, &defs)
 }
 
-fn error(description: &str) -> Value {
+pub(super) fn error(description: &str) -> Value {
     json!({"description": description,
            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
 }
 
 /// An error the HTTP framework answers itself before a handler runs (a query string or a body
 /// over the route's limit): plain text, not the API's JSON shape.
-fn framework_error(description: &str) -> Value {
+pub(super) fn framework_error(description: &str) -> Value {
     json!({"description": description,
            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}},
                        "text/plain": {"schema": {"type": "string"}}}})
 }
 
-fn with_retry_after(mut response: Value) -> Value {
+pub(super) fn with_retry_after(mut response: Value) -> Value {
     response["headers"] = json!({
         "Retry-After": {"schema": {"type": "integer", "minimum": 0}, "description": "Seconds after which a retry may succeed."},
         "retry-after-ms": {"schema": {"type": "integer", "minimum": 0}, "description": "The same, in milliseconds."}
@@ -130,7 +101,7 @@ fn with_retry_after(mut response: Value) -> Value {
 
 /// What every authenticated `/v1` route can answer whatever it does: a missing or wrong API key
 /// (only when keys are configured) and the per-request timeout.
-fn v1_responses(mut responses: Value) -> Value {
+pub(super) fn v1_responses(mut responses: Value) -> Value {
     responses["401"] = error("Missing or wrong bearer key (when API keys are configured)");
     responses["504"] = error("The request did not finish within the per-request timeout");
     responses
@@ -215,206 +186,33 @@ fn components() -> Value {
     })
 }
 
-/// The body of a policy's 200: its output (`output` matching `output`) and how it was reached.
-fn decision_schema(output: Value) -> Value {
-    json!({"type": "object",
-           "required": ["output", "policy", "version", "reads", "usage", "decision_id", "stage"],
-           "properties": {
-               "output": output,
-               "policy": {"type": "string"},
-               "version": {"type": "string"},
-               "reads": {"type": "array", "items": {"type": "object"}},
-               "usage": {"type": "object"},
-               "fuel_used": {"type": "integer", "minimum": 0},
-               "logs": {"type": "array"},
-               "timings": {"type": "object"},
-               "decision_id": {"type": "string"},
-               "calibration": {"type": "string", "description": "The id of the calibration the reads' answers were computed with; absent when none was."},
-               "stage": {"type": "string", "description": "The version that decided: active, or the candidate in a canary."}}})
-}
+/// How a `/v1/systemone` body may be encoded (`api/body.rs`).
+const BODY_ENCODINGS: &str = "JSON, sent as it is or compressed with Content-Encoding: zstd (the SDK compresses from 1 KiB up), gzip or deflate; the header must say how the bytes are encoded (400 when they are not what it says, 415 for another encoding).";
 
-fn decision_id_header() -> Value {
-    json!({"x-hunch-decision-id": {"schema": {"type": "string"}, "description": "The decision's id (also in the body)."}})
-}
-
-/// A decision's headers: its id and, for a policy served from a bundle, the bundle revision.
-fn decision_headers() -> Value {
-    let mut headers = decision_id_header();
-    headers["x-hunch-bundle-revision"] = json!({"schema": {"type": "string"}, "required": false,
-        "description": "The policy bundle revision the deciding version came with (only when a bundle owns the policies)."});
-    headers
-}
-
-/// `POST` on a policy: what running it can answer, with `input` as the body's schema and
-/// `output` as the decision's `output`.
-fn run_operation(summary: &str, input: Value, output: Value) -> Value {
-    json!({
-        "summary": summary,
-        "security": [{"bearer": []}],
-        "parameters": [{"name": "x-hunch-route-key", "in": "header", "required": false, "schema": {"type": "string"},
-                        "description": "Pins a canary's routing to this key (docs/decision-records.md)."}],
-        "requestBody": {"required": true, "content": {"application/json": {"schema": input}}},
-        "responses": v1_responses(json!({
-            "200": {"description": "The decision", "headers": decision_headers(),
-                    "content": {"application/json": {"schema": decision_schema(output)}}},
-            "400": error("The body is not JSON"),
-            "404": error("No such policy"),
-            "413": framework_error("Body over 32 MiB"),
-            "422": error("Input not matching the policy's input schema (detail.details), a broken limit (detail.limit), or the policy declined (detail.policy_error)"),
-            "500": error("The policy trapped, used an ungranted capability or broke its own output schema (a bug in the policy)"),
-            "502": error("A read the policy needed failed inside the reader"),
-            "503": with_retry_after(error("Busy, a read was unavailable, or a required decision log could not record the decision")),
-        }))
-    })
-}
-
-fn describe_operation() -> Value {
-    json!({"summary": "One policy: its summary, the stage described (`?stage=`, default active) and agreement",
-           "security": [{"bearer": []}],
-           "parameters": [{"name": "stage", "in": "query", "required": false,
-                           "schema": {"enum": ["active", "candidate", "previous"]}}],
-           "responses": v1_responses(json!({
-               "200": {"description": "The policy", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyDescription"}}}},
-               "400": error("A stage that is not active, candidate or previous, or a query string that cannot be read (a repeated parameter)"),
-               "404": error("No such policy, or no version at the stage asked")}))})
-}
-
-/// Admin routes: need the admin key (as well as the API key when keys are configured).
-fn admin_responses(mut responses: Value) -> Value {
-    responses["401"] = error("Missing or wrong admin key (or API key)");
-    responses["403"] = error("Deployments over HTTP are off (no --admin-key)");
-    responses["504"] = error("The request did not finish within the per-request timeout");
-    responses
-}
-
-fn stage_parameter() -> Value {
-    json!({"name": "stage", "in": "query", "required": false, "schema": {"enum": ["active", "candidate"]}})
-}
-
-/// The routes every server with policies has, whatever it serves.
-fn generic_policy_paths() -> Map<String, Value> {
-    let name = json!({"name": "name", "in": "path", "required": true,
-                      "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"}});
-    let summary_200 = |description: &str| {
-        json!({"description": description,
-               "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicySummary"}}}})
-    };
-    let stage_change = |summary: &str| {
-        json!({"post": {"summary": summary, "security": [{"bearer": [], "admin": []}],
-                "responses": admin_responses(json!({
-                    "200": summary_200("The policy after the change"),
-                    "400": error("Not a valid policy name"),
-                    "404": error("No such policy, or nothing to promote or restore"),
-                    "409": error("Conflicts with the policy's current stages, or a policy bundle owns the policies (error_type bundle_owned)"),
-                    "422": error("The stored version no longer loads")}))}})
-    };
-    let mut paths = Map::new();
-    paths.insert("/v1/policies".into(), json!({"get": {
-        "summary": "Decision policies: name, version (content hash), loaded-at, schemas, limits, last reload status (docs/policies.md)",
-        "security": [{"bearer": []}],
-        "responses": v1_responses(json!({"200": {"description": "Policies",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/PolicyList"}}}}}))}}));
-    let deploy_parameters: Vec<Value> = std::iter::once(stage_parameter())
-        .chain(
-            [
-                ("mode", json!({"enum": ["off", "shadow", "canary"]})),
-                ("sample", json!({"type": "number", "minimum": 0, "maximum": 1})),
-                ("percent", json!({"type": "number", "minimum": 0, "maximum": 100})),
-                ("route_key", json!({"type": "string"})),
-                ("reader", json!({"type": "string"})),
-                ("questions", json!({"enum": ["isolated", "joint"]})),
-                ("calibration", json!({"type": "string", "description": "off, or a calibration file in the policy directory (docs/calibration.md)"})),
-                ("fuel", json!({"type": "integer", "minimum": 0})),
-                ("timeout_ms", json!({"type": "integer", "minimum": 0})),
-                ("memory_bytes", json!({"type": "integer", "minimum": 0})),
-                ("max_reads", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
-                ("max_questions", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
-                ("max_output_bytes", json!({"type": "integer", "minimum": 0})),
-                ("max_state_bytes", json!({"type": "integer", "minimum": 0})),
-                ("max_log_lines", json!({"type": "integer", "minimum": 0, "maximum": u32::MAX})),
-            ]
-            .into_iter()
-            .map(|(n, schema)| json!({"name": n, "in": "query", "required": false, "schema": schema})),
-        )
-        .collect();
-    paths.insert("/v1/policies/{name}".into(), json!({
-        "parameters": [name],
-        "get": describe_operation(),
-        "post": run_operation(
-            "Run a policy on a JSON input (validated against its input schema; each served policy has its own path with that schema): output, version, reads, usage, timings",
-            json!({}), json!({})),
-        "put": {"summary": "Deploy a component (admin key); limits, reader and rollout as query parameters, written to NAME.toml",
-                "security": [{"bearer": [], "admin": []}],
-                "parameters": deploy_parameters,
-                "requestBody": {"required": true, "description": "The component's bytes; the server reads the body whatever its Content-Type.",
-                                "content": {"application/wasm": {"schema": {"type": "string", "format": "binary"}},
-                                            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-                "responses": admin_responses(json!({
-                    "200": summary_200("New version serving (or the candidate deployed)"),
-                    "201": summary_200("New policy serving"),
-                    "400": framework_error("Not a valid policy name, stage or query parameter"),
-                    "404": error("A candidate for a policy that does not exist"),
-                    "409": error("Conflicts with the policy's current stages, or a policy bundle owns the policies (error_type bundle_owned)"),
-                    "413": framework_error("Component over 32 MiB"),
-                    "422": error("Refused: does not compile, link, describe or validate")}))},
-        "delete": {"summary": "Remove a policy, or only its candidate with ?stage=candidate (admin key)",
-                   "security": [{"bearer": [], "admin": []}],
-                   "parameters": [stage_parameter()],
-                   "responses": admin_responses(json!({
-                       "204": {"description": "Removed"},
-                       "400": framework_error("Not a valid policy name, stage or query parameter"),
-                       "404": error("No such policy or candidate"),
-                       "409": error("A policy bundle owns the policies (error_type bundle_owned)")}))}
-    }));
-    let mut promote = stage_change("Promote the candidate to active; the old active version is kept for a rollback (admin key)");
-    promote["parameters"] = json!([name]);
-    paths.insert("/v1/policies/{name}/promote".into(), promote);
-    let mut rollback = stage_change("Restore the version before the last promotion (admin key)");
-    rollback["parameters"] = json!([name]);
-    paths.insert("/v1/policies/{name}/rollback".into(), rollback);
-    paths
-}
-
-/// One path per served policy, with the schemas it declares (as components `policy.NAME.input`
-/// and `policy.NAME.output`). Policies with no loaded version (only refused ones) have none.
-fn served_policy_paths(
-    policies: &[PolicySummary],
-    schemas: &mut Map<String, Value>,
-) -> Map<String, Value> {
-    let mut paths = Map::new();
-    // A served policy's path takes every method the generic one does (the server's `Allow`
-    // says GET, HEAD, POST, PUT, DELETE): deploying over it and removing it included.
-    let generic = generic_policy_paths();
-    let generic_item = generic.get("/v1/policies/{name}");
-    let generic_op = |method: &str| {
-        generic_item
-            .and_then(|item| item.get(method))
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
-    for policy in policies {
-        let (Some(input), Some(output)) = (&policy.input_schema, &policy.output_schema) else {
+/// Every route that answers `GET` answers `HEAD` too (the router adds it, and the `Allow` of an
+/// `OPTIONS` lists it): each path item with a `get` gets a `head` with its statuses and headers,
+/// without bodies.
+fn add_head_operations(paths: &mut Map<String, Value>) {
+    for item in paths.values_mut() {
+        let Some(get) = item.get("get").cloned() else {
             continue;
         };
-        let input_name = format!("policy.{}.input", policy.name);
-        let output_name = format!("policy.{}.output", policy.name);
-        schemas.insert(input_name.clone(), as_component(input, &input_name));
-        schemas.insert(output_name.clone(), as_component(output, &output_name));
-        let about = policy.description.as_deref().unwrap_or_default();
-        paths.insert(
-            format!("/v1/policies/{}", policy.name),
-            json!({
-                "get": describe_operation(),
-                "post": run_operation(
-                    &format!("Run {} ({}): {about}", policy.name, policy.version.as_deref().unwrap_or("?")),
-                    json!({"$ref": format!("#/components/schemas/{input_name}")}),
-                    json!({"$ref": format!("#/components/schemas/{output_name}")})),
-                "put": generic_op("put"),
-                "delete": generic_op("delete"),
-            }),
-        );
+        if item.get("head").is_some() {
+            continue;
+        }
+        let mut head = get;
+        if let Some(summary) = head.get("summary").and_then(Value::as_str) {
+            head["summary"] = json!(format!("{summary} (headers only)"));
+        }
+        if let Some(responses) = head.get_mut("responses").and_then(Value::as_object_mut) {
+            for response in responses.values_mut() {
+                if let Some(r) = response.as_object_mut() {
+                    r.remove("content");
+                }
+            }
+        }
+        item["head"] = head;
     }
-    paths
 }
 
 /// The document with no policy served (what `hunch openapi` prints).
@@ -436,11 +234,14 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
         "/v1/systemone": {"post": {
             "summary": "Answer typed questions about a state (System One)",
             "security": [{"bearer": []}],
+            // `Content-Encoding` is not a parameter: it says how the body's bytes are encoded, so
+            // a client may send it only with a body encoded that way (a fuzzer that sends `zstd`
+            // beside a plain body gets the documented 400). The request body's description says
+            // which encodings are decoded.
             "parameters": [
-                {"name": "Content-Encoding", "in": "header", "required": false, "schema": {"enum": ["zstd", "gzip", "deflate", "identity"]}},
                 {"name": "x-request-id", "in": "header", "required": false, "schema": {"type": "string"}, "description": "Echoed in x-typesafe-request-id when plain."}
             ],
-            "requestBody": {"required": true, "content": {"application/json": {
+            "requestBody": {"required": true, "description": BODY_ENCODINGS, "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/SystemOneRequest"},
                 "example": {"model": "jev-latest", "state": "I was charged twice. Please help.",
                             "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"},
@@ -460,7 +261,7 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                                 "description": "With the answer cache on and an isolated read: how many answers came from the cache (they cost no tokens)."},
                             "x-hunch-calibration": {"schema": {"type": "string"},
                                 "description": "The id (sha256 of the file) of the calibration the answers were computed with; absent when they are raw."}}},
-                "400": error("Beyond a limit of the model, or an undecodable body"),
+                "400": error("Beyond a limit of the model, or a body that is not what its Content-Encoding says (plain JSON sent as zstd, say)"),
                 "404": error("Unknown model"),
                 "413": error("Body too large (compressed or decompressed)"),
                 "415": error("Unsupported Content-Encoding"),
@@ -490,6 +291,8 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
     paths.extend(super::openapi_models::paths());
     paths.extend(generic_policy_paths());
     paths.extend(served);
+    narrow_generic_run_body(&mut paths, policies);
+    add_head_operations(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -569,6 +372,7 @@ mod tests {
             "/v1/models",
             "/v1/models/{name}/load",
             "/v1/models/{name}/unload",
+            "/v1/models/{name}/settings",
             "/v1/status",
             "/v1/policies",
             "/v1/policies/{name}",
@@ -647,6 +451,48 @@ mod tests {
         );
         let dangling: Vec<_> = refs(&doc).into_iter().filter(|(_, ok)| !ok).collect();
         assert!(dangling.is_empty(), "{dangling:?}");
+    }
+
+    #[test]
+    fn every_get_has_its_head_and_the_generic_run_takes_what_a_served_policy_takes() {
+        let doc = document_with(&[summary("p", json!({"type": "object"}), json!({}))]);
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            if let Some(get) = item.get("get") {
+                let head = &item["head"];
+                assert!(head.is_object(), "{path}: GET without HEAD");
+                let statuses = |op: &Value| {
+                    op["responses"]
+                        .as_object()
+                        .unwrap()
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(statuses(head), statuses(get), "{path}");
+                for (status, response) in head["responses"].as_object().unwrap() {
+                    assert!(
+                        response.get("content").is_none(),
+                        "{path} HEAD {status} has a body"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            doc["paths"]["/v1/policies/{name}"]["post"]["requestBody"]["content"]
+                ["application/json"]["schema"],
+            json!({"anyOf": [{"$ref": "#/components/schemas/policy.p.input"}]})
+        );
+        // With none served, any JSON value (nothing narrows it).
+        assert_eq!(
+            document()["paths"]["/v1/policies/{name}"]["post"]["requestBody"]["content"]
+                ["application/json"]["schema"],
+            json!({})
+        );
+        // Content-Encoding is not a free parameter: a fuzzer must not send it beside a plain body.
+        let params = doc["paths"]["/v1/systemone"]["post"]["parameters"]
+            .as_array()
+            .unwrap();
+        assert!(params.iter().all(|p| p["name"] != "Content-Encoding"));
     }
 
     #[test]

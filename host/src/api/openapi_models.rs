@@ -9,14 +9,34 @@ fn managed_properties() -> Value {
         "x_state": {"type": "string", "enum": ["available", "loading", "loaded", "unloading", "failed"],
                     "description": "A model whose sidecar this server runs (docs/models.md): available (its first read loads it), loading, loaded, unloading (reads in flight finish first), failed (x_error says why). Absent for --accelerator and --upstream models."},
         "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
+        "x_load_seconds_left": {"type": ["number", "null"], "minimum": 0, "description": "While loading: an estimate of the seconds its load has left, from the progress its sidecar reports and the time spent, or (before any progress) from its bytes at the pace of this server's earlier loads; null when neither can tell."},
         "x_error": {"type": "string", "description": "Why it failed (a failed load, or a pinned model's sidecar restarting)."},
         "x_estimated_bytes": {"type": "integer", "minimum": 0, "description": "What a load reserves in the memory budget before it is measured: the checkpoint's tensor bytes plus the per-process overhead measured so far."},
         "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},
         "x_pinned": {"type": "boolean", "description": "A --model: loaded at start and never unloaded or evicted."},
         "x_ttl_left_seconds": {"type": ["number", "null"], "minimum": 0, "description": "Seconds until its idle TTL (or the last x_keep_alive) unloads it; null unless loaded, idle and unpinned."},
         "x_last_used": {"type": ["string", "null"], "description": "When its last read ended (RFC 3339); null if never read."},
-        "x_reads_in_flight": {"type": "integer", "minimum": 0}
+        "x_reads_in_flight": {"type": "integer", "minimum": 0},
+        "x_settings": {"type": "object", "description": "Its settings from its models directory's hunch-models.toml (unset keys left out; docs/models.md, \"Per-model settings\")."},
+        "x_settings_error": {"type": "string", "description": "Why its table in hunch-models.toml was not applied (naming the file, the model and the key); it keeps the settings it had."}
     })
+}
+
+/// A model's settings, as its `hunch-models.toml` table and the body of `PUT …/settings`.
+fn settings_schema() -> Value {
+    json!({"type": "object", "additionalProperties": false,
+    "description": "A model's whole settings: a key left out is the server's default.",
+    "properties": {
+        "aliases": {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": "^\\S+$"}, "description": "More names for the model."},
+        "pinned": {"type": "boolean", "description": "Loaded at start (and now), never evicted, no TTL."},
+        "ttl": {"oneOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": 2592000}, {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?(ms|s|m|h)?$"}],
+                "description": "Idle time before it unloads: seconds, or 500ms, 30s, 10m, 1h (at most 30 days); else --model-ttl."},
+        "hidden": {"type": "boolean", "description": "Left out of GET /v1/models (and its aliases with it); still served by name."},
+        "dtype": {"enum": ["auto", "float32", "bfloat16"], "description": "The sidecar's --dtype, from its next load."},
+        "sidecar_args": {"type": "array", "items": {"type": "string"}, "description": "More sidecar arguments, after the server's --sidecar-arg ones, from its next load."},
+        "questions": {"enum": ["isolated", "joint"], "description": "The question mode of a /v1/systemone request that sends no x_questions."},
+        "draws": {"type": "integer", "minimum": 1, "maximum": 64, "description": "Noise draws per read for a /v1/systemone request that sends no x_draws."}
+    }})
 }
 
 /// The schemas these routes use (`ModelList`, `ModelAction`).
@@ -55,6 +75,7 @@ pub fn schemas() -> Map<String, Value> {
         "ModelAction".into(),
         json!({"type": "object", "required": ["name"], "properties": action}),
     );
+    out.insert("ModelSettings".into(), settings_schema());
     out
 }
 
@@ -115,5 +136,28 @@ pub fn paths() -> Map<String, Value> {
             json!({}),
         ),
     );
+    paths.insert("/v1/models/{name}/settings".into(), settings_path());
     paths
+}
+
+/// `PUT /v1/models/{name}/settings`.
+fn settings_path() -> Value {
+    json!({"put": {
+        "summary": "Set a model's settings (admin key): validated, written to its models directory's hunch-models.toml (atomically), and applied: aliases, pinned, ttl, hidden and the read settings at once, dtype and sidecar_args at its next load",
+        "security": [{"bearer": [], "admin": []}],
+        "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"},
+                        "description": "The model's name or an alias (a name may hold a /, as org/name)."}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ModelSettings"}}}},
+        "responses": {
+            "200": {"description": "The model with its new settings; x_applied says what applies now and what at its next load",
+                    "content": {"application/json": {"schema": {"allOf": [{"$ref": "#/components/schemas/ModelAction"}, {"type": "object",
+                        "required": ["x_settings_file", "x_applied"],
+                        "properties": {"x_settings_file": {"type": "string"}, "x_applied": {"type": "string"}}}]}}}},
+            "400": error("The body is not JSON"),
+            "401": error("Missing or wrong admin key (or API key)"),
+            "403": error("Settings over HTTP are off (no --admin-key)"),
+            "404": error("Unknown model"),
+            "409": error("Not a model of a --models-dir (a --model, an --accelerator or an --upstream), a model the budget can never hold pinned, or a settings file that cannot be written; nothing changed"),
+            "422": {"description": "A setting that is unknown or has a bad value; loc names it", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}}},
+            "504": error("The request did not finish within the per-request timeout")}}})
 }

@@ -103,12 +103,23 @@ async fn decide(
     state
         .metrics
         .record_body_encoding(&encoding.trim().to_ascii_lowercase());
-    let request = state.validator.parse(&bytes)?;
+    let mut request = state.validator.parse(&bytes)?;
     // An unknown model is a 404 (TypeSafe's contract), listing what is served.
     let gated = state.reader(&request.model)?;
     // A model that can never fit the memory budget is a 507 now, not after a wait.
     state.check_fits(gated.model_name())?;
     let model_name = gated.model_name().to_string();
+    // A model's own read settings (its models directory's settings file) stand in for what the
+    // request does not say; the server's question mode for what neither says.
+    let (model_questions, model_draws) = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&model_name))
+        .map_or((None, None), |m| m.read_settings(&model_name));
+    if request.options.draws.is_none() {
+        request.options.draws = model_draws;
+    }
+    let questions = model_questions.unwrap_or(state.answering.questions);
     let model: Arc<dyn Reader> = Arc::new(gated);
     // The answer cache sits below the decision's recorder, so a recorded read holds every
     // answer, cached or read (and replays without a model). It holds raw distributions: the
@@ -134,7 +145,7 @@ async fn decide(
         None => reader,
     };
     let started = Instant::now();
-    let answered = answer(reader.as_ref(), &request, state.answering.questions).await;
+    let answered = answer(reader.as_ref(), &request, questions).await;
     // `x_keep_alive` applies once this request's reads are done, answered or not.
     if let (Some(keep), Some(manager)) = (request.keep_alive, &state.models) {
         if manager.manages(&model_name) {

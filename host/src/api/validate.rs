@@ -347,20 +347,7 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
 fn keep_alive_of(value: &Value) -> Option<Duration> {
     let seconds = match value {
         Value::Number(n) => n.as_f64()?,
-        Value::String(text) => {
-            let split = text
-                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-                .unwrap_or(text.len());
-            let (number, unit) = text.split_at(split);
-            let scale = match unit {
-                "" | "s" => 1.0,
-                "ms" => 1e-3,
-                "m" => 60.0,
-                "h" => 3600.0,
-                _ => return None,
-            };
-            number.parse::<f64>().ok()? * scale
-        }
+        Value::String(text) => hunch_core::duration::parse(text)?.as_secs_f64(),
         _ => return None,
     };
     Duration::try_from_secs_f64(seconds)

@@ -50,22 +50,7 @@ impl std::str::FromStr for Span {
     type Err = ConfigError;
 
     fn from_str(text: &str) -> Result<Span, ConfigError> {
-        let t = text.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (number, unit) = t.split_at(split);
-        let scale = match unit.trim() {
-            "" | "s" => 1.0,
-            "ms" => 1e-3,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => f64::NAN,
-        };
-        number
-            .parse::<f64>()
-            .ok()
-            .and_then(|n| Duration::try_from_secs_f64(n * scale).ok())
+        hunch_core::duration::parse(text)
             .filter(|d| !d.is_zero())
             .map(Span)
             .ok_or_else(|| {

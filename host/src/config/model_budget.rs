@@ -17,7 +17,9 @@ pub struct ModelBudgetArgs {
     /// A directory of models loaded on first request (repeatable): flat folders, `org/name`
     /// folders, the Hugging Face cache layout and single `.gguf` files, each named by its path
     /// under the directory (docs/models.md). Rescanned, so new and removed models are noticed
-    /// without a restart. [env HUNCH_MODELS_DIRS, comma-separated; TOML `models_dirs`]
+    /// without a restart. A `hunch-models.toml` at its root gives models their own settings
+    /// (aliases, pinned, ttl, hidden, dtype, sidecar_args, questions, draws). [env
+    /// HUNCH_MODELS_DIRS, comma-separated; TOML `models_dirs`]
     #[arg(long = "models-dir", value_name = "DIR")]
     pub models_dirs: Vec<PathBuf>,
     /// The memory all loaded models share (bytes, or e.g. `24G`): before a model loads, idle

@@ -28,6 +28,7 @@ impl ModelManager {
                 slot.phase = Phase::Loading {
                     sidecar: Some(sidecar.clone()),
                 };
+                slot.load_started = Some(started);
             }
         }
         let outcome = loop {
@@ -54,11 +55,12 @@ impl ModelManager {
                     };
                     slot.measured = measured;
                     slot.info = info;
-                    slot.expires = Some(Instant::now() + self.settings.ttl);
+                    slot.expires = Some(Instant::now() + slot.ttl(self.settings.ttl));
                     let estimated = slot.estimated_bytes;
                     if let Some(m) = measured {
                         inner.overhead = inner.overhead.max(m.saturating_sub(estimated));
                     }
+                    inner.pace.record(estimated, seconds);
                 }
                 tracing::info!(model = %name, seconds, resident_bytes = ?measured, "loaded");
                 self.counters.loaded(&name, true, seconds);
@@ -126,7 +128,7 @@ impl ModelManager {
                         to_stop = Some((sidecar.clone(), *reason));
                     }
                     Phase::Loaded { .. } if !slot.pinned => {
-                        slot.expires = Some(Instant::now() + self.settings.ttl);
+                        slot.expires = Some(Instant::now() + slot.ttl(self.settings.ttl));
                     }
                     _ => {}
                 }
@@ -173,6 +175,8 @@ impl ModelManager {
                 };
                 let sidecar = sidecar.clone();
                 if status == SidecarStatus::Ready {
+                    // Its load is done; a restart's clock is not this one.
+                    slot.load_started = None;
                     slot.measured = measured.or(slot.measured);
                     slot.info = info;
                     // A process grows once it reads (buffers, caches): what it holds then is
@@ -182,7 +186,8 @@ impl ModelManager {
                         inner.overhead = inner.overhead.max(o);
                     }
                 }
-                if slot.pinned {
+                // A pinned model whose checkpoint left its directory goes like any other.
+                if slot.pinned && !slot.removed {
                     // Its supervisor restarts it; while no process runs it holds nothing.
                     slot.measured = measured;
                     continue;

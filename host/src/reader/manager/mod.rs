@@ -6,7 +6,7 @@
 //! - A model found under a `--models-dir` is *available* until a read asks for it. Its first
 //!   read starts its sidecar (one sidecar however many reads ask at once: the slot turns
 //!   `loading` under the lock, and every other read waits for it), after evicting idle models
-//!   until its size fits ([`eviction::choose`], decided before the load starts, so memory is
+//!   until its size fits (`models::eviction::choose`, decided before the load starts, so memory is
 //!   never over-committed while a model loads). It unloads after its idle TTL, after a read that
 //!   sent `x_keep_alive: 0`, on `POST /v1/models/NAME/unload`, or when evicted; a read in flight
 //!   always finishes first (the slot turns `unloading` and new reads wait for a reload).
@@ -14,14 +14,24 @@
 //! The lock guards bookkeeping only and is never held across an await: a load, a stop or a
 //! read of one model never waits on another model's.
 //!
-//! [`ModelsView`] is the snapshot the API (and an operator console) reads.
+//! Where each part lives: this file holds the bookkeeping (slots, phases, rescans, unloads);
+//! `lease.rs` the way a read gets its model (the load-or-wait decision, [`LeaseError`],
+//! [`ManagedReader`]); `lifecycle.rs` what moves on its own (loads, stops, the clock);
+//! `view.rs` what is shown ([`ModelsView`], the snapshot the API and the console read, and
+//! `/metrics`).
 
+mod lease;
 mod lifecycle;
+mod settings;
 pub mod view;
 
-use super::models::{discovery, eviction};
+use super::models::discovery;
+use super::models::load_eta::LoadPace;
+use super::models::settings::ModelSettings;
 use super::sidecar::{Sidecar, SidecarConfig, SidecarStatus};
-use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
+use hunch_core::{Reader, ReaderInfo};
+pub use lease::{Lease, LeaseError, ManagedReader};
+pub use settings::{SettingsApplied, SettingsError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -119,7 +129,14 @@ enum Phase {
 struct Slot {
     path: PathBuf,
     estimated_bytes: u64,
+    /// Never evicted, never unloaded by a TTL: a `--model`, or pinned by its settings.
     pinned: bool,
+    /// A `--model`: its settings are its flags, not a settings file's.
+    fixed: bool,
+    /// Its settings file's table for it (`hunch-models.toml`), as last applied.
+    settings: ModelSettings,
+    /// Why its table in the settings file was not applied, if it was not.
+    settings_error: Option<String>,
     phase: Phase,
     in_flight: usize,
     last_used: Option<(Instant, SystemTime)>,
@@ -131,6 +148,8 @@ struct Slot {
     removed: bool,
     /// What the sidecar said of its model (limits, fingerprint) when it last ran.
     info: ReaderInfo,
+    /// When its process last started, for the time its load has left.
+    load_started: Option<Instant>,
 }
 
 impl Slot {
@@ -139,6 +158,9 @@ impl Slot {
             path,
             estimated_bytes,
             pinned,
+            fixed: pinned,
+            settings: ModelSettings::default(),
+            settings_error: None,
             phase: Phase::Available,
             in_flight: 0,
             last_used: None,
@@ -146,6 +168,7 @@ impl Slot {
             measured: None,
             removed: false,
             info: ReaderInfo::default(),
+            load_started: None,
         }
     }
 
@@ -154,6 +177,11 @@ impl Slot {
     /// its measured size and that estimate. A process grows as it reads (buffers, caches), so
     /// the budget keeps room for what it will hold, not only for what it held when last measured;
     /// a process that measures larger than its estimate counts as measured.
+    /// Idle time after which it unloads: its own TTL, else the server's.
+    fn ttl(&self, default: Duration) -> Duration {
+        self.settings.ttl.unwrap_or(default)
+    }
+
     fn held(&self, overhead: u64) -> u64 {
         let expected = self.estimated_bytes + overhead;
         match self.phase {
@@ -182,55 +210,11 @@ struct Inner {
     /// most seen so far, learnt from measured sizes, added to every estimate.
     overhead: u64,
     skipped: Vec<discovery::Skipped>,
+    /// How fast this server's loads have gone, for the time a load has left.
+    pace: LoadPace,
     last_scan: Option<Instant>,
     /// The last rescan a request for an unknown name made.
     last_miss_scan: Option<Instant>,
-}
-
-/// Why a read could not have its model.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum LeaseError {
-    #[error("unknown model {0:?}")]
-    NotFound(String),
-    #[error(
-        "model {model} needs {needed} bytes and can never fit the memory budget of {budget} bytes \
-         ({pinned} bytes of it held by pinned models)"
-    )]
-    NeverFits {
-        model: String,
-        needed: u64,
-        budget: u64,
-        pinned: u64,
-    },
-    #[error(
-        "model {model} needs {needed} bytes, and every model holding the rest of the memory \
-         budget is busy; retry shortly"
-    )]
-    NoRoom { model: String, needed: u64 },
-    #[error("model {model} is still loading ({percent:.0}%)")]
-    StillLoading { model: String, percent: f64 },
-    #[error("model {model} is being unloaded; it reloads once its reads have finished")]
-    Unloading { model: String },
-    #[error("model {model} failed to load: {why}")]
-    Failed { model: String, why: String },
-}
-
-impl LeaseError {
-    /// The read error a reader reports: a model that can never fit is the request's own
-    /// problem (a retry never helps); the rest are worth a retry.
-    pub fn into_read_error(self) -> ReadError {
-        let retry = match &self {
-            LeaseError::NotFound(_) | LeaseError::NeverFits { .. } => {
-                return ReadError::TooLarge {
-                    message: self.to_string(),
-                }
-            }
-            LeaseError::StillLoading { .. } => Duration::from_secs(5),
-            LeaseError::Failed { .. } => FAILED_LOAD_COOLDOWN,
-            LeaseError::NoRoom { .. } | LeaseError::Unloading { .. } => Duration::from_secs(2),
-        };
-        ReadError::unavailable(self.to_string(), retry)
-    }
 }
 
 /// Why `unload` did not unload.
@@ -255,41 +239,22 @@ pub enum Unloaded {
     Draining,
 }
 
-/// A read's hold on a loaded model: while any exists, the model is busy (never evicted, never
-/// unloaded by its TTL); dropping it records the use.
-pub struct Lease {
-    manager: Arc<ModelManager>,
-    name: String,
-    sidecar: Arc<Sidecar>,
-}
-
-impl Lease {
-    pub async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        self.sidecar.read(request).await
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.manager.release(&self.name);
-    }
-}
-
-/// What a step of [`ModelManager::lease`] found.
-enum Step {
-    Leased(Lease),
-    /// Wait for a change; on timeout, this is the answer.
-    Wait(LeaseError),
-}
-
 #[derive(Debug)]
 pub struct ModelManager {
+    /// Itself, for the loads a rescan starts (a model pinned by its settings file).
+    me: std::sync::Weak<ModelManager>,
     settings: ManagerSettings,
     inner: Mutex<Inner>,
     /// Woken on every change a waiting read may care about: a load done, a read done, an
     /// unload done.
     changed: Notify,
     counters: view::Counters,
+    /// Whether [`ModelManager::start`] ran: a model pinned after that loads at once.
+    started: std::sync::atomic::AtomicBool,
+    /// Held while a settings file is read, changed, written and applied (a PUT), or read and
+    /// applied (a rescan): two changes of one file never lose either, and a rescan never applies
+    /// a table a PUT has just replaced.
+    settings_file: Mutex<()>,
 }
 
 impl ModelManager {
@@ -300,11 +265,14 @@ impl ModelManager {
         for (name, path, estimated) in pinned {
             inner.models.insert(name, Slot::new(path, estimated, true));
         }
-        let manager = Arc::new(ModelManager {
+        let manager = Arc::new_cyclic(|me| ModelManager {
+            me: me.clone(),
             settings,
             inner: Mutex::new(inner),
             changed: Notify::new(),
             counters: view::Counters::default(),
+            started: Default::default(),
+            settings_file: Mutex::new(()),
         });
         manager.rescan(true);
         manager
@@ -322,6 +290,8 @@ impl ModelManager {
 
     /// Starts the pinned models' sidecars and the clock (TTLs, dead sidecars, rescans).
     pub fn start(self: &Arc<Self>) {
+        self.started
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let pinned: Vec<String> = {
             let inner = self.lock();
             inner
@@ -339,6 +309,7 @@ impl ModelManager {
                 let mut inner = self.lock();
                 if let Some(slot) = inner.models.get_mut(&name) {
                     slot.phase = Phase::Loaded { sidecar };
+                    slot.load_started = Some(Instant::now());
                 }
             }
         }
@@ -361,7 +332,8 @@ impl ModelManager {
             name: name.to_string(),
             model_path: slot.path.clone(),
             binary: self.settings.binary.clone(),
-            extra_args: self.settings.extra_args.clone(),
+            // The model's own `--dtype` and sidecar arguments, after the server's.
+            extra_args: slot.settings.sidecar_args(&self.settings.extra_args),
             read_timeout: self.settings.read_timeout,
         })
     }
@@ -419,8 +391,12 @@ impl ModelManager {
             }
             inner.last_scan = Some(Instant::now());
         }
-        // The scan reads directories and headers: outside the lock.
+        // The scan reads directories and headers, and the settings files: outside the lock. The
+        // files are read and applied under `settings_file`, as a PUT writes and applies them, so
+        // a rescan never applies a table a PUT has just replaced.
         let scan = discovery::scan(&self.settings.models_dirs);
+        let settings_file = self.settings_file.lock().unwrap_or_else(|e| e.into_inner());
+        let files = self.read_settings_files();
         let mut inner = self.lock();
         for skipped in &scan.skipped {
             if !inner.skipped.contains(skipped) {
@@ -435,7 +411,7 @@ impl ModelManager {
             }
             found.push(model.name.clone());
             match inner.models.get_mut(&model.name) {
-                Some(slot) if slot.pinned => {}
+                Some(slot) if slot.fixed => {}
                 Some(slot) => {
                     slot.removed = false;
                     if matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
@@ -453,7 +429,7 @@ impl ModelManager {
             }
         }
         inner.models.retain(|name, slot| {
-            if slot.pinned || found.contains(name) {
+            if slot.fixed || found.contains(name) {
                 return true;
             }
             if matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
@@ -464,151 +440,10 @@ impl ModelManager {
             slot.removed = true;
             true
         });
-    }
-
-    /// A hold on `name`, loading it first when it is not loaded (waiting at most the
-    /// configured wait for the load, or for room).
-    pub async fn lease(self: &Arc<Self>, name: &str) -> Result<Lease, LeaseError> {
-        let deadline = tokio::time::Instant::now() + self.settings.wait;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.step(name)? {
-                Step::Leased(lease) => return Ok(lease),
-                Step::Wait(on_timeout) => {
-                    if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return Err(on_timeout);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Refuses at once a model that can never fit (the API answers 507 before reading).
-    pub fn check_fits(&self, name: &str) -> Result<(), LeaseError> {
-        let inner = self.lock();
-        let slot = inner
-            .models
-            .get(name)
-            .ok_or_else(|| LeaseError::NotFound(name.into()))?;
-        if slot.pinned || !matches!(slot.phase, Phase::Available | Phase::Failed { .. }) {
-            return Ok(());
-        }
-        let needed = slot.estimated_bytes + inner.overhead;
-        let pinned = pinned_bytes(&inner);
-        if needed > self.settings.budget_bytes.saturating_sub(pinned) {
-            return Err(LeaseError::NeverFits {
-                model: name.into(),
-                needed,
-                budget: self.settings.budget_bytes,
-                pinned,
-            });
-        }
-        Ok(())
-    }
-
-    fn step(self: &Arc<Self>, name: &str) -> Result<Step, LeaseError> {
-        let mut inner = self.lock();
-        let overhead = inner.overhead;
-        let slot = inner
-            .models
-            .get_mut(name)
-            .ok_or_else(|| LeaseError::NotFound(name.into()))?;
-        match &slot.phase {
-            Phase::Loaded { sidecar } => {
-                slot.in_flight += 1;
-                slot.last_used = Some((Instant::now(), SystemTime::now()));
-                return Ok(Step::Leased(Lease {
-                    manager: self.clone(),
-                    name: name.into(),
-                    sidecar: sidecar.clone(),
-                }));
-            }
-            Phase::Loading { sidecar } => {
-                return Ok(Step::Wait(LeaseError::StillLoading {
-                    model: name.into(),
-                    percent: sidecar.as_ref().map_or(0.0, |s| progress(s) * 100.0),
-                }))
-            }
-            Phase::Unloading { .. } => {
-                return Ok(Step::Wait(LeaseError::Unloading { model: name.into() }))
-            }
-            Phase::Failed { why, retry_at } if Instant::now() < *retry_at => {
-                return Err(LeaseError::Failed {
-                    model: name.into(),
-                    why: why.clone(),
-                })
-            }
-            Phase::Available | Phase::Failed { .. } => {}
-        }
-        let needed = slot.estimated_bytes + overhead;
-        // What runs is measured now, not as of the last tick: a process that has just read may
-        // have grown since.
-        for s in inner.models.values_mut() {
-            if let Phase::Loaded { sidecar } | Phase::Unloading { sidecar, .. } = &s.phase {
-                if let Some(m) = sidecar.resident_bytes() {
-                    s.measured = Some(m);
-                }
-            }
-        }
-        let residents: Vec<eviction::Resident> = inner
-            .models
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .filter_map(|(n, s)| {
-                let bytes = s.held(overhead);
-                (bytes > 0).then(|| eviction::Resident {
-                    name: n.clone(),
-                    bytes,
-                    // A model never read since it loaded counts as used when it loaded.
-                    last_used: s.last_used.map_or_else(Instant::now, |(t, _)| t),
-                    pinned: s.pinned,
-                    busy: s.in_flight > 0 || !matches!(s.phase, Phase::Loaded { .. }),
-                })
-            })
-            .collect();
-        match eviction::choose(&residents, needed, self.settings.budget_bytes) {
-            eviction::Choice::Never {
-                needed,
-                budget,
-                pinned,
-            } => Err(LeaseError::NeverFits {
-                model: name.into(),
-                needed,
-                budget,
-                pinned,
-            }),
-            eviction::Choice::Busy { needed, .. } => Ok(Step::Wait(LeaseError::NoRoom {
-                model: name.into(),
-                needed,
-            })),
-            eviction::Choice::Evict(victims) => {
-                let mut stopping = Vec::new();
-                for victim in victims {
-                    if let Some(v) = inner.models.get_mut(&victim) {
-                        if let Phase::Loaded { sidecar } = &v.phase {
-                            let sidecar = sidecar.clone();
-                            tracing::info!(model = %victim, to_load = name, "evicting to make room");
-                            v.phase = Phase::Unloading {
-                                sidecar: sidecar.clone(),
-                                reason: Reason::Budget,
-                            };
-                            stopping.push((victim, sidecar));
-                        }
-                    }
-                }
-                if let Some(slot) = inner.models.get_mut(name) {
-                    slot.phase = Phase::Loading { sidecar: None };
-                }
-                drop(inner);
-                tokio::spawn(self.clone().load(name.to_string(), stopping));
-                Ok(Step::Wait(LeaseError::StillLoading {
-                    model: name.into(),
-                    percent: 0.0,
-                }))
-            }
-        }
+        let newly_pinned = self.apply_settings_files(&mut inner, &files);
+        drop(inner);
+        drop(settings_file);
+        self.load_pinned(newly_pinned);
     }
 
     /// A request's `x_keep_alive` for `name`, applied once its read is done: keep it loaded
@@ -627,11 +462,6 @@ impl ModelManager {
                 slot.expires = Some(Instant::now() + keep);
             }
         }
-    }
-
-    /// `POST /v1/models/NAME/load`: loads it (waiting as a read would) and holds nothing.
-    pub async fn load_now(self: &Arc<Self>, name: &str) -> Result<(), LeaseError> {
-        self.lease(name).await.map(drop)
     }
 
     /// `POST /v1/models/NAME/unload`.
@@ -720,68 +550,6 @@ impl ModelManager {
             Some(slot) => slot.info.clone(),
             None => ReaderInfo::default(),
         }
-    }
-
-    /// The reader for `name`: every read holds a lease (and loads the model first if needed).
-    pub fn reader(self: &Arc<Self>, name: &str) -> ManagedReader {
-        ManagedReader {
-            name: name.to_string(),
-            manager: self.clone(),
-        }
-    }
-}
-
-fn pinned_bytes(inner: &Inner) -> u64 {
-    inner
-        .models
-        .values()
-        .filter(|s| s.pinned)
-        .map(|s| s.held(inner.overhead))
-        .sum()
-}
-
-fn progress(sidecar: &Sidecar) -> f64 {
-    match sidecar.status() {
-        SidecarStatus::Loading { progress, .. } => progress.clamp(0.0, 1.0),
-        SidecarStatus::Ready => 1.0,
-        _ => 0.0,
-    }
-}
-
-/// A managed model as a [`Reader`]: each read leases the model (loading it first when needed)
-/// for as long as it runs.
-pub struct ManagedReader {
-    name: String,
-    manager: Arc<ModelManager>,
-}
-
-impl ManagedReader {
-    pub fn manager(&self) -> &Arc<ModelManager> {
-        &self.manager
-    }
-}
-
-#[async_trait::async_trait]
-impl Reader for ManagedReader {
-    fn model_name(&self) -> &str {
-        &self.name
-    }
-
-    async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        let lease = self
-            .manager
-            .lease(&self.name)
-            .await
-            .map_err(LeaseError::into_read_error)?;
-        lease.read(request).await
-    }
-
-    async fn ready(&self) -> bool {
-        self.manager.is_ready(&self.name)
-    }
-
-    fn info(&self) -> ReaderInfo {
-        self.manager.info(&self.name)
     }
 }
 

@@ -4,15 +4,16 @@
 
 use super::*;
 use crate::metrics::MetricsSource;
+use hunch_core::ReadError;
 
 /// A GGUF file of `bytes` bytes (the magic, then zeros): discovered and sized by its length.
-fn gguf(dir: &std::path::Path, name: &str, bytes: usize) {
+pub(super) fn gguf(dir: &std::path::Path, name: &str, bytes: usize) {
     let mut data = b"GGUF".to_vec();
     data.resize(bytes, 0);
     std::fs::write(dir.join(format!("{name}.gguf")), data).unwrap();
 }
 
-fn settings(dir: &std::path::Path, budget: u64) -> ManagerSettings {
+pub(super) fn settings(dir: &std::path::Path, budget: u64) -> ManagerSettings {
     ManagerSettings {
         budget_bytes: budget,
         models_dirs: vec![dir.to_path_buf()],
@@ -190,4 +191,51 @@ fn the_metrics_name_the_budget_and_every_eviction_reason() {
             "{reason}: {out}"
         );
     }
+}
+
+#[test]
+fn a_load_that_is_not_done_names_its_time_left_and_retry_after_follows_it() {
+    let loading = LeaseError::StillLoading {
+        model: "m".into(),
+        percent: 40.0,
+        seconds_left: Some(11.2),
+    };
+    assert_eq!(
+        loading.to_string(),
+        "model m is still loading (40%, about 12 s left)"
+    );
+    assert!(matches!(
+        loading.into_read_error(),
+        ReadError::Unavailable {
+            retry_after_seconds: 12,
+            ..
+        }
+    ));
+    // Unknown: no time named, a retry in 5 s.
+    let unknown = LeaseError::StillLoading {
+        model: "m".into(),
+        percent: 0.0,
+        seconds_left: None,
+    };
+    assert_eq!(unknown.to_string(), "model m is still loading (0%)");
+    assert!(matches!(
+        unknown.into_read_error(),
+        ReadError::Unavailable {
+            retry_after_seconds: 5,
+            ..
+        }
+    ));
+    // A long load is retried within a minute, whatever it has left.
+    let long = LeaseError::StillLoading {
+        model: "m".into(),
+        percent: 1.0,
+        seconds_left: Some(600.0),
+    };
+    assert!(matches!(
+        long.into_read_error(),
+        ReadError::Unavailable {
+            retry_after_seconds: 60,
+            ..
+        }
+    ));
 }

@@ -45,6 +45,8 @@ pub struct ModelView {
     pub state: ModelState,
     /// 0–1 while loading.
     pub progress: Option<f64>,
+    /// While loading: the seconds it has left (`models::load_eta`), when they can be told.
+    pub load_seconds_left: Option<f64>,
     /// Why it failed.
     pub error: Option<String>,
     /// The checkpoint's tensor bytes plus the runtime overhead learnt so far: what a load
@@ -58,6 +60,13 @@ pub struct ModelView {
     pub ttl_left_seconds: Option<f64>,
     /// RFC 3339, the end of its last read.
     pub last_used: Option<String>,
+    /// Left out of listings (its settings say `hidden`), still served by name.
+    pub hidden: bool,
+    /// Its settings from its models directory's `hunch-models.toml` (an object, unset keys left
+    /// out).
+    pub settings: serde_json::Value,
+    /// Why its table in that file was not applied (it keeps the settings it had).
+    pub settings_error: Option<String>,
 }
 
 /// Every model the manager knows, and the budget they share.
@@ -132,7 +141,7 @@ impl ModelManager {
                     Phase::Available => {}
                     Phase::Loading { sidecar } => {
                         state = ModelState::Loading;
-                        progress = Some(sidecar.as_deref().map_or(0.0, super::progress));
+                        progress = Some(sidecar.as_deref().map_or(0.0, super::lease::progress));
                     }
                     Phase::Loaded { sidecar } => match sidecar.status() {
                         SidecarStatus::Ready => state = ModelState::Loaded,
@@ -167,11 +176,17 @@ impl ModelManager {
                     }
                     _ => None,
                 };
+                let load_seconds_left = if state == ModelState::Loading {
+                    super::lease::loading(slot, &inner.pace).1
+                } else {
+                    None
+                };
                 ModelView {
                     name: name.clone(),
                     path: slot.path.clone(),
                     state,
                     progress,
+                    load_seconds_left,
                     error,
                     estimated_bytes: slot.estimated_bytes + overhead,
                     // Read now, not as of the last tick: a figure a client compares with
@@ -187,6 +202,9 @@ impl ModelManager {
                     last_used: slot
                         .last_used
                         .map(|(_, at)| hunch_core::date::rfc3339_ms(at)),
+                    hidden: slot.settings.hidden,
+                    settings: slot.settings.to_json(),
+                    settings_error: slot.settings_error.clone(),
                 }
             })
             .collect();

@@ -78,7 +78,8 @@ fn scan_root(root: &Path, out: &mut Scan) {
     };
     for path in entries {
         let name = file_name(&path);
-        if name.starts_with('.') {
+        // The per-model settings file is the directory's own, not a model to report.
+        if name.starts_with('.') || name == super::settings::FILE_NAME {
             continue;
         }
         let found = if path.is_dir() {
