@@ -110,7 +110,9 @@ def main():
                 start = time.perf_counter()
                 drop_after(llm, common)
                 llm.eval(tokens[common:])
-                logits = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float64)
+                # Without logits_all only the batch's last token has logits, and only in the
+                # context (llama-cpp-python no longer copies them into `scores`).
+                logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
                 seconds = time.perf_counter() - start
                 rows.append(
                     {
