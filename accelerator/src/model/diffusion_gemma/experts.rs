@@ -86,9 +86,9 @@ impl Experts {
     /// expert) pair, so a bfloat16 stack must be widened whole (every expert, used or not) for
     /// it, at every pass; one product per used expert over all its tokens widens each used
     /// expert once, in cache-sized slices (docs/checkpoint-layouts.md, "Experts grouped on the
-    /// CPU"). Float32 stacks keep the per-pair products: their rows are summed the same way
-    /// whatever else is in the pass on every BLAS, which grouped products are not on OpenBLAS
-    /// (the same docs say what that costs and why bf16 accepts it).
+    /// CPU"). Float32 stacks are grouped too, but in products of a fixed row count
+    /// ([`Experts::cpu_float32_stack`]): a product over all of an expert's tokens rounds a row
+    /// differently with its row count on OpenBLAS (the same docs say what that costs bf16).
     pub(crate) fn cpu_dense_matrices(&self) -> Result<Option<Vec<Array>>, ModelError> {
         let Experts::Dense { weight } = self else {
             return Ok(None);
@@ -110,6 +110,20 @@ impl Experts {
             .map(|m| Ok(m.reshape(&[out, inner])?))
             .collect::<Result<Vec<_>, ModelError>>()
             .map(Some)
+    }
+
+    /// For a dense float32 stack on MLX's CPU backend, the stack `[E, out, in]`, for products
+    /// grouped by expert in tiles of a fixed row count (`Moe::tiled_on_host`); `None` for
+    /// narrower and quantised stacks and on a GPU.
+    pub(crate) fn cpu_float32_stack(&self) -> Result<Option<&Array>, ModelError> {
+        match self {
+            Experts::Dense { weight }
+                if weight.dtype() == Dtype::Float32 && widened::cpu_backend()? =>
+            {
+                Ok(Some(weight))
+            }
+            _ => Ok(None),
+        }
     }
 
     fn gather(&self, x: &Array, idx: &Array, sorted: bool) -> Result<Array, ModelError> {

@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod config;
+mod dispatch;
 pub mod experts;
 pub mod forward_io;
 pub mod layer;

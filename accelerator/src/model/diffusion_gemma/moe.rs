@@ -2,12 +2,20 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use super::experts::Experts;
+use super::{dispatch::Dispatch, experts::Experts};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, widened, ModelError};
 
 /// (token, expert) pairs from which the expert dispatch is sorted by expert (mlx-lm's SwitchGLU
 /// uses the same figure).
 pub const SORT_THRESHOLD: i32 = 64;
+
+/// Rows of each expert product when float32 experts run grouped on the CPU
+/// ([`Moe::tiled_on_host`]): a pair's row is always computed in a product of this many rows.
+/// Measured on OpenBLAS 0.3.21 (Haswell kernels): a row's bits did not depend on its place or
+/// its neighbours in products of 4 or 8 rows for every shape tried (32 to 2816 inputs), but
+/// did in products of 16 rows with 128 inputs or fewer; 8 rows took the `small` preset's
+/// float32 prefill from ~530 to ~200 ms (docs/benchmarks.md, "The small preset's drift").
+pub const TILE_ROWS: usize = 8;
 
 /// Picks `top_k` experts per token and their weights.
 #[derive(Clone, Debug)]
@@ -105,8 +113,9 @@ impl Moe {
     /// each pair's product is the same computation either way, but a GPU then runs grouped
     /// GEMMs instead of one matrix-vector product per pair.
     ///
-    /// On MLX's CPU backend, dense bfloat16 experts are grouped on the host instead
-    /// ([`Moe::grouped_on_host`]): one product per chosen expert over all its tokens.
+    /// On MLX's CPU backend, dense experts are grouped on the host instead: bfloat16 ones in
+    /// one product per chosen expert over all its tokens ([`Moe::grouped_on_host`]), float32
+    /// ones in products of [`TILE_ROWS`] rows ([`Moe::tiled_on_host`]).
     ///
     /// `segments` are the row counts of the segments laid end to end in `h` (a prompt chunk, a
     /// read's canvases; `Attention::forward`), summing to N: grouped products never mix rows of
@@ -126,7 +135,19 @@ impl Moe {
             }
             _ => None,
         };
-        let y = if let Some(y) = grouped {
+        let tiled = match grouped {
+            Some(_) => None,
+            None => match (
+                self.gate_up.cpu_float32_stack()?,
+                self.down.cpu_float32_stack()?,
+            ) {
+                (Some(gate_up), Some(down)) => {
+                    Some(self.tiled_on_host(e_in, &idx, segments, gate_up, down, TILE_ROWS)?)
+                }
+                _ => None,
+            },
+        };
+        let y = if let Some(y) = grouped.or(tiled) {
             y
         } else if n * k >= SORT_THRESHOLD {
             let flat = idx.flatten(None, None)?;
@@ -215,6 +236,72 @@ impl Moe {
         Ok(grouped.take_axis(Array::from_slice(&dispatch.back, &[pairs]), 0)?)
     }
 
+    /// The experts' outputs `[N·k, hidden]` in (token, slot) order for float32 stacks on MLX's
+    /// CPU backend: the router's choice is read on the host, the pairs grouped by segment and
+    /// expert ([`Dispatch`]) and laid out in tiles of `tile_rows` rows, a run's last tile
+    /// padded with a zero row; one `gather_mm` then runs one product of `tile_rows` rows per
+    /// tile, with the tile's expert.
+    ///
+    /// Why tiles of a fixed size: MLX's CPU `gather_mm` otherwise runs one single-row product
+    /// per pair (OpenBLAS's small-matrix kernel took the largest share of a float32 pass on the
+    /// `small` preset), but a product over all the pairs that chose an expert would make a
+    /// pair's bits depend on how many others chose it, because OpenBLAS rounds a row of a
+    /// product differently with the product's row count (`grouped_on_host`). With every
+    /// product `tile_rows` rows, a row's sum is the same whatever shares its tile, and where in
+    /// the tile it lands (`tests::a_pair_gets_the_same_bits_whatever_shares_its_tiles`
+    /// checks both on OpenBLAS).
+    fn tiled_on_host(
+        &self,
+        e_in: &Array,
+        idx: &Array,
+        segments: &[i32],
+        gate_up: &Array,
+        down: &Array,
+        tile_rows: usize,
+    ) -> Result<Array, ModelError> {
+        let dtype = e_in.dtype();
+        let (n, hidden) = (e_in.dim(0), e_in.dim(1));
+        let k = idx.dim(1);
+        let chosen = idx.contiguous()?;
+        let chosen = chosen
+            .try_as_slice::<u32>()
+            .map_err(|e| ModelError::RouterChoice(e.to_string()))?;
+        let experts = gate_up.dim(0).min(down.dim(0)).max(0) as usize;
+        let dispatch = Dispatch::new(chosen, k as usize, experts, segments)?;
+        let tiles = dispatch.tiles(tile_rows, n as u32);
+        let pairs = dispatch.tokens.len() as i32;
+        let count = tiles.experts.len() as i32;
+        if count == 0 {
+            return Ok(ops::zeros_dtype(&[0, hidden], dtype)?);
+        }
+        let rows = tile_rows as i32;
+        // Row `n` is the zero row the padding points at.
+        let padded = ops::concatenate(
+            &[
+                e_in.as_dtype(Dtype::Float32)?,
+                ops::zeros::<f32>(&[1, hidden])?,
+            ],
+            0,
+        )?;
+        let x = padded
+            .take_axis(Array::from_slice(&tiles.rows, &[count * rows]), 0)?
+            .reshape(&[count, rows, hidden])?;
+        let which = Array::from_slice(&tiles.experts, &[count]);
+        widened::note_native(&[gate_up]);
+        widened::note_native(&[down]);
+        let act = self.activation(&ops::gather_mm(
+            &x,
+            &gate_up.swap_axes(-1, -2)?,
+            None,
+            &which,
+            false,
+        )?)?;
+        let y = ops::gather_mm(&act, &down.swap_axes(-1, -2)?, None, &which, false)?
+            .reshape(&[count * rows, hidden])?;
+        Ok(y.take_axis(Array::from_slice(&tiles.back, &[pairs]), 0)?
+            .as_dtype(dtype)?)
+    }
+
     /// GeGLU of the fused gate+up output (`[…, 2I]` → `[…, I]`).
     fn activation(&self, gate_up: &Array) -> Result<Array, ModelError> {
         let mut parts = gate_up.split_at_indices(&[self.moe_intermediate_size], -1)?;
@@ -224,123 +311,23 @@ impl Moe {
     }
 }
 
-/// The (token, expert) pairs of one MoE layer grouped by segment and expert, worked out on the
-/// host from the router's choice.
-#[derive(Debug, PartialEq, Eq)]
-struct Dispatch {
-    /// Each pair's token row, pairs in grouped order (by segment, expert, then token and slot).
-    tokens: Vec<u32>,
-    /// For each pair in (token, slot) order, its place in grouped order.
-    back: Vec<u32>,
-    /// Each segment's chosen experts and how many pairs each has, segment by segment, experts
-    /// ascending within a segment.
-    runs: Vec<(u32, i32)>,
-}
-
-impl Dispatch {
-    /// From the expert ids in (token, slot) order, `k` per token, `experts` in the stack, and
-    /// the row counts of the segments laid end to end (summing to the tokens).
-    fn new(chosen: &[u32], k: usize, experts: usize, segments: &[i32]) -> Result<Self, ModelError> {
-        let k = k.max(1);
-        let rows: usize = segments.iter().map(|&r| r.max(0) as usize).sum();
-        if rows * k != chosen.len() {
-            return Err(ModelError::Shape(
-                "the segments' rows do not match the router's choice",
-            ));
-        }
-        let mut tokens = vec![0u32; chosen.len()];
-        let mut back = vec![0u32; chosen.len()];
-        let mut runs = Vec::new();
-        let mut first_pair = 0usize;
-        for &segment_rows in segments {
-            let pairs = first_pair..first_pair + segment_rows.max(0) as usize * k;
-            let mut counts = vec![0usize; experts];
-            for &e in &chosen[pairs.clone()] {
-                *counts.get_mut(e as usize).ok_or(ModelError::Shape(
-                    "the router chose an expert outside the stack",
-                ))? += 1;
-            }
-            // Each expert's first place in grouped order.
-            let mut next = Vec::with_capacity(experts);
-            let mut place = first_pair;
-            for &c in &counts {
-                next.push(place);
-                place += c;
-            }
-            for pair in pairs.clone() {
-                let e = chosen[pair] as usize;
-                tokens[next[e]] = (pair / k) as u32;
-                back[pair] = next[e] as u32;
-                next[e] += 1;
-            }
-            runs.extend(
-                counts
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &c)| c > 0)
-                    .map(|(e, &c)| (e as u32, c as i32)),
-            );
-            first_pair = pairs.end;
-        }
-        Ok(Self { tokens, back, runs })
-    }
-
-    /// Where the grouped pairs split into runs (every run's start but the first).
-    fn run_bounds(&self) -> Vec<i32> {
-        self.runs
-            .iter()
-            .scan(0, |end, &(_, c)| {
-                *end += c;
-                Some(*end)
-            })
-            .take(self.runs.len().saturating_sub(1))
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use mlx_rs::{ops, random, Array, Dtype};
 
     use super::*;
 
-    #[test]
-    fn dispatch_groups_pairs_by_expert_and_puts_them_back() -> Result<(), ModelError> {
-        // 3 tokens, 2 slots each, 4 experts (expert 2 unused).
-        let chosen = [3u32, 0, 0, 1, 3, 1];
-        let d = Dispatch::new(&chosen, 2, 4, &[3])?;
-        // Grouped: expert 0 (pairs 1, 2), 1 (pairs 3, 5), 3 (pairs 0, 4).
-        assert_eq!(d.runs, vec![(0, 2), (1, 2), (3, 2)]);
-        assert_eq!(d.tokens, vec![0, 1, 1, 2, 0, 2]);
-        assert_eq!(d.back, vec![4, 0, 1, 2, 5, 3]);
-        assert_eq!(d.run_bounds(), vec![2, 4]);
-        // Every pair's place holds its own token.
-        for (pair, &place) in d.back.iter().enumerate() {
-            assert_eq!(d.tokens[place as usize] as usize, pair / 2);
-        }
-        assert!(
-            Dispatch::new(&[4], 1, 4, &[1]).is_err(),
-            "expert outside the stack"
-        );
-        assert!(
-            Dispatch::new(&[1, 2], 1, 4, &[1]).is_err(),
-            "rows do not match"
-        );
-        let one = Dispatch::new(&[2, 2], 1, 4, &[2])?;
-        assert_eq!((one.run_bounds(), one.runs), (vec![], vec![(2, 2)]));
-        // Two segments (tokens 0-1, token 2): each grouped on its own, expert 3 twice.
-        let two = Dispatch::new(&chosen, 2, 4, &[2, 1])?;
-        assert_eq!(two.runs, vec![(0, 2), (1, 1), (3, 1), (1, 1), (3, 1)]);
-        assert_eq!(two.tokens, vec![0, 1, 1, 0, 2, 2]);
-        assert_eq!(two.back, vec![3, 0, 1, 2, 5, 4]);
-        for (pair, &place) in two.back.iter().enumerate() {
-            assert_eq!(two.tokens[place as usize] as usize, pair / 2);
-        }
-        Ok(())
+    fn moe(dtype: Dtype) -> Result<Moe, ModelError> {
+        moe_of(dtype, 6, 32, 16, 2)
     }
 
-    fn moe(dtype: Dtype) -> Result<Moe, ModelError> {
-        let (experts, hidden, inner, k) = (6, 32, 16, 2);
+    fn moe_of(
+        dtype: Dtype,
+        experts: i32,
+        hidden: i32,
+        inner: i32,
+        k: i32,
+    ) -> Result<Moe, ModelError> {
         let normal = |shape: &[i32], seed: u64| -> Result<Array, ModelError> {
             Ok(random::normal::<f32>(shape, None, 0.1, &random::key(seed)?)?.as_dtype(dtype)?)
         };
@@ -363,13 +350,14 @@ mod tests {
     /// Grouped on the host, bfloat16 experts give the outputs of the per-pair `gather_mm` path
     /// (which widens the whole stack) to about one bfloat16 rounding: the float32 sums may
     /// round differently with the number of rows of a product on some BLAS, and a different
-    /// float32 sum can round to the neighbouring bfloat16.
+    /// float32 sum can round to the neighbouring bfloat16. Float32 experts, in tiles, give
+    /// them to a few float32 roundings.
     #[test]
     fn experts_grouped_on_the_host_match_the_per_pair_products() -> Result<(), ModelError> {
         if !widened::cpu_backend()? {
             return Ok(());
         }
-        for (dtype, tolerance) in [(Dtype::Bfloat16, 1.0 / 64.0)] {
+        for (dtype, tolerance) in [(Dtype::Bfloat16, 1.0 / 64.0), (Dtype::Float32, 1e-5)] {
             let m = moe(dtype)?;
             for segments in [&[1][..], &[5], &[25, 15]] {
                 let tokens: i32 = segments.iter().sum();
@@ -422,6 +410,101 @@ mod tests {
                 "{dtype:?}: a segment's MoE outputs changed when sharing a pass"
             );
         }
+        Ok(())
+    }
+
+    /// Float32 experts on the CPU run in tiles of a fixed row count (`Moe::tiled_on_host`): a
+    /// pair's expert output is the same bits whatever else is in its segment — other tokens, how
+    /// many of them chose its experts (copies of it fill its experts' tiles and spill into
+    /// more), where it lands in a tile — on OpenBLAS, whose rounding of a row depends on the
+    /// product's shape, when it can be loaded (else on the BLAS there is, saying so). The
+    /// routing is fixed here: the router's own product is a dense product over the segment's
+    /// rows, which on OpenBLAS depends on the segment's shape like every other dense product
+    /// (docs/batching.md), so a whole layer's bits are a property of the segment, not the pair.
+    #[test]
+    fn a_pair_gets_the_same_bits_whatever_shares_its_tiles() -> Result<(), ModelError> {
+        use crate::blas::{self, ActiveBlas, BlasChoice};
+        if !widened::cpu_backend()? {
+            return Ok(());
+        }
+        // An explicit HUNCH_BLAS=reference is kept; otherwise this process's BLAS is OpenBLAS
+        // (what `auto` picks anyway where it is installed).
+        let active = match blas::choice_from_env() {
+            Ok(BlasChoice::Reference) => blas::active(),
+            _ => blas::select(BlasChoice::OpenBlas).unwrap_or_else(|e| {
+                eprintln!("OpenBLAS not used ({e})");
+                blas::active()
+            }),
+        };
+        if active != ActiveBlas::OpenBlas {
+            eprintln!(
+                "this check runs on the {active} BLAS, not OpenBLAS: it shows the tiles keep \
+                 rows apart, not that OpenBLAS's shape-dependent rounding is avoided"
+            );
+        }
+        // Products of 128 inputs and 128 or 64 outputs: OpenBLAS rounds such rows differently
+        // with the row count (docs/checkpoint-layouts.md). 4 experts, 2 per token.
+        let (experts, hidden, k) = (4u32, 128, 2);
+        let m = moe_of(Dtype::Float32, experts as i32, hidden, 64, k)?;
+        let (Some(gate_up), Some(down)) =
+            (m.gate_up.cpu_float32_stack()?, m.down.cpu_float32_stack()?)
+        else {
+            return Err(ModelError::Shape("float32 test experts not tiled"));
+        };
+        let token = random::normal::<f32>(&[1, hidden][..], None, None, &random::key(21)?)?;
+        let others = random::normal::<f32>(&[40, hidden][..], None, None, &random::key(22)?)?;
+        // The token chooses experts 1 and 3; the others a fixed pseudo-random pair each.
+        let other_choice = |i: usize| [(i * 7 % 4) as u32, ((i * 7 + 1 + i % 3) % 4) as u32];
+        // The token's two expert outputs, with `before` other tokens ahead of it, `copies` of it
+        // right after it and `after` other tokens after those.
+        let outputs_of =
+            |before: usize, copies: usize, after: usize| -> Result<Array, ModelError> {
+                let mut rows = Vec::new();
+                let mut choice = Vec::new();
+                if before > 0 {
+                    rows.push(others.split_at_indices(&[before as i32], 0)?.swap_remove(0));
+                }
+                choice.extend((0..before).flat_map(other_choice));
+                rows.extend(std::iter::repeat_n(token.clone(), 1 + copies));
+                choice.extend(std::iter::repeat_n([1, 3], 1 + copies).flatten());
+                if after > 0 {
+                    let start = (40 - after) as i32;
+                    rows.push(others.split_at_indices(&[start], 0)?.swap_remove(1));
+                }
+                choice.extend((40 - after..40).flat_map(other_choice));
+                let h = ops::concatenate(&rows, 0)?;
+                let n = h.dim(0);
+                let idx = Array::from_slice(&choice, &[n, k]);
+                let y = m.tiled_on_host(&h, &idx, &[n], gate_up, down, TILE_ROWS)?;
+                let at = Array::from_slice(&[before as i32 * k, before as i32 * k + 1], &[2]);
+                Ok(y.take_axis(&at, 0)?)
+            };
+        let alone = outputs_of(0, 0, 0)?;
+        let mut checked = 0;
+        for (before, after) in [(0, 40), (40, 0), (13, 27), (3, 0), (7, 5), (31, 9)] {
+            for copies in [0, 1, 2 * TILE_ROWS + 3] {
+                let got = outputs_of(before, copies, after)?;
+                let same = ops::array_eq(&got, &alone, None)?.item_exact::<bool>();
+                assert!(
+                    same,
+                    "{active} BLAS: a pair's expert output moved with {before} tokens before \
+                     it, {copies} copies of it and {after} tokens after"
+                );
+                checked += 1;
+            }
+        }
+        // Whether this BLAS would have moved the bits of a product over all the rows (what
+        // the tiles avoid): shown, not asserted, since it depends on the BLAS and the CPU.
+        let w = random::normal::<f32>(&[64, hidden][..], None, 0.1, &random::key(23)?)?;
+        let many = ops::concatenate(&[others.clone(), token.clone()], 0)?;
+        let one = ops::matmul(&token, w.t())?.reshape(&[64])?;
+        let last = ops::matmul(&many, w.t())?.take_axis(Array::from_int(40), 0)?;
+        let moved = !ops::array_eq(&one, &last, None)?.item_exact::<bool>();
+        eprintln!(
+            "{active} BLAS: {checked} segments gave the pair the same bits; a row alone and \
+             the last row of a 41-row product {}",
+            if moved { "differ" } else { "agree" }
+        );
         Ok(())
     }
 }
