@@ -41,7 +41,7 @@ def wait_ready(url: str, proc: subprocess.Popen, log: str, deadline_s: float = 3
         if proc.poll() is not None:
             sys.exit(f"hunch serve exited ({proc.returncode}); its log:\n{open(log).read()}")
         try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+            with urllib.request.urlopen(url + "/readyz", timeout=5) as r:
                 if r.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
