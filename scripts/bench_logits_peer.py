@@ -45,16 +45,13 @@ def common_prefix(previous, tokens):
     return min(common, len(tokens) - 1)
 
 
-def run_mlx_lm(plan, model, rounds):
-    import mlx.core as mx
-    from mlx_lm import load
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
-
-    lm, _ = load(model)
-    out = {"rounds": [], "runtime": "mlx-lm", "version": mx.__version__}
+def measure(plan, rounds, reset, evaluate):
+    """Every round: `reset()` empties the runtime's cache, then each sequence is timed through
+    `evaluate(tokens, common)`, which keeps the first `common` tokens' K/V, evaluates the rest and
+    returns the last position's logits (an indexable of floats)."""
+    out = []
     for _ in range(rounds):
-        cache = make_prompt_cache(lm)
-        cached = 0
+        reset()
         previous = []
         rows = []
         for request in plan["requests"]:
@@ -62,29 +59,43 @@ def run_mlx_lm(plan, model, rounds):
                 tokens = seq["tokens"]
                 common = common_prefix(previous, tokens)
                 start = time.perf_counter()
-                trim_prompt_cache(cache, cached - common)
-                rest = tokens[common:]
-                for at in range(0, len(rest) - 1, 2048):
-                    lm(mx.array(rest[at:min(at + 2048, len(rest) - 1)])[None], cache=cache)
-                    mx.eval([c.state for c in cache])
-                logits = lm(mx.array(rest[-1:])[None], cache=cache)[0, -1].astype(mx.float32)
-                mx.eval(logits)
+                logits = evaluate(tokens, common)
                 seconds = time.perf_counter() - start
-                cached = len(tokens)
-                values = np.array(logits)
-                rows.append({"seconds": seconds, "evaluated": len(rest),
-                             "label_logits": [float(values[i]) for i in seq["labels"]]})
+                rows.append({"seconds": seconds, "evaluated": len(tokens) - common,
+                             "label_logits": [float(logits[i]) for i in seq["labels"]]})
                 previous = tokens
-        out["rounds"].append(rows)
+        out.append(rows)
     return out
 
 
-def main():
-    sequences_path, model, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    plan = json.load(open(sequences_path))
-    if not model.endswith(".gguf"):
-        print(json.dumps(run_mlx_lm(plan, model, rounds)))
-        return
+def mlx_lm_runtime(model):
+    import mlx.core as mx
+    from mlx_lm import load
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    lm, _ = load(model)
+    state = {"cache": None, "cached": 0}
+
+    def reset():
+        state["cache"] = make_prompt_cache(lm)
+        state["cached"] = 0
+
+    def evaluate(tokens, common):
+        cache = state["cache"]
+        trim_prompt_cache(cache, state["cached"] - common)
+        rest = tokens[common:]
+        for at in range(0, len(rest) - 1, 2048):
+            lm(mx.array(rest[at:min(at + 2048, len(rest) - 1)])[None], cache=cache)
+            mx.eval([c.state for c in cache])
+        logits = lm(mx.array(rest[-1:])[None], cache=cache)[0, -1].astype(mx.float32)
+        mx.eval(logits)
+        state["cached"] = len(tokens)
+        return np.array(logits)
+
+    return "mlx-lm", mx.__version__, reset, evaluate
+
+
+def llama_cpp_runtime(plan, model, threads):
     from llama_cpp import Llama
 
     longest = max(len(s["tokens"]) for r in plan["requests"] for s in r)
@@ -97,33 +108,27 @@ def main():
         logits_all=False,
         verbose=False,
     )
-    out = {"rounds": [], "runtime": "llama.cpp",
-           "version": getattr(sys.modules["llama_cpp"], "__version__", "?")}
-    for _ in range(rounds):
-        drop_after(llm, 0)
-        previous = []
-        rows = []
-        for request in plan["requests"]:
-            for seq in request:
-                tokens = seq["tokens"]
-                common = common_prefix(previous, tokens)
-                start = time.perf_counter()
-                drop_after(llm, common)
-                llm.eval(tokens[common:])
-                # Without logits_all only the batch's last token has logits, and only in the
-                # context (llama-cpp-python no longer copies them into `scores`).
-                logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
-                seconds = time.perf_counter() - start
-                rows.append(
-                    {
-                        "seconds": seconds,
-                        "evaluated": len(tokens) - common,
-                        "label_logits": [float(logits[i]) for i in seq["labels"]],
-                    }
-                )
-                previous = tokens
-        out["rounds"].append(rows)
-    print(json.dumps(out))
+
+    def evaluate(tokens, common):
+        drop_after(llm, common)
+        llm.eval(tokens[common:])
+        # Without logits_all only the batch's last token has logits, and only in the context
+        # (llama-cpp-python no longer copies them into `scores`).
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
+    version = getattr(sys.modules["llama_cpp"], "__version__", "?")
+    return "llama.cpp", version, lambda: drop_after(llm, 0), evaluate
+
+
+def main():
+    sequences_path, model, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    plan = json.load(open(sequences_path))
+    if model.endswith(".gguf"):
+        runtime, version, reset, evaluate = llama_cpp_runtime(plan, model, threads)
+    else:
+        runtime, version, reset, evaluate = mlx_lm_runtime(model)
+    rounds_out = measure(plan, rounds, reset, evaluate)
+    print(json.dumps({"rounds": rounds_out, "runtime": runtime, "version": version}))
 
 
 if __name__ == "__main__":
