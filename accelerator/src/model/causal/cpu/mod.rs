@@ -7,7 +7,8 @@
 //! This path runs the same chunk in Rust: the products through the same BLAS (`blas::sgemm`),
 //! the rest in vectorised kernels, over buffers reused by every layer.
 //!
-//! - [`kernels`]: exp, softmax, RMSNorm, SwiGLU/GeGLU, RoPE rotation, adds (AVX2+FMA or portable);
+//! - [`kernels`] (the `hunch-kernels` crate, optimised in dev builds too): exp, softmax,
+//!   RMSNorm, SwiGLU/GeGLU, RoPE rotation, adds (AVX2+FMA or portable);
 //! - `rope`: the cos/sin tables of a chunk's positions and their application head by head;
 //! - `attention`: grouped-query attention of a chunk over the earlier chunks' K/V;
 //! - `forward`: the chunk through every layer, K/V and the last hidden state out as MLX arrays.
@@ -16,7 +17,7 @@
 //! array (what `--affine-weights auto` makes of a small model on the CPU); it borrows their
 //! values and copies nothing. Quantised or narrow weights keep the MLX path.
 
-pub mod kernels;
+pub use hunch_kernels as kernels;
 
 mod attention;
 mod forward;

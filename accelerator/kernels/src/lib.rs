@@ -1,5 +1,6 @@
-//! The elementwise and per-row kernels of the native CPU forward: exp, the masked softmax of an
-//! attention row, RMSNorm, SwiGLU and GeGLU, RoPE's rotation of one head, residual adds.
+//! The elementwise and per-row kernels of the accelerator's native CPU forward for chat models
+//! (`hunch-accelerator`'s `model::causal::cpu`): exp, the masked softmax of an attention row,
+//! RMSNorm, SwiGLU and GeGLU, RoPE's rotation of one head, residual adds.
 //!
 //! Why here and not in MLX: MLX's x86 wheel runs these one scalar at a time (its `simd::exp`
 //! is instantiated at width 1 and every fused multiply-add is a libm call), which took ~38% of a
@@ -285,7 +286,7 @@ dispatch!(
 
 fn gelu_tanh_mul_body<F: MulAdd>(gate: &mut [f32], up: &[f32]) {
     const CUBIC: f32 = 0.044_715;
-    // √(2/π), rounded from f64 as `model::fused` rounds it.
+    // √(2/π), rounded from f64 as the accelerator's `model::fused` rounds it.
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
