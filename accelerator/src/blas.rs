@@ -111,6 +111,10 @@ pub enum BlasError {
         active: ActiveBlas,
         wanted: BlasChoice,
     },
+    #[error("no cblas_sgemm is reachable from this process (BLAS calls are not routed here)")]
+    NoSgemm,
+    #[error("sgemm: {0}")]
+    Gemm(&'static str),
 }
 
 /// The choice named by `HUNCH_BLAS` (unset: [`BlasChoice::Auto`]).
@@ -188,6 +192,77 @@ pub fn active() -> ActiveBlas {
     })
 }
 
+/// Whether [`sgemm`] can run in this process (the chosen BLAS has a `cblas_sgemm`).
+pub fn sgemm_available() -> bool {
+    routing::sgemm_function().is_some()
+}
+
+/// `c = alpha · a · op(b) + beta · c` in float32, row-major, through the BLAS this process chose
+/// (the one MLX's own products use, so both paths run the same kernels and threads). `a` is
+/// `[m, k]` with row stride `lda`; `b` is `[n, k]` (`trans_b`: the product is `a · bᵀ`, the
+/// layout of a `[out, in]` weight) or `[k, n]`, with row stride `ldb`; `c` is `[m, n]` with row
+/// stride `ldc`. Every extent is checked against the slices before the call, so a wrong shape
+/// is an error, never a read or write out of bounds.
+pub fn sgemm(
+    trans_b: bool,
+    (m, n, k): (usize, usize, usize),
+    alpha: f32,
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[f32], usize),
+    beta: f32,
+    (c, ldc): (&mut [f32], usize),
+) -> Result<(), BlasError> {
+    // Whether a `rows × cols` matrix with row stride `ld` fits in `len` values (CBLAS also
+    // wants `ld ≥ max(1, cols)`).
+    fn fits(len: usize, rows: usize, cols: usize, ld: usize) -> bool {
+        ld >= cols.max(1)
+            && (rows - 1)
+                .checked_mul(ld)
+                .and_then(|x| x.checked_add(cols))
+                .is_some_and(|end| end <= len)
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let (b_rows, b_cols) = if trans_b { (n, k) } else { (k, n) };
+    if !fits(a.len(), m, k, lda) {
+        return Err(BlasError::Gemm("a is shorter than its shape and stride"));
+    }
+    if b_rows > 0 && !fits(b.len(), b_rows, b_cols, ldb) {
+        return Err(BlasError::Gemm("b is shorter than its shape and stride"));
+    }
+    if !fits(c.len(), m, n, ldc) {
+        return Err(BlasError::Gemm("c is shorter than its shape and stride"));
+    }
+    let int = |v: usize| i32::try_from(v).map_err(|_| BlasError::Gemm("a dimension exceeds i32"));
+    let (mi, ni, ki) = (int(m)?, int(n)?, int(k)?);
+    let (lda, ldb, ldc) = (int(lda)?, int(ldb)?, int(ldc)?);
+    let f = routing::sgemm_function().ok_or(BlasError::NoSgemm)?;
+    // CBLAS enums: 101 row-major, 111 no transpose, 112 transpose.
+    let trans_b = if trans_b { 112 } else { 111 };
+    // SAFETY: the extents of a, b and c were checked against their slices above, `c` is
+    // borrowed mutably (so it aliases neither input), and the function is a CBLAS `sgemm`.
+    unsafe {
+        f(
+            101,
+            111,
+            trans_b,
+            mi,
+            ni,
+            ki,
+            alpha,
+            a.as_ptr(),
+            lda,
+            b.as_ptr(),
+            ldb,
+            beta,
+            c.as_mut_ptr(),
+            ldc,
+        );
+    }
+    Ok(())
+}
+
 #[cfg(target_os = "linux")]
 mod routing {
     //! The exported `cblas_*` entry points and their targets.
@@ -200,7 +275,7 @@ mod routing {
     /// three differ only in the scalar and pointer types.
     macro_rules! gemm {
         ($name:ident, $field:ident, $alias:ident, $scalar:ty, $input:ty, $output:ty) => {
-            type $alias = unsafe extern "C" fn(
+            pub(super) type $alias = unsafe extern "C" fn(
                 c_int,
                 c_int,
                 c_int,
@@ -273,6 +348,11 @@ mod routing {
         c"/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
         c"/usr/lib64/libopenblas.so.0",
     ];
+
+    /// The chosen BLAS's `cblas_sgemm`, choosing the BLAS now if nothing did yet.
+    pub(super) fn sgemm_function() -> Option<Sgemm> {
+        table().sgemm
+    }
 
     fn table() -> &'static Table {
         match TABLE.get() {
@@ -380,6 +460,29 @@ mod routing {
             BlasChoice::OpenBlas => Err(BlasError::NotRouted),
             _ => Ok(ActiveBlas::Reference),
         }
+    }
+
+    /// A CBLAS `sgemm`'s signature.
+    pub(super) type Sgemm = unsafe extern "C" fn(
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        i32,
+        f32,
+        *const f32,
+        i32,
+        *const f32,
+        i32,
+        f32,
+        *mut f32,
+        i32,
+    );
+
+    /// No routed BLAS here: the native kernels are not offered (MLX serves every product).
+    pub(super) fn sgemm_function() -> Option<Sgemm> {
+        None
     }
 }
 

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use hunch_accelerator::blas::{select as select_blas, BlasChoice};
 use hunch_accelerator::checkpoint::causal::AffineWeights;
 use hunch_accelerator::engine::{load_engine, CausalEngineOptions, EngineOptions};
+use hunch_accelerator::model::causal::CausalKernels;
 use hunch_accelerator::model::ActivationDtype;
 use hunch_accelerator::read::diffusion::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
@@ -110,6 +111,12 @@ struct ServeArgs {
     /// always widens.
     #[arg(long, env = "HUNCH_AFFINE_WEIGHTS", default_value = "auto", value_parser = parse_affine)]
     affine_weights: AffineWeights,
+    /// What runs chat models' prompt chunks: `auto` runs them on the native CPU kernels
+    /// (vectorised Rust, products in the BLAS) when MLX's device is the CPU and every weight is
+    /// dense float32 (what `--affine-weights auto` makes of a small model), else on MLX; `mlx`
+    /// always MLX; `native` the native kernels, or a failed load that says why not.
+    #[arg(long, env = "HUNCH_CAUSAL_KERNELS", default_value = "auto")]
+    causal_kernels: CausalKernels,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -264,6 +271,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             prefix_cache_bytes: args.prefix_cache_mb << 20,
             max_requests: args.batch_requests,
             affine: args.affine_weights,
+            kernels: args.causal_kernels,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

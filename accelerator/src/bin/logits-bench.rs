@@ -10,7 +10,8 @@
 //! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
-//!                  [--chunk 32] [--peer-python PY] [--threads N] [--dump-requests FILE]
+//!                  [--chunk 32] [--kernels auto|mlx|native] [--peer-python PY] [--threads N]
+//!                  [--dump-requests FILE]
 //!
 //! `--dump-requests FILE` also writes the requests as `POST /v1/systemone` bodies (one JSON per
 //! line, model `bench`), for `scripts/bench_logits_http.py`, which reads them through a running
@@ -20,6 +21,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
+use hunch_accelerator::model::causal::CausalKernels;
 use hunch_core::{ChoiceOption, Question, QuestionKind, QuestionMode, ReadOptions, ReadRequest};
 
 struct Args {
@@ -28,6 +30,7 @@ struct Args {
     rounds: usize,
     mode: QuestionMode,
     chunk: usize,
+    kernels: CausalKernels,
     peer_python: Option<String>,
     threads: usize,
     dump_requests: Option<PathBuf>,
@@ -40,6 +43,7 @@ fn parse() -> Result<Args, String> {
         rounds: 3,
         mode: QuestionMode::Isolated,
         chunk: hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK,
+        kernels: CausalKernels::Auto,
         peer_python: None,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         dump_requests: None,
@@ -52,6 +56,7 @@ fn parse() -> Result<Args, String> {
             "--requests" => args.requests = value()?.parse().map_err(|e| format!("{e}"))?,
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("{e}"))?,
             "--chunk" => args.chunk = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--kernels" => args.kernels = value()?.parse().map_err(|e| format!("{e}"))?,
             "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
             "--peer-python" => args.peer_python = Some(value()?),
             "--dump-requests" => args.dump_requests = Some(PathBuf::from(value()?)),
@@ -205,9 +210,11 @@ fn run() -> Result<(), String> {
     let load_started = Instant::now();
     let options = CausalEngineOptions {
         prefill_chunk: args.chunk,
+        kernels: args.kernels,
         ..CausalEngineOptions::default()
     };
     let mut engine = CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?;
+    let kernels = engine.model().kernels_name();
     let load_seconds = load_started.elapsed().as_secs_f64();
     eprintln!("loaded in {load_seconds:.2} s");
     let requests: Vec<ReadRequest> = (0..args.requests).map(|n| request(n, args.mode)).collect();
@@ -274,8 +281,8 @@ fn run() -> Result<(), String> {
     println!("machine: {}", machine());
     println!(
         "read: {} requests x 3 questions ({:?}), {prompt_tokens} prompt tokens, chunk {}, \
-         load {load_seconds:.2} s",
-        args.requests, args.mode, args.chunk
+         kernels {kernels} (--kernels {}), load {load_seconds:.2} s",
+        args.requests, args.mode, args.chunk, args.kernels
     );
     println!(
         "hunch      : {:.1} ms/question (p50 of {} rounds, {}), {hunch_computed} tokens \

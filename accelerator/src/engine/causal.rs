@@ -15,7 +15,7 @@ use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, U
 
 use crate::checkpoint::causal::{load_model, AffineWeights, CausalFormat, CausalLoadError};
 use crate::checkpoint::gguf::GgufFile;
-use crate::model::causal::{CausalChunk, CausalLm, DEFAULT_CAUSAL_CHUNK};
+use crate::model::causal::{CausalChunk, CausalKernels, CausalLm, DEFAULT_CAUSAL_CHUNK};
 use crate::read::logits::{LogitPlanner, ScoringSequence};
 use crate::scheduler::{Reply, StepOutcome};
 use crate::server::info::build_backend;
@@ -38,6 +38,8 @@ pub struct CausalEngineOptions {
     pub max_requests: usize,
     /// Affine-quantised weights kept quantised or widened at load.
     pub affine: AffineWeights,
+    /// What runs prompt chunks: MLX, or the native CPU path (`model::causal::cpu`).
+    pub kernels: CausalKernels,
 }
 
 impl Default for CausalEngineOptions {
@@ -48,6 +50,7 @@ impl Default for CausalEngineOptions {
             prefix_cache_bytes: 1 << 30,
             max_requests: 16,
             affine: AffineWeights::Auto,
+            kernels: CausalKernels::Auto,
         }
     }
 }
@@ -61,6 +64,11 @@ pub enum CausalEngineError {
     Tokenizer(#[from] crate::tokenizer::chat::ChatTokenizerError),
     #[error(transparent)]
     Gguf(#[from] crate::checkpoint::gguf::GgufError),
+    #[error("{path}: {source}")]
+    Kernels {
+        path: PathBuf,
+        source: crate::model::ModelError,
+    },
     #[error("{path}: the tokenizer cannot spell the answer labels: {why}")]
     Labels { path: PathBuf, why: String },
 }
@@ -89,7 +97,14 @@ impl CausalEngine {
         let blas = crate::blas::active();
         tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let started = Instant::now();
-        let (model, format, weight_bytes) = load_model(path, options.affine)?;
+        let (mut model, format, weight_bytes) = load_model(path, options.affine)?;
+        let kernels =
+            model
+                .select_kernels(options.kernels)
+                .map_err(|source| CausalEngineError::Kernels {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
         // The tokenizer is the engine's to load: the checkpoint module stays below the
         // tokenizer and the read (docs/architecture.md).
         let tokenizer = match &format {
@@ -116,6 +131,8 @@ impl CausalEngine {
             hidden = config.hidden_size,
             vocab = config.vocab_size,
             weight_mib = weight_bytes >> 20,
+            kernels = %kernels,
+            kernel_build = %model.kernels_name(),
             seconds = started.elapsed().as_secs_f64(),
             "chat model loaded"
         );
@@ -254,8 +271,9 @@ impl ReadEngine for CausalEngine {
 }
 
 /// The model's limits and fingerprint: the checkpoint's digest, the family and layout, the MLX
-/// build and BLAS, the read's version and its settings (the chunk length decides the bits of an
-/// answer, since chunks are the unit of computation).
+/// build and BLAS, the kernels that run prompt chunks (MLX's, or the native CPU path with its
+/// instruction set), the read's version and its settings (the chunk length decides the bits of
+/// an answer, since chunks are the unit of computation).
 fn model_info(
     path: &Path,
     model: &CausalLm,
@@ -272,11 +290,12 @@ fn model_info(
         "as-stored"
     };
     let fingerprint = format!(
-        "{digest:016x}/{}-{}-{weights}/{}/{}/float32/{LOGIT_READ_VERSION}/chunk{chunk}/prompt{}",
+        "{digest:016x}/{}-{}-{weights}/{}/{}/float32/{}/{LOGIT_READ_VERSION}/chunk{chunk}/prompt{}",
         config.architecture.name(),
         format.name(),
         build_backend(),
         crate::blas::active().name(),
+        model.kernels_name(),
         options.max_prompt_tokens,
     );
     let max_prompt_tokens = match config.max_position_embeddings {

@@ -46,12 +46,7 @@ impl ChunkMasks {
     /// For a chunk of `len` tokens starting at `start`, after earlier chunks of `past_lens`
     /// tokens (in order), with a sliding window of `window`.
     pub fn new(start: i32, past_lens: &[i32], len: i32, window: i32) -> Self {
-        let mut covered = 0;
-        let mut sliding_first = past_lens.len();
-        while sliding_first > 0 && covered < window - 1 {
-            sliding_first -= 1;
-            covered += past_lens[sliding_first];
-        }
+        let (sliding_first, covered) = sliding_span(past_lens, window);
         let mask = |key_start: i32| {
             let total = start + len - key_start;
             let bits: Vec<bool> = (0..len)
@@ -72,6 +67,19 @@ impl ChunkMasks {
             sliding: windowed.then(|| mask(start - covered)),
         }
     }
+}
+
+/// The first earlier chunk a sliding layer with `window` attends to, after earlier chunks of
+/// `past_lens` tokens, and the tokens those trailing chunks cover: the fewest trailing chunks
+/// that hold the `window − 1` keys before the chunk (all of them if fewer).
+pub fn sliding_span(past_lens: &[i32], window: i32) -> (usize, i32) {
+    let mut covered = 0;
+    let mut first = past_lens.len();
+    while first > 0 && covered < window - 1 {
+        first -= 1;
+        covered += past_lens[first];
+    }
+    (first, covered)
 }
 
 #[cfg(test)]

@@ -107,6 +107,12 @@ pub enum ModelError {
     /// The router's expert choice could not be read on the host.
     #[error("reading the router's choice: {0}")]
     RouterChoice(String),
+    /// A BLAS call of the native CPU path failed (no sgemm, or shapes it refused).
+    #[error("BLAS: {0}")]
+    Blas(#[from] crate::blas::BlasError),
+    /// The native CPU path was asked for but cannot serve this model; says why.
+    #[error("the native CPU kernels cannot serve this model: {0}")]
+    NativeKernels(String),
     /// The raw NVFP4 call failed.
     #[error("nvfp4: {0}")]
     Nvfp4(String),

@@ -26,6 +26,16 @@ impl RmsNorm {
         Self { weight: None, eps }
     }
 
+    /// The learned weight, if any (the native CPU path reads it; `causal::cpu`).
+    pub(crate) fn weight(&self) -> Option<&Array> {
+        self.weight.as_ref()
+    }
+
+    /// The epsilon added to the mean square.
+    pub(crate) fn eps(&self) -> f32 {
+        self.eps
+    }
+
     /// Normalises over the last axis.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
         Ok(fast::rms_norm(x, self.weight.as_ref(), self.eps)?)

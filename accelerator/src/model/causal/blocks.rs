@@ -88,6 +88,34 @@ impl CausalRope {
         }
     }
 
+    /// The inverse frequency of each rotary pair (`head_dim / 2` of them), in float32 as MLX's
+    /// `fast::rope` makes them: `exp(−i · ln(base) / (d/2))` from a base, `1 / period` from
+    /// periods. The native CPU path rotates with these (`causal::cpu`).
+    pub(crate) fn inverse_frequencies(&self) -> Result<Vec<f32>, ModelError> {
+        let half = (self.dims / 2).max(0) as usize;
+        match (&self.periods, self.base) {
+            (Some(periods), _) => {
+                let periods = periods
+                    .try_as_slice::<f32>()
+                    .map_err(|_| ModelError::Shape("rope periods are not float32"))?;
+                if periods.len() != half {
+                    return Err(ModelError::Shape("rope periods and head_dim disagree"));
+                }
+                Ok(periods.iter().map(|p| 1.0 / p).collect())
+            }
+            (None, Some(base)) => {
+                let step = base.ln() / half as f32;
+                Ok((0..half).map(|i| (-(i as f32) * step).exp()).collect())
+            }
+            (None, None) => Err(ModelError::Shape("rope has neither base nor periods")),
+        }
+    }
+
+    /// What positions are multiplied by before the angles (`1 / factor` under linear scaling).
+    pub(crate) fn position_scale(&self) -> f32 {
+        self.scale
+    }
+
     /// Rotates `x` `[B, heads, L, head_dim]` for positions `offset .. offset + L`.
     pub fn forward(&self, x: &Array, offset: i32) -> Result<Array, ModelError> {
         Ok(fast::rope(

@@ -4,6 +4,8 @@
 //! - [`config`]: the flattened configuration and the architectures;
 //! - [`llama`], [`qwen3`], [`gemma3`]: each architecture's `config.json` and what sets it apart;
 //! - [`blocks`]: RoPE, attention over prompt chunks, the gated MLP, the decoder layer;
+//! - [`cpu`]: the native CPU forward of a prompt chunk (vectorised kernels, the BLAS's sgemm),
+//!   chosen by [`CausalKernels`];
 //! - this file: [`CausalLm`], the stack, run one prompt chunk at a time, and the label logits.
 //!
 //! Loading (Hugging Face folders, GGUF files) lives in `checkpoint::causal`; these types only
@@ -12,6 +14,7 @@
 
 pub mod blocks;
 pub mod config;
+pub mod cpu;
 pub mod gemma3;
 pub mod llama;
 pub mod qwen3;
@@ -22,6 +25,7 @@ use crate::model::kv::{ChunkMasks, LayerKv};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 pub use blocks::{CausalAttention, CausalRope, DecoderLayer, GatedMlp};
 pub use config::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
+pub use cpu::CausalKernels;
 
 /// Prompt tokens per chunk unless the sidecar is told otherwise (`--prefill-chunk`): the unit
 /// of prefix sharing. Smaller chunks share more of two prompts, larger ones make better use of
@@ -57,6 +61,8 @@ pub struct CausalLm {
     norm: RmsNorm,
     /// `None`: the head is the embedding (tied).
     head: Option<Linear>,
+    /// Whether prompt chunks run on the native CPU path ([`CausalLm::select_kernels`]).
+    native: bool,
 }
 
 impl CausalLm {
@@ -71,13 +77,65 @@ impl CausalLm {
         if layers.len() != config.num_layers as usize {
             return Err(ModelError::Shape("layer count differs from the config"));
         }
-        Ok(CausalLm {
+        let mut lm = CausalLm {
             config,
             embedding,
             layers,
             norm,
             head,
-        })
+            native: false,
+        };
+        // The default is the engine's: native on the CPU where every weight qualifies.
+        lm.select_kernels(CausalKernels::Auto)?;
+        Ok(lm)
+    }
+
+    /// Chooses what runs prompt chunks and returns what was chosen (`Mlx` or `Native`).
+    /// `Auto` is native when MLX's default device is the CPU and every weight qualifies
+    /// ([`cpu`]); `Native` where they do not is an error that names the first weight that does
+    /// not.
+    pub fn select_kernels(&mut self, wanted: CausalKernels) -> Result<CausalKernels, ModelError> {
+        self.native = match wanted {
+            CausalKernels::Mlx => false,
+            CausalKernels::Native => {
+                cpu::check(&self.weights()).map_err(ModelError::NativeKernels)?;
+                true
+            }
+            CausalKernels::Auto => {
+                crate::model::widened::cpu_backend().unwrap_or(false)
+                    && cpu::check(&self.weights()).is_ok()
+            }
+        };
+        Ok(self.kernels())
+    }
+
+    /// What the native path reads of the model.
+    fn weights(&self) -> cpu::Weights<'_> {
+        cpu::Weights {
+            config: &self.config,
+            embedding: &self.embedding,
+            layers: &self.layers,
+            norm: &self.norm,
+        }
+    }
+
+    /// What runs prompt chunks now: `Mlx` or `Native`.
+    pub fn kernels(&self) -> CausalKernels {
+        if self.native {
+            CausalKernels::Native
+        } else {
+            CausalKernels::Mlx
+        }
+    }
+
+    /// The kernels' name in fingerprints: `mlx`, or `native-` and the instruction set (the two
+    /// paths, and the native path's two builds, round differently).
+    pub fn kernels_name(&self) -> String {
+        if self.native {
+            cpu::native_name()
+        } else {
+            "mlx".to_owned()
+        }
     }
 
     pub fn config(&self) -> &CausalConfig {
@@ -92,6 +150,23 @@ impl CausalLm {
         tokens: &[u32],
         past: &[CausalChunk],
     ) -> Result<(CausalChunk, Array), ModelError> {
+        if self.native {
+            let past: Vec<cpu::PastChunk<'_>> = past
+                .iter()
+                .map(|c| cpu::PastChunk {
+                    len: c.tokens.len(),
+                    kv: &c.kv,
+                })
+                .collect();
+            let (kv, hidden) = cpu::forward_chunk(&self.weights(), tokens, &past)?;
+            return Ok((
+                CausalChunk {
+                    tokens: tokens.to_vec(),
+                    kv,
+                },
+                hidden,
+            ));
+        }
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }

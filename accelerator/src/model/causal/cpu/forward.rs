@@ -1,0 +1,308 @@
+//! One prompt chunk through every layer on the native path: what `CausalLm::forward_chunk` and
+//! the blocks compute on MLX (`blocks.rs`), in the same order, on float32 slices borrowed from
+//! the loaded weights, with the products in the process's BLAS and the elementwise work in
+//! [`super::kernels`].
+//!
+//! The cache's currency stays MLX arrays: the earlier chunks' K/V are read through `as_slice`
+//! (restored or computed now, they are the same arrays), and this chunk's K/V leave as new
+//! `[1, kv_heads, len, head_dim]` arrays, so the prefix cache and the engine do not change.
+
+use mlx_rs::Array;
+
+use crate::blas;
+use crate::model::causal::blocks::DecoderLayer;
+use crate::model::causal::config::Activation;
+use crate::model::kv::{sliding_span, LayerKv};
+use crate::model::linear::Linear;
+use crate::model::norm::RmsNorm;
+use crate::model::ModelError;
+
+use super::attention::{attend, AttentionScratch, Heads, PastKv};
+use super::kernels;
+use super::rope::{heads_first, RopeTable};
+use super::{PastChunk, Weights};
+
+/// A dense float32 weight's values, borrowed from its (evaluated, row-contiguous) array.
+pub(super) fn dense(linear: &Linear) -> Result<&[f32], ModelError> {
+    match linear {
+        Linear::Dense { weight } => weight
+            .try_as_slice::<f32>()
+            .map_err(|_| ModelError::Shape("a weight is not contiguous float32")),
+        Linear::Affine(_) => Err(ModelError::Shape("a quantised weight on the native path")),
+    }
+}
+
+/// A norm's weight values (if it has one) and epsilon.
+pub(super) fn norm_weight(norm: &RmsNorm) -> Result<Option<&[f32]>, ModelError> {
+    norm.weight()
+        .map(|w| {
+            w.try_as_slice::<f32>()
+                .map_err(|_| ModelError::Shape("a norm weight is not contiguous float32"))
+        })
+        .transpose()
+}
+
+/// `y = x · Wᵀ` for `rows` rows of `x` (`[rows, in]`), `W` `[out, in]`.
+fn project(x: &[f32], rows: usize, linear: &Linear, y: &mut Vec<f32>) -> Result<(), ModelError> {
+    let w = dense(linear)?;
+    let input = if rows == 0 { 0 } else { x.len() / rows };
+    if input == 0 || w.len() % input != 0 || x.len() != rows * input {
+        return Err(ModelError::Shape(
+            "a projection's input and weight disagree",
+        ));
+    }
+    let out = w.len() / input;
+    y.resize(rows * out, 0.0);
+    blas::sgemm(
+        true,
+        (rows, out, input),
+        1.0,
+        (x, input),
+        (w, input),
+        0.0,
+        (y, out),
+    )?;
+    Ok(())
+}
+
+/// `out = norm(x)` row by row (`out` sized to `x`).
+fn normed(norm: &RmsNorm, x: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
+    out.resize(x.len(), 0.0);
+    kernels::rms_norm(x, norm_weight(norm)?, norm.eps(), out);
+    Ok(())
+}
+
+/// An MLX array made contiguous float32 where it is not (a chunk computed by the MLX path holds
+/// transposed views); the same handle where it is.
+fn contiguous(a: &Array) -> Result<Array, ModelError> {
+    if a.try_as_slice::<f32>().is_ok() {
+        return Ok(a.clone());
+    }
+    let made = a.as_dtype(mlx_rs::Dtype::Float32)?.contiguous()?;
+    made.eval()?;
+    Ok(made)
+}
+
+/// A cached chunk's keys or values (made contiguous by [`contiguous`]).
+fn kv_values(a: &Array) -> Result<&[f32], ModelError> {
+    a.try_as_slice::<f32>()
+        .map_err(|_| ModelError::Shape("cached K/V are not float32"))
+}
+
+/// The buffers of one chunk, reused by every layer.
+#[derive(Default)]
+struct Scratch {
+    normed: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    q_heads: Vec<f32>,
+    k_heads: Vec<f32>,
+    v_heads: Vec<f32>,
+    attended: Vec<f32>,
+    residual: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    attention: AttentionScratch,
+}
+
+/// The chunk `tokens` after the chunks `past` (in order, from position 0): every layer's K/V
+/// of the chunk and its last position's hidden state after the final norm (`[hidden]`), as
+/// `CausalLm::forward_chunk` returns them.
+pub fn forward_chunk(
+    model: &Weights<'_>,
+    tokens: &[u32],
+    past: &[PastChunk<'_>],
+) -> Result<(Vec<LayerKv>, Array), ModelError> {
+    let config = model.config;
+    if tokens.is_empty() {
+        return Err(ModelError::EmptyPrompt);
+    }
+    let hidden = config.hidden_size as usize;
+    let len = tokens.len();
+    let past_lens: Vec<i32> = past.iter().map(|c| c.len as i32).collect();
+    let start: usize = past.iter().map(|c| c.len).sum();
+    let window = if config.sliding_layers.iter().any(|&s| s) {
+        config.sliding_window
+    } else {
+        i32::MAX
+    };
+    let (sliding_first, _) = sliding_span(&past_lens, window);
+
+    // Embedding rows (dense float32, as every weight on this path), Gemma's scale.
+    let table = dense(model.embedding)?;
+    let mut x = vec![0.0f32; len * hidden];
+    for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
+        let at = token as usize * hidden;
+        let source = table
+            .get(at..at + hidden)
+            .ok_or(ModelError::TokenOutOfRange {
+                token,
+                vocab: config.vocab_size,
+            })?;
+        row.copy_from_slice(source);
+    }
+    if let Some(scale) = config.embedding_scale() {
+        kernels::scale(&mut x, &[scale]);
+    }
+
+    // One table per distinct rotary embedding (Gemma 3's local and global layers differ).
+    let mut tables: Vec<RopeTable> = Vec::new();
+    let mut scratch = Scratch::default();
+    let mut kv = Vec::with_capacity(model.layers.len());
+    for (index, layer) in model.layers.iter().enumerate() {
+        let attention = &layer.attention;
+        let first = if attention.window.is_some() {
+            sliding_first
+        } else {
+            0
+        };
+        let used = past.get(first..).unwrap_or_default();
+        let key_start = start - used.iter().map(|c| c.len).sum::<usize>();
+        // The earlier chunks' K/V of this layer as contiguous arrays, then their values.
+        let arrays = used
+            .iter()
+            .map(|c| {
+                let layer_kv =
+                    c.kv.get(index)
+                        .ok_or(ModelError::Shape("a cached chunk has fewer layers"))?;
+                Ok((
+                    contiguous(&layer_kv.keys)?,
+                    contiguous(&layer_kv.values)?,
+                    c.len,
+                ))
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let past_kv = arrays
+            .iter()
+            .map(|(k, v, n)| {
+                Ok(PastKv {
+                    keys: kv_values(k)?,
+                    values: kv_values(v)?,
+                    len: *n,
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let rope = match tables.iter().position(|t| t.rotates_like(&attention.rope)) {
+            Some(found) => found,
+            None => {
+                tables.push(RopeTable::new(&attention.rope, start, len)?);
+                tables.len() - 1
+            }
+        };
+        let layer_kv = layer_forward(
+            layer,
+            (&mut x, hidden),
+            &past_kv,
+            (start, key_start),
+            &tables[rope],
+            &mut scratch,
+        )?;
+        kv.push(layer_kv);
+    }
+
+    // The last position's hidden state after the final norm.
+    let last = &x[(len - 1) * hidden..];
+    let mut out = vec![0.0f32; hidden];
+    kernels::rms_norm(last, norm_weight(model.norm)?, model.norm.eps(), &mut out);
+    Ok((kv, Array::from_slice(&out, &[config.hidden_size])))
+}
+
+/// One decoder layer over the chunk's residual stream `x` (`[len, hidden]`, updated in place);
+/// returns the chunk's K/V of this layer.
+fn layer_forward(
+    layer: &DecoderLayer,
+    (x, hidden): (&mut [f32], usize),
+    past: &[PastKv<'_>],
+    (start, key_start): (usize, usize),
+    rope: &RopeTable,
+    s: &mut Scratch,
+) -> Result<LayerKv, ModelError> {
+    let a = &layer.attention;
+    let (heads, kv_heads, d) = (
+        a.num_heads as usize,
+        a.num_kv_heads as usize,
+        a.head_dim as usize,
+    );
+    let len = x.len() / hidden.max(1);
+
+    normed(&layer.input_norm, x, &mut s.normed)?;
+    project(&s.normed, len, &a.q_proj, &mut s.q)?;
+    project(&s.normed, len, &a.k_proj, &mut s.k)?;
+    project(&s.normed, len, &a.v_proj, &mut s.v)?;
+    if s.q.len() != len * heads * d || s.k.len() != len * kv_heads * d || s.v.len() != s.k.len() {
+        return Err(ModelError::Shape("q/k/v projections and heads disagree"));
+    }
+    if let Some(norm) = &a.q_norm {
+        let w = norm_weight(norm)?.ok_or(ModelError::Shape("a q norm without weight"))?;
+        kernels::rms_norm_in_place(&mut s.q, w, norm.eps());
+    }
+    if let Some(norm) = &a.k_norm {
+        let w = norm_weight(norm)?.ok_or(ModelError::Shape("a k norm without weight"))?;
+        kernels::rms_norm_in_place(&mut s.k, w, norm.eps());
+    }
+    s.q_heads.resize(s.q.len(), 0.0);
+    s.k_heads.resize(s.k.len(), 0.0);
+    s.v_heads.resize(s.v.len(), 0.0);
+    rope.apply(&s.q, heads, &mut s.q_heads)?;
+    rope.apply(&s.k, kv_heads, &mut s.k_heads)?;
+    heads_first(&s.v, kv_heads, d, &mut s.v_heads);
+
+    s.attended.resize(len * heads * d, 0.0);
+    let shape = Heads {
+        heads,
+        kv_heads,
+        head_dim: d,
+        scale: a.scale,
+        window: a.window.map(|w| w.max(1) as usize),
+    };
+    attend(
+        &shape,
+        &s.q_heads,
+        (&s.k_heads, &s.v_heads),
+        past,
+        start,
+        key_start,
+        &mut s.attention,
+        &mut s.attended,
+    )?;
+    project(&s.attended, len, &a.o_proj, &mut s.residual)?;
+    if let Some(norm) = &layer.post_attention_norm {
+        normed(norm, &s.residual, &mut s.normed)?;
+        std::mem::swap(&mut s.residual, &mut s.normed);
+    }
+    if s.residual.len() != x.len() {
+        return Err(ModelError::Shape(
+            "the output projection and hidden size disagree",
+        ));
+    }
+    kernels::add(x, &s.residual);
+
+    normed(&layer.pre_mlp_norm, x, &mut s.normed)?;
+    project(&s.normed, len, &layer.mlp.gate, &mut s.gate)?;
+    project(&s.normed, len, &layer.mlp.up, &mut s.up)?;
+    if s.gate.len() != s.up.len() {
+        return Err(ModelError::Shape("gate and up projections disagree"));
+    }
+    match layer.mlp.activation {
+        Activation::Silu => kernels::silu_mul(&mut s.gate, &s.up),
+        Activation::GeluTanh => kernels::gelu_tanh_mul(&mut s.gate, &s.up),
+    }
+    project(&s.gate, len, &layer.mlp.down, &mut s.residual)?;
+    if let Some(norm) = &layer.post_mlp_norm {
+        normed(norm, &s.residual, &mut s.normed)?;
+        std::mem::swap(&mut s.residual, &mut s.normed);
+    }
+    if s.residual.len() != x.len() {
+        return Err(ModelError::Shape(
+            "the down projection and hidden size disagree",
+        ));
+    }
+    kernels::add(x, &s.residual);
+
+    let shape = [1, kv_heads as i32, len as i32, d as i32];
+    Ok(LayerKv {
+        keys: Array::from_slice(&s.k_heads, &shape),
+        values: Array::from_slice(&s.v_heads, &shape),
+    })
+}

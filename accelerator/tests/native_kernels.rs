@@ -1,0 +1,267 @@
+//! The native CPU forward of chat models' prompt chunks (`model::causal::cpu`) against the MLX
+//! path on every tiny test checkpoint: the same label logits, whole head and last hidden state
+//! within float32 rounding, over prompts of several chunks (chunks of 8, so Gemma 3's sliding
+//! window of 8 cuts across chunks); restored chunks giving the same bits as recomputed ones,
+//! through the model and through the engine's prefix cache; and the choice itself (`auto`
+//! falls back to MLX, `native` is refused naming the weight, where a weight is not dense
+//! float32).
+
+use std::path::{Path, PathBuf};
+
+use hunch_accelerator::checkpoint::causal::{load_model, AffineWeights};
+use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
+use hunch_accelerator::model::causal::{CausalKernels, CausalLm};
+use hunch_core::{ChoiceOption, Question, QuestionKind, QuestionMode, ReadOptions, ReadRequest};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal")
+}
+
+/// Every tiny checkpoint whose weights load as dense float32 (affine ones widened at load).
+const DENSE: [&str; 11] = [
+    "tiny-llama",
+    "tiny-llama3-tied",
+    "tiny-qwen3",
+    "tiny-gemma3",
+    "tiny-llama.f32.gguf",
+    "tiny-llama.q4_0.gguf",
+    "tiny-llama.q4_1.gguf",
+    "tiny-llama.q8_0.gguf",
+    "tiny-gemma3.q4_0.gguf",
+    "tiny-qwen3.q8_0.gguf",
+    "tiny-llama-mlx4",
+];
+
+fn load(name: &str, kernels: CausalKernels) -> CausalLm {
+    let (mut lm, _, _) = load_model(&data().join(name), AffineWeights::Dense)
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let chosen = lm
+        .select_kernels(kernels)
+        .unwrap_or_else(|e| panic!("{name}: {kernels}: {e}"));
+    assert_ne!(chosen, CausalKernels::Auto);
+    lm
+}
+
+/// A prompt of `len` ids inside the tiny vocabularies (320).
+fn prompt(len: usize, seed: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i * 37 + seed * 11 + 5) % 320)
+        .collect()
+}
+
+fn worst(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
+fn range(v: &[f32]) -> f32 {
+    let max = v.iter().copied().fold(f32::MIN, f32::max);
+    let min = v.iter().copied().fold(f32::MAX, f32::min);
+    (max - min).max(1e-3)
+}
+
+#[test]
+fn native_chunks_match_mlx_on_every_tiny_checkpoint() {
+    let mut failures = Vec::new();
+    for name in DENSE {
+        let native = load(name, CausalKernels::Auto);
+        assert_eq!(
+            native.kernels(),
+            CausalKernels::Native,
+            "{name}: auto picks the native path on the CPU for dense float32 weights"
+        );
+        let mlx = load(name, CausalKernels::Mlx);
+        // 5 chunks of 8 and a partial one; a prompt that ends inside the first chunk.
+        for (len, chunk) in [(43usize, 8usize), (5, 8), (37, 16)] {
+            let tokens = prompt(len, len as u32);
+            let (native_chunks, native_hidden) = native.prefill(&tokens, chunk).expect("native");
+            let (mlx_chunks, mlx_hidden) = mlx.prefill(&tokens, chunk).expect("mlx");
+            let hidden = (
+                native_hidden.as_slice::<f32>().to_vec(),
+                mlx_hidden.as_slice::<f32>().to_vec(),
+            );
+            let labels = [3u32, 17, 42, 100, 255, 319];
+            let native_labels = native
+                .label_logits(&native_hidden, &labels)
+                .expect("labels");
+            let mlx_labels = mlx.label_logits(&mlx_hidden, &labels).expect("labels");
+            let native_all = native.all_logits(&native_hidden).expect("all");
+            let mlx_all = mlx.all_logits(&mlx_hidden).expect("all");
+            let logit_range = range(&mlx_all);
+            let (dh, dl, da) = (
+                worst(&hidden.0, &hidden.1) / range(&hidden.1),
+                worst(&native_labels, &mlx_labels) / logit_range,
+                worst(&native_all, &mlx_all) / logit_range,
+            );
+            // Every layer's K/V of every chunk, against the MLX path's.
+            let mut dkv = 0.0f32;
+            for (a, b) in native_chunks.iter().zip(&mlx_chunks) {
+                for (x, y) in a.kv.iter().zip(&b.kv) {
+                    assert_eq!(x.keys.shape(), y.keys.shape(), "{name}: K/V shapes");
+                    let contiguous = |t: &mlx_rs::Array| {
+                        t.contiguous()
+                            .expect("contiguous")
+                            .as_slice::<f32>()
+                            .to_vec()
+                    };
+                    for (p, q) in [(&x.keys, &y.keys), (&x.values, &y.values)] {
+                        let (p, q) = (contiguous(p), contiguous(q));
+                        dkv = dkv.max(worst(&p, &q) / range(&q));
+                    }
+                }
+            }
+            eprintln!(
+                "{name} len {len} chunk {chunk}: relative max |Δ| hidden {dh:.1e}, labels \
+                 {dl:.1e}, head {da:.1e}, K/V {dkv:.1e}"
+            );
+            if dh > 1e-5 || dl > 1e-5 || da > 1e-5 || dkv > 1e-5 {
+                failures.push(format!("{name} len {len} chunk {chunk}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "native differs from MLX: {failures:?}");
+}
+
+/// A chunk's K/V and the hidden state after it are the same bits whether the chunks before it
+/// were computed just now or restored from another prompt (docs/logit-read.md, "Exactness").
+#[test]
+fn restored_chunks_give_the_same_bits_on_the_native_path() {
+    for name in [
+        "tiny-gemma3",
+        "tiny-llama.q4_1.gguf",
+        "tiny-qwen3",
+        "tiny-llama3-tied",
+    ] {
+        let lm = load(name, CausalKernels::Native);
+        let shared = prompt(24, 1);
+        let a: Vec<u32> = shared.iter().copied().chain([5, 6, 7]).collect();
+        let b: Vec<u32> = shared.iter().copied().chain([9, 10, 11, 12, 13]).collect();
+        let (chunks_a, _) = lm.prefill(&a, 8).expect("prefill a");
+        let (chunks_b, alone) = lm.prefill(&b, 8).expect("prefill b");
+        let restored = chunks_a[..3].to_vec();
+        let (tail, reused) = lm.forward_chunk(&b[24..], &restored).expect("tail");
+        let bits = |a: &mlx_rs::Array| a.as_slice::<f32>().to_vec();
+        assert_eq!(bits(&alone), bits(&reused), "{name}: hidden state");
+        for (x, y) in tail.kv.iter().zip(&chunks_b[3].kv) {
+            assert_eq!(bits(&x.keys), bits(&y.keys), "{name}: keys");
+            assert_eq!(bits(&x.values), bits(&y.values), "{name}: values");
+        }
+        // The shared chunks themselves are the same bits in both prompts.
+        for (x, y) in chunks_a[..3].iter().zip(&chunks_b[..3]) {
+            for (p, q) in x.kv.iter().zip(&y.kv) {
+                assert_eq!(bits(&p.keys), bits(&q.keys), "{name}: shared keys");
+            }
+        }
+    }
+}
+
+/// Weights that are not dense float32 keep the MLX path under `auto`, and `native` is refused
+/// saying which weight.
+#[test]
+fn narrow_weights_keep_mlx_and_native_is_refused_naming_the_weight() {
+    for name in [
+        "tiny-llama-bf16",
+        "tiny-llama.f16.gguf",
+        "tiny-gemma3.f16.gguf",
+    ] {
+        let (mut lm, _, _) = load_model(&data().join(name), AffineWeights::Auto).expect("loads");
+        assert_eq!(lm.kernels(), CausalKernels::Mlx, "{name}");
+        let error = lm
+            .select_kernels(CausalKernels::Native)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            error.contains("not a dense contiguous float32"),
+            "{name}: {error}"
+        );
+        assert_eq!(lm.kernels(), CausalKernels::Mlx);
+    }
+    // Quantised weights kept as stored: the same.
+    let (lm, _, _) = load_model(
+        &data().join("tiny-llama.q8_0.gguf"),
+        AffineWeights::Quantized,
+    )
+    .expect("loads");
+    assert_eq!(lm.kernels(), CausalKernels::Mlx);
+    assert_eq!(
+        "native".parse::<CausalKernels>().ok(),
+        Some(CausalKernels::Native)
+    );
+    assert!("fast".parse::<CausalKernels>().is_err());
+}
+
+fn request(state: &str) -> ReadRequest {
+    let option = |name: &str| ChoiceOption {
+        name: name.into(),
+        description: None,
+    };
+    ReadRequest {
+        state: state.into(),
+        questions: vec![
+            Question {
+                instructions: "Is this about billing?".into(),
+                kind: QuestionKind::Noul {
+                    yes: None,
+                    no: None,
+                },
+            },
+            Question {
+                instructions: "Which team?".into(),
+                kind: QuestionKind::Choice {
+                    options: vec![option("billing"), option("technical"), option("sales")],
+                },
+            },
+        ],
+        options: ReadOptions {
+            questions: QuestionMode::Isolated,
+            ..ReadOptions::default()
+        },
+    }
+}
+
+/// Through the engine (chunks of 8, prefix cache on): a request read after another that shares
+/// its prompt's start answers the same bits as read alone, and the fingerprint names the
+/// kernels.
+#[test]
+fn the_engine_answers_the_same_bits_from_its_cache_on_the_native_path() {
+    use hunch_accelerator::server::ReadEngine;
+    for name in ["tiny-llama", "tiny-gemma3", "tiny-qwen3.q8_0.gguf"] {
+        let path = data().join(name);
+        let options = CausalEngineOptions {
+            prefill_chunk: 8,
+            affine: AffineWeights::Dense,
+            kernels: CausalKernels::Native,
+            ..CausalEngineOptions::default()
+        };
+        let first = request("A customer was charged twice for one order and wants a refund.");
+        let second = request("A customer was charged twice for one order and asks why.");
+        let mut warm = CausalEngine::load(&path, &options).expect("loads");
+        warm.read(&first).expect("first");
+        let after = warm.read(&second).expect("second");
+        assert!(
+            after.stats.reused_tokens > 0,
+            "{name}: the prefix was restored"
+        );
+        let mut cold = CausalEngine::load(&path, &options).expect("loads");
+        let alone = cold.read(&second).expect("alone");
+        assert_eq!(
+            format!("{:?}", after.distributions),
+            format!("{:?}", alone.distributions),
+            "{name}"
+        );
+        let fingerprint = warm.info().expect("info").fingerprint;
+        assert!(fingerprint.contains("/native-"), "{fingerprint}");
+        let mlx = CausalEngine::load(
+            &path,
+            &CausalEngineOptions {
+                kernels: CausalKernels::Mlx,
+                ..options.clone()
+            },
+        )
+        .expect("loads");
+        assert!(mlx.info().expect("info").fingerprint.contains("/mlx/"));
+    }
+}
