@@ -15,6 +15,7 @@ pub mod models;
 pub mod openapi;
 pub mod openapi_models;
 pub mod openapi_policies;
+mod openapi_responses;
 pub mod policies;
 pub mod status;
 pub mod systemone;

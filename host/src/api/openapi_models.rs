@@ -1,6 +1,7 @@
 //! The OpenAPI document's part for models (docs/models.md): `GET /v1/models` with what the model
 //! manager says of each model, and the admin routes that load and unload one.
 
+use super::openapi_responses::{error, with_retry_after};
 use serde_json::{json, Map, Value};
 
 /// `x_*` fields of a model that this server runs, as listed and as the admin routes answer.
@@ -77,19 +78,6 @@ pub fn schemas() -> Map<String, Value> {
     );
     out.insert("ModelSettings".into(), settings_schema());
     out
-}
-
-fn error(description: &str) -> Value {
-    json!({"description": description,
-           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}})
-}
-
-fn with_retry_after(mut response: Value) -> Value {
-    response["headers"] = json!({
-        "Retry-After": {"schema": {"type": "integer", "minimum": 0}, "description": "Seconds after which a retry may succeed."},
-        "retry-after-ms": {"schema": {"type": "integer", "minimum": 0}, "description": "The same, in milliseconds."}
-    });
-    response
 }
 
 /// The response every `/v1/systemone` (and admin load) answers for a model that can never fit.

@@ -3,7 +3,7 @@
 //! served policy as its own path with the schemas it declares (as components), and the run's
 //! body on the templated path.
 
-use super::openapi::{error, framework_error, v1_responses, with_retry_after};
+use super::openapi_responses::{error, framework_error, v1_responses, with_retry_after};
 use crate::policy::registry::PolicySummary;
 use serde_json::{json, Map, Value};
 
