@@ -72,6 +72,26 @@ fn normed(norm: &RmsNorm, x: &[f32], out: &mut Vec<f32>) -> Result<(), ModelErro
     Ok(())
 }
 
+/// Adds a block's output (`s.residual`) to the stream `x`, through the block's post-norm where
+/// the architecture has one (Gemma's sandwich norms); `mismatch` names the block when the
+/// output's size is not the stream's.
+fn add_block_output(
+    x: &mut [f32],
+    s: &mut Scratch,
+    post_norm: Option<&RmsNorm>,
+    mismatch: &'static str,
+) -> Result<(), ModelError> {
+    if let Some(norm) = post_norm {
+        normed(norm, &s.residual, &mut s.normed)?;
+        std::mem::swap(&mut s.residual, &mut s.normed);
+    }
+    if s.residual.len() != x.len() {
+        return Err(ModelError::Shape(mismatch));
+    }
+    kernels::add(x, &s.residual);
+    Ok(())
+}
+
 /// An MLX array made contiguous float32 where it is not (a chunk computed by the MLX path holds
 /// transposed views); the same handle where it is.
 fn contiguous(a: &Array) -> Result<Array, ModelError> {
@@ -267,16 +287,12 @@ fn layer_forward(
         &mut s.attended,
     )?;
     project(&s.attended, len, &a.o_proj, &mut s.residual)?;
-    if let Some(norm) = &layer.post_attention_norm {
-        normed(norm, &s.residual, &mut s.normed)?;
-        std::mem::swap(&mut s.residual, &mut s.normed);
-    }
-    if s.residual.len() != x.len() {
-        return Err(ModelError::Shape(
-            "the output projection and hidden size disagree",
-        ));
-    }
-    kernels::add(x, &s.residual);
+    add_block_output(
+        x,
+        s,
+        layer.post_attention_norm.as_ref(),
+        "the output projection and hidden size disagree",
+    )?;
 
     normed(&layer.pre_mlp_norm, x, &mut s.normed)?;
     project(&s.normed, len, &layer.mlp.gate, &mut s.gate)?;
@@ -289,16 +305,12 @@ fn layer_forward(
         Activation::GeluTanh => kernels::gelu_tanh_mul(&mut s.gate, &s.up),
     }
     project(&s.gate, len, &layer.mlp.down, &mut s.residual)?;
-    if let Some(norm) = &layer.post_mlp_norm {
-        normed(norm, &s.residual, &mut s.normed)?;
-        std::mem::swap(&mut s.residual, &mut s.normed);
-    }
-    if s.residual.len() != x.len() {
-        return Err(ModelError::Shape(
-            "the down projection and hidden size disagree",
-        ));
-    }
-    kernels::add(x, &s.residual);
+    add_block_output(
+        x,
+        s,
+        layer.post_mlp_norm.as_ref(),
+        "the down projection and hidden size disagree",
+    )?;
 
     let shape = [1, kv_heads as i32, len as i32, d as i32];
     Ok(LayerKv {
