@@ -15,6 +15,8 @@
 
 use std::sync::OnceLock;
 
+pub mod quant;
+
 /// The instruction set the kernels run with in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {

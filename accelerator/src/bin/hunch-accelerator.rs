@@ -105,18 +105,26 @@ struct ServeArgs {
     #[arg(long, env = "HUNCH_MEMORY_LIMIT", value_parser = parse_memory_limit)]
     memory_limit: Option<u64>,
     /// Chat models' affine-quantised weights (GGUF Q4_0/Q4_1/Q8_0, mlx-community 4/8-bit):
-    /// `auto` widens them to dense float32 at load on the CPU when the model takes at most 6 GiB
-    /// that way (MLX's CPU quantized products are scalar; float32 ones use the BLAS, 12x faster
-    /// on SmolLM2) and keeps them quantised otherwise; `quantized` always keeps them; `dense`
-    /// always widens.
+    /// `auto` keeps them quantised where the native kernels' integer products run them (a CPU
+    /// with AVX-512 VNNI, `--causal-kernels` auto or native), else widens them to dense float32
+    /// at load on the CPU when the model takes at most 6 GiB that way (MLX's CPU quantized
+    /// products are scalar; float32 ones use the BLAS, 12x faster on SmolLM2) and keeps them
+    /// quantised otherwise; `quantized` always keeps them; `dense` always widens.
     #[arg(long, env = "HUNCH_AFFINE_WEIGHTS", default_value = "auto", value_parser = parse_affine)]
     affine_weights: AffineWeights,
     /// What runs chat models' prompt chunks: `auto` runs them on the native CPU kernels
-    /// (vectorised Rust, products in the BLAS) when MLX's device is the CPU and every weight is
-    /// dense float32 (what `--affine-weights auto` makes of a small model), else on MLX; `mlx`
-    /// always MLX; `native` the native kernels, or a failed load that says why not.
+    /// (vectorised Rust; float32 products in the BLAS, quantised ones as 8-bit integer products
+    /// where the CPU has AVX-512 VNNI) when MLX's device is the CPU and every projection
+    /// qualifies, else on MLX; `mlx` always MLX; `native` the native kernels, or a failed load
+    /// that says why not.
     #[arg(long, env = "HUNCH_CAUSAL_KERNELS", default_value = "auto")]
     causal_kernels: CausalKernels,
+    /// Bits the native kernels' integer products keep of each input (chat models with
+    /// quantised weights on a CPU with AVX-512 VNNI): `16` (the default; label probabilities
+    /// within ~1e-4 of a float32 read) or `8` (about twice as fast in the products, as
+    /// llama.cpp rounds them; probabilities ~1e-2 off on SmolLM2).
+    #[arg(long, env = "HUNCH_ACTIVATION_BITS", default_value = "16")]
+    activation_bits: hunch_accelerator::model::causal::cpu::kernels::quant::Precision,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -272,6 +280,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             max_requests: args.batch_requests,
             affine: args.affine_weights,
             kernels: args.causal_kernels,
+            activations: args.activation_bits,
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

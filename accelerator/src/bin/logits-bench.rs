@@ -10,7 +10,7 @@
 //! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
-//!                  [--chunk 32] [--kernels auto|mlx|native] [--peer-python PY] [--threads N]
+//!                  [--chunk 32] [--kernels auto|mlx|native] [--activation-bits 16|8] [--peer-python PY] [--threads N]
 //!                  [--dump-requests FILE]
 //!
 //! `--dump-requests FILE` also writes the requests as `POST /v1/systemone` bodies (one JSON per
@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
+use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
 use hunch_accelerator::model::causal::CausalKernels;
 use hunch_core::{ChoiceOption, Question, QuestionKind, QuestionMode, ReadOptions, ReadRequest};
 
@@ -31,6 +32,7 @@ struct Args {
     mode: QuestionMode,
     chunk: usize,
     kernels: CausalKernels,
+    activations: Precision,
     peer_python: Option<String>,
     threads: usize,
     dump_requests: Option<PathBuf>,
@@ -44,6 +46,7 @@ fn parse() -> Result<Args, String> {
         mode: QuestionMode::Isolated,
         chunk: hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK,
         kernels: CausalKernels::Auto,
+        activations: Precision::Fine,
         peer_python: None,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         dump_requests: None,
@@ -57,6 +60,7 @@ fn parse() -> Result<Args, String> {
             "--rounds" => args.rounds = value()?.parse().map_err(|e| format!("{e}"))?,
             "--chunk" => args.chunk = value()?.parse().map_err(|e| format!("{e}"))?,
             "--kernels" => args.kernels = value()?.parse().map_err(|e| format!("{e}"))?,
+            "--activation-bits" => args.activations = value()?.parse()?,
             "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
             "--peer-python" => args.peer_python = Some(value()?),
             "--dump-requests" => args.dump_requests = Some(PathBuf::from(value()?)),
@@ -211,6 +215,7 @@ fn run() -> Result<(), String> {
     let options = CausalEngineOptions {
         prefill_chunk: args.chunk,
         kernels: args.kernels,
+        activations: args.activations,
         ..CausalEngineOptions::default()
     };
     let mut engine = CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?;

@@ -13,8 +13,9 @@ use std::time::Instant;
 use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, Usage};
 
-use crate::checkpoint::causal::{load_model, AffineWeights, CausalFormat, CausalLoadError};
+use crate::checkpoint::causal::{load_model_for, AffineWeights, CausalFormat, CausalLoadError};
 use crate::checkpoint::gguf::GgufFile;
+use crate::model::causal::cpu::kernels::quant::Precision;
 use crate::model::causal::{CausalChunk, CausalKernels, CausalLm, DEFAULT_CAUSAL_CHUNK};
 use crate::read::logits::{LogitPlanner, ScoringSequence};
 use crate::scheduler::{Reply, StepOutcome};
@@ -40,6 +41,8 @@ pub struct CausalEngineOptions {
     pub affine: AffineWeights,
     /// What runs prompt chunks: MLX, or the native CPU path (`model::causal::cpu`).
     pub kernels: CausalKernels,
+    /// How finely the native path's integer products round their inputs.
+    pub activations: Precision,
 }
 
 impl Default for CausalEngineOptions {
@@ -51,6 +54,7 @@ impl Default for CausalEngineOptions {
             max_requests: 16,
             affine: AffineWeights::Auto,
             kernels: CausalKernels::Auto,
+            activations: Precision::Fine,
         }
     }
 }
@@ -97,7 +101,8 @@ impl CausalEngine {
         let blas = crate::blas::active();
         tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let started = Instant::now();
-        let (mut model, format, weight_bytes) = load_model(path, options.affine)?;
+        let (mut model, format, stored_bytes) =
+            load_model_for(path, options.affine, options.kernels)?;
         let kernels =
             model
                 .select_kernels(options.kernels)
@@ -105,6 +110,10 @@ impl CausalEngine {
                     path: path.to_path_buf(),
                     source,
                 })?;
+        model.set_activation_precision(options.activations);
+        // Quantised projections repacked for the native integer products sit beside the
+        // checkpoint's own arrays.
+        let weight_bytes = stored_bytes + model.packed_bytes() as u64;
         // The tokenizer is the engine's to load: the checkpoint module stays below the
         // tokenizer and the read (docs/architecture.md).
         let tokenizer = match &format {
@@ -284,7 +293,7 @@ fn model_info(
 ) -> ModelInfo {
     let digest = crate::server::info::file_or_dir_digest(path);
     let config = model.config();
-    let weights = if options.affine.dense_for(config) {
+    let weights = if options.affine.dense_for(config, options.kernels) {
         "dense"
     } else {
         "as-stored"

@@ -19,7 +19,7 @@ use mlx_rs::{Array, Dtype};
 use crate::checkpoint::gguf::{GgufError, GgufFile};
 use crate::model::causal::blocks::layer_attention_geometry;
 use crate::model::causal::{
-    CausalAttention, CausalConfig, CausalLm, CausalRope, DecoderLayer, GatedMlp,
+    CausalAttention, CausalConfig, CausalKernels, CausalLm, CausalRope, DecoderLayer, GatedMlp,
 };
 use crate::model::{linear::Linear, norm::RmsNorm, ModelError};
 
@@ -86,8 +86,9 @@ impl CausalFormat {
 /// Whether affine-quantised weights are kept quantised or widened to dense float32 at load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AffineWeights {
-    /// Dense float32 on MLX's CPU backend when the whole model fits [`AUTO_DENSE_LIMIT`] that
-    /// way; quantised otherwise and on every other backend.
+    /// On MLX's CPU backend: kept quantised where the native path's integer products run them
+    /// (AVX-512 VNNI, kernels `auto` or `native`), else dense float32 when the whole model fits
+    /// [`AUTO_DENSE_LIMIT`] that way. Quantised on every other backend.
     #[default]
     Auto,
     /// Kept as stored (packed codes, scales and biases).
@@ -103,13 +104,17 @@ pub enum AffineWeights {
 pub const AUTO_DENSE_LIMIT: u64 = 6 << 30;
 
 impl AffineWeights {
-    /// Whether a model of `config` loads dense under this policy on the current backend.
-    pub fn dense_for(self, config: &CausalConfig) -> bool {
+    /// Whether a model of `config` loads dense under this policy on the current backend, its
+    /// prompt chunks to run on `kernels`.
+    pub fn dense_for(self, config: &CausalConfig, kernels: CausalKernels) -> bool {
         match self {
             AffineWeights::Quantized => false,
             AffineWeights::Dense => true,
             AffineWeights::Auto => {
+                let integer_products =
+                    kernels != CausalKernels::Mlx && hunch_kernels::quant::fast();
                 crate::model::widened::cpu_backend().unwrap_or(false)
+                    && !integer_products
                     && 4 * parameters(config) <= AUTO_DENSE_LIMIT
             }
         }
@@ -131,10 +136,20 @@ pub fn parameters(config: &CausalConfig) -> u64 {
     embedding + head + config.num_layers as u64 * layer
 }
 
-/// The model alone, without its tokenizer: its layout and the bytes its weights hold.
+/// The model alone, without its tokenizer: its layout and the bytes its weights hold, for
+/// prompt chunks on the default kernels (`auto`).
 pub fn load_model(
     path: &Path,
     affine: AffineWeights,
+) -> Result<(CausalLm, CausalFormat, u64), CausalLoadError> {
+    load_model_for(path, affine, CausalKernels::Auto)
+}
+
+/// [`load_model`] for prompt chunks on `kernels` (which decides what `Auto` widens).
+pub fn load_model_for(
+    path: &Path,
+    affine: AffineWeights,
+    kernels: CausalKernels,
 ) -> Result<(CausalLm, CausalFormat, u64), CausalLoadError> {
     let format = CausalFormat::detect(path).ok_or_else(|| CausalLoadError::Config {
         path: path.to_path_buf(),
@@ -145,7 +160,7 @@ pub fn load_model(
     let (model, weight_bytes) = match &format {
         CausalFormat::Gguf => {
             let weights = gguf::GgufWeights::new(GgufFile::open(path)?)?;
-            let dense = affine.dense_for(weights.config());
+            let dense = affine.dense_for(weights.config(), kernels);
             let model = build(weights.config().clone(), &weights, dense)?;
             (
                 model,
@@ -154,7 +169,7 @@ pub fn load_model(
         }
         CausalFormat::HuggingFace { .. } => {
             let weights = hf::HfWeights::open(path)?;
-            let dense = affine.dense_for(weights.config());
+            let dense = affine.dense_for(weights.config(), kernels);
             let model = build(weights.config().clone(), &weights, dense)?;
             (
                 model,

@@ -61,8 +61,9 @@ pub struct CausalLm {
     norm: RmsNorm,
     /// `None`: the head is the embedding (tied).
     head: Option<Linear>,
-    /// Whether prompt chunks run on the native CPU path ([`CausalLm::select_kernels`]).
-    native: bool,
+    /// The weights prepared for the native CPU path when prompt chunks run on it
+    /// ([`CausalLm::select_kernels`]).
+    native: Option<cpu::Packed>,
 }
 
 impl CausalLm {
@@ -83,7 +84,7 @@ impl CausalLm {
             layers,
             norm,
             head,
-            native: false,
+            native: None,
         };
         // The default is the engine's: native on the CPU where every weight qualifies.
         lm.select_kernels(CausalKernels::Auto)?;
@@ -95,18 +96,44 @@ impl CausalLm {
     /// ([`cpu`]); `Native` where they do not is an error that names the first weight that does
     /// not.
     pub fn select_kernels(&mut self, wanted: CausalKernels) -> Result<CausalKernels, ModelError> {
-        self.native = match wanted {
+        // Prepared already (the constructor chose `Auto`): the same weights would come out.
+        let prepared_as_asked = match wanted {
+            CausalKernels::Auto => true,
+            CausalKernels::Native => cpu::kernels::quant::fast(),
             CausalKernels::Mlx => false,
+        };
+        if self.native.is_some() && prepared_as_asked {
+            return Ok(self.kernels());
+        }
+        self.native = match wanted {
+            CausalKernels::Mlx => None,
             CausalKernels::Native => {
-                cpu::check(&self.weights()).map_err(ModelError::NativeKernels)?;
-                true
+                Some(cpu::prepare(&self.weights(), true).map_err(ModelError::NativeKernels)?)
             }
             CausalKernels::Auto => {
-                crate::model::widened::cpu_backend().unwrap_or(false)
-                    && cpu::check(&self.weights()).is_ok()
+                if crate::model::widened::cpu_backend().unwrap_or(false) {
+                    cpu::prepare(&self.weights(), false).ok()
+                } else {
+                    None
+                }
             }
         };
         Ok(self.kernels())
+    }
+
+    /// How finely the native integer products round their inputs (`Fine`, about 16 bits, by
+    /// default; `Coarse`, 8 bits as llama.cpp rounds them): docs/logit-read.md, "Kernels".
+    /// No effect where no weight runs on them.
+    pub fn set_activation_precision(&mut self, precision: cpu::kernels::quant::Precision) {
+        if let Some(packed) = &mut self.native {
+            packed.set_precision(precision);
+        }
+    }
+
+    /// Bytes the native path's repacked quantised weights hold (0 on the MLX path or where
+    /// every weight is float32).
+    pub fn packed_bytes(&self) -> usize {
+        self.native.as_ref().map_or(0, cpu::Packed::bytes)
     }
 
     /// What the native path reads of the model.
@@ -121,20 +148,19 @@ impl CausalLm {
 
     /// What runs prompt chunks now: `Mlx` or `Native`.
     pub fn kernels(&self) -> CausalKernels {
-        if self.native {
+        if self.native.is_some() {
             CausalKernels::Native
         } else {
             CausalKernels::Mlx
         }
     }
 
-    /// The kernels' name in fingerprints: `mlx`, or `native-` and the instruction set (the two
-    /// paths, and the native path's two builds, round differently).
+    /// The kernels' name in fingerprints: `mlx`, or `native-` and the instruction set, with the
+    /// integer products' where quantised weights run on them (each rounds differently).
     pub fn kernels_name(&self) -> String {
-        if self.native {
-            cpu::native_name()
-        } else {
-            "mlx".to_owned()
+        match &self.native {
+            Some(packed) => cpu::native_name(packed),
+            None => "mlx".to_owned(),
         }
     }
 
@@ -150,7 +176,7 @@ impl CausalLm {
         tokens: &[u32],
         past: &[CausalChunk],
     ) -> Result<(CausalChunk, Array), ModelError> {
-        if self.native {
+        if let Some(packed) = &self.native {
             let past: Vec<cpu::PastChunk<'_>> = past
                 .iter()
                 .map(|c| cpu::PastChunk {
@@ -158,7 +184,7 @@ impl CausalLm {
                     kv: &c.kv,
                 })
                 .collect();
-            let (kv, hidden) = cpu::forward_chunk(&self.weights(), tokens, &past)?;
+            let (kv, hidden) = cpu::forward_chunk(&self.weights(), packed, tokens, &past)?;
             return Ok((
                 CausalChunk {
                     tokens: tokens.to_vec(),

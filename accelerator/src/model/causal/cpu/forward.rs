@@ -18,7 +18,11 @@ use crate::model::norm::RmsNorm;
 use crate::model::ModelError;
 
 use super::attention::{attend, AttentionScratch, Heads, PastKv};
-use super::kernels;
+use super::kernels::{
+    self,
+    quant::{self, QuantizedRows},
+};
+use super::packed::{Operand, Packed, Projection};
 use super::rope::{heads_first, RopeTable};
 use super::{PastChunk, Weights};
 
@@ -42,27 +46,52 @@ pub(super) fn norm_weight(norm: &RmsNorm) -> Result<Option<&[f32]>, ModelError> 
         .transpose()
 }
 
-/// `y = x · Wᵀ` for `rows` rows of `x` (`[rows, in]`), `W` `[out, in]`.
-fn project(x: &[f32], rows: usize, linear: &Linear, y: &mut Vec<f32>) -> Result<(), ModelError> {
-    let w = dense(linear)?;
+/// `y = x · Wᵀ` for `rows` rows of `x` (`[rows, in]`), `W` `[out, in]`: float32 weights in the
+/// BLAS, repacked quantised ones on the integer products (`x` quantised into `s.quantized`).
+fn project(
+    x: &[f32],
+    rows: usize,
+    weight: Operand<'_>,
+    quantized: &mut QuantizedRows,
+    y: &mut Vec<f32>,
+) -> Result<(), ModelError> {
     let input = if rows == 0 { 0 } else { x.len() / rows };
-    if input == 0 || w.len() % input != 0 || x.len() != rows * input {
-        return Err(ModelError::Shape(
-            "a projection's input and weight disagree",
-        ));
+    if input == 0 || x.len() != rows * input {
+        return Err(ModelError::Shape("a projection's input is not whole rows"));
     }
-    let out = w.len() / input;
-    y.resize(rows * out, 0.0);
-    blas::sgemm(
-        true,
-        (rows, out, input),
-        1.0,
-        (x, input),
-        (w, input),
-        0.0,
-        (y, out),
-    )?;
-    Ok(())
+    match weight {
+        Operand::Int8(w, precision) => {
+            if w.input() != input {
+                return Err(ModelError::Shape(
+                    "a projection's input and weight disagree",
+                ));
+            }
+            y.resize(rows * w.out(), 0.0);
+            quantized
+                .quantize(x, rows, precision)
+                .and_then(|()| quant::matmul(quantized, w, y))
+                .map_err(|e| ModelError::NativeKernels(e.to_string()))
+        }
+        Operand::Dense(w) => {
+            if w.len() % input != 0 {
+                return Err(ModelError::Shape(
+                    "a projection's input and weight disagree",
+                ));
+            }
+            let out = w.len() / input;
+            y.resize(rows * out, 0.0);
+            blas::sgemm(
+                true,
+                (rows, out, input),
+                1.0,
+                (x, input),
+                (w, input),
+                0.0,
+                (y, out),
+            )?;
+            Ok(())
+        }
+    }
 }
 
 /// `out = norm(x)` row by row (`out` sized to `x`).
@@ -124,6 +153,8 @@ struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     attention: AttentionScratch,
+    /// A projection's input quantised for the integer products.
+    quantized: QuantizedRows,
 }
 
 /// The chunk `tokens` after the chunks `past` (in order, from position 0): every layer's K/V
@@ -131,6 +162,7 @@ struct Scratch {
 /// `CausalLm::forward_chunk` returns them.
 pub fn forward_chunk(
     model: &Weights<'_>,
+    packed: &Packed,
     tokens: &[u32],
     past: &[PastChunk<'_>],
 ) -> Result<(Vec<LayerKv>, Array), ModelError> {
@@ -149,22 +181,7 @@ pub fn forward_chunk(
     };
     let (sliding_first, _) = sliding_span(&past_lens, window);
 
-    // Embedding rows (dense float32, as every weight on this path), Gemma's scale.
-    let table = dense(model.embedding)?;
-    let mut x = vec![0.0f32; len * hidden];
-    for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
-        let at = token as usize * hidden;
-        let source = table
-            .get(at..at + hidden)
-            .ok_or(ModelError::TokenOutOfRange {
-                token,
-                vocab: config.vocab_size,
-            })?;
-        row.copy_from_slice(source);
-    }
-    if let Some(scale) = config.embedding_scale() {
-        kernels::scale(&mut x, &[scale]);
-    }
+    let mut x = embed(model, tokens)?;
 
     // One table per distinct rotary embedding (Gemma 3's local and global layers differ).
     let mut tables: Vec<RopeTable> = Vec::new();
@@ -211,7 +228,7 @@ pub fn forward_chunk(
             }
         };
         let layer_kv = layer_forward(
-            layer,
+            (layer, index, packed),
             (&mut x, hidden),
             &past_kv,
             (start, key_start),
@@ -231,7 +248,7 @@ pub fn forward_chunk(
 /// One decoder layer over the chunk's residual stream `x` (`[len, hidden]`, updated in place);
 /// returns the chunk's K/V of this layer.
 fn layer_forward(
-    layer: &DecoderLayer,
+    (layer, index, packed): (&DecoderLayer, usize, &Packed),
     (x, hidden): (&mut [f32], usize),
     past: &[PastKv<'_>],
     (start, key_start): (usize, usize),
@@ -245,11 +262,30 @@ fn layer_forward(
         a.head_dim as usize,
     );
     let len = x.len() / hidden.max(1);
+    let weight = |which| packed.operand(index, layer, which);
 
     normed(&layer.input_norm, x, &mut s.normed)?;
-    project(&s.normed, len, &a.q_proj, &mut s.q)?;
-    project(&s.normed, len, &a.k_proj, &mut s.k)?;
-    project(&s.normed, len, &a.v_proj, &mut s.v)?;
+    project(
+        &s.normed,
+        len,
+        weight(Projection::Q)?,
+        &mut s.quantized,
+        &mut s.q,
+    )?;
+    project(
+        &s.normed,
+        len,
+        weight(Projection::K)?,
+        &mut s.quantized,
+        &mut s.k,
+    )?;
+    project(
+        &s.normed,
+        len,
+        weight(Projection::V)?,
+        &mut s.quantized,
+        &mut s.v,
+    )?;
     if s.q.len() != len * heads * d || s.k.len() != len * kv_heads * d || s.v.len() != s.k.len() {
         return Err(ModelError::Shape("q/k/v projections and heads disagree"));
     }
@@ -286,7 +322,13 @@ fn layer_forward(
         &mut s.attention,
         &mut s.attended,
     )?;
-    project(&s.attended, len, &a.o_proj, &mut s.residual)?;
+    project(
+        &s.attended,
+        len,
+        weight(Projection::O)?,
+        &mut s.quantized,
+        &mut s.residual,
+    )?;
     add_block_output(
         x,
         s,
@@ -295,8 +337,20 @@ fn layer_forward(
     )?;
 
     normed(&layer.pre_mlp_norm, x, &mut s.normed)?;
-    project(&s.normed, len, &layer.mlp.gate, &mut s.gate)?;
-    project(&s.normed, len, &layer.mlp.up, &mut s.up)?;
+    project(
+        &s.normed,
+        len,
+        weight(Projection::Gate)?,
+        &mut s.quantized,
+        &mut s.gate,
+    )?;
+    project(
+        &s.normed,
+        len,
+        weight(Projection::Up)?,
+        &mut s.quantized,
+        &mut s.up,
+    )?;
     if s.gate.len() != s.up.len() {
         return Err(ModelError::Shape("gate and up projections disagree"));
     }
@@ -304,7 +358,13 @@ fn layer_forward(
         Activation::Silu => kernels::silu_mul(&mut s.gate, &s.up),
         Activation::GeluTanh => kernels::gelu_tanh_mul(&mut s.gate, &s.up),
     }
-    project(&s.gate, len, &layer.mlp.down, &mut s.residual)?;
+    project(
+        &s.gate,
+        len,
+        weight(Projection::Down)?,
+        &mut s.quantized,
+        &mut s.residual,
+    )?;
     add_block_output(
         x,
         s,
@@ -317,4 +377,52 @@ fn layer_forward(
         keys: Array::from_slice(&s.k_heads, &shape),
         values: Array::from_slice(&s.v_heads, &shape),
     })
+}
+
+/// The chunk's embedding rows (`[len, hidden]`): copied from a dense float32 table, or
+/// dequantised by MLX from a quantised one; Gemma's scale applied.
+fn embed(model: &Weights<'_>, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
+    let config = model.config;
+    let hidden = config.hidden_size as usize;
+    if let Some(&token) = tokens.iter().find(|&&t| t as i32 >= config.vocab_size) {
+        return Err(ModelError::TokenOutOfRange {
+            token,
+            vocab: config.vocab_size,
+        });
+    }
+    let mut x = match model.embedding {
+        Linear::Affine(_) => {
+            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+            let rows = model
+                .embedding
+                .rows(&Array::from_slice(&ids, &[ids.len() as i32]))?
+                .as_dtype(mlx_rs::Dtype::Float32)?;
+            rows.eval()?;
+            rows.try_as_slice::<f32>()
+                .map_err(|_| ModelError::Shape("embedding rows are not contiguous float32"))?
+                .to_vec()
+        }
+        Linear::Dense { .. } => {
+            let table = dense(model.embedding)?;
+            let mut x = vec![0.0f32; tokens.len() * hidden];
+            for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
+                let at = token as usize * hidden;
+                let source = table
+                    .get(at..at + hidden)
+                    .ok_or(ModelError::TokenOutOfRange {
+                        token,
+                        vocab: config.vocab_size,
+                    })?;
+                row.copy_from_slice(source);
+            }
+            x
+        }
+    };
+    if x.len() != tokens.len() * hidden {
+        return Err(ModelError::Shape("embedding rows and hidden size disagree"));
+    }
+    if let Some(scale) = config.embedding_scale() {
+        kernels::scale(&mut x, &[scale]);
+    }
+    Ok(x)
 }

@@ -13,22 +13,29 @@
 //! - `attention`: grouped-query attention of a chunk over the earlier chunks' K/V;
 //! - `forward`: the chunk through every layer, K/V and the last hidden state out as MLX arrays.
 //!
-//! It serves a model only when every weight the chunk reads is a dense, row-contiguous float32
-//! array (what `--affine-weights auto` makes of a small model on the CPU); it borrows their
-//! values and copies nothing. Quantised or narrow weights keep the MLX path.
+//! - `packed`: affine-quantised projections repacked for the integer products of
+//!   [`kernels::quant`] (AVX-512 VNNI), with activations quantised to 8 bits per block of 32.
+//!
+//! It serves a model when every projection is a dense, row-contiguous float32 array (borrowed,
+//! not copied) or an affine 4- or 8-bit one (repacked once, 1.25 bytes a weight) where the
+//! CPU runs the integer products fast; norms must be float32. Narrow float weights (bf16, f16)
+//! keep the MLX path.
 
 pub use hunch_kernels as kernels;
 
 mod attention;
 mod forward;
+mod packed;
 mod rope;
 
 use std::fmt;
 use std::str::FromStr;
 
 pub use forward::forward_chunk;
+pub use packed::Packed;
 
 use forward::{dense, norm_weight};
+use packed::Projection;
 
 use crate::model::causal::blocks::DecoderLayer;
 use crate::model::causal::config::CausalConfig;
@@ -97,46 +104,57 @@ impl FromStr for CausalKernels {
     }
 }
 
-/// The native path's name in fingerprints: the instruction set decides the last bits.
-pub fn native_name() -> String {
-    format!("native-{}", kernels::isa().name())
+/// The native path's name in fingerprints: the instruction sets decide the last bits (and
+/// whether the integer products run, which round activations to 8 bits).
+pub fn native_name(packed: &Packed) -> String {
+    let mut name = format!("native-{}", kernels::isa().name());
+    if packed.any() {
+        name.push('+');
+        name.push_str(kernels::quant::quant_isa().name());
+        name.push('-');
+        name.push_str(packed.precision().name());
+    }
+    name
 }
 
-/// `Ok` when the native path can run `lm`: a BLAS `sgemm` is reachable and every weight a chunk
-/// reads (embedding, every layer's projections and norms, the final norm) is dense,
-/// row-contiguous float32. Otherwise why not, naming the first weight that does not qualify.
-/// Checking evaluates the weights (they would be on the first chunk anyway).
-pub fn check(model: &Weights<'_>) -> Result<(), String> {
+/// The weights prepared for the native path when it can run `lm`: a BLAS `sgemm` is reachable,
+/// every projection is dense row-contiguous float32 or affine 4/8-bit (repacked here, where
+/// the integer products are fast or `force_int8` asks for them anyway), the embedding is one of
+/// the two, and every norm is float32. Otherwise why not, naming the first weight that does not
+/// qualify. Checking evaluates the weights (they would be on the first chunk anyway).
+pub fn prepare(model: &Weights<'_>, force_int8: bool) -> Result<Packed, String> {
     if !crate::blas::sgemm_available() {
         return Err("no BLAS sgemm is reachable from this process".into());
     }
-    let linear = |name: &str, l: &Linear| {
-        dense(l).map(|_| ()).map_err(|_| {
+    let int8 = packed::int8_allowed(force_int8);
+    let linear = |name: &str, l: &Linear| match l {
+        Linear::Affine(_) if int8 => Ok(()),
+        _ => dense(l).map(|_| ()).map_err(|_| {
             format!(
-                "{name} is not a dense contiguous float32 weight ({:?})",
-                l.dtype()
+                "{name} is not a dense contiguous float32 weight ({:?}){}",
+                l.dtype(),
+                if matches!(l, Linear::Affine(_)) {
+                    "; this CPU has no AVX-512 VNNI for quantised products"
+                } else {
+                    ""
+                }
             )
-        })
+        }),
     };
     let norm = |name: &str, n: &RmsNorm| {
         norm_weight(n)
             .map(|_| ())
             .map_err(|_| format!("{name}'s weight is not contiguous float32"))
     };
-    linear("the embedding", model.embedding)?;
+    // Quantised embedding rows are dequantised by MLX, a chunk's tokens at a time.
+    if !matches!(model.embedding, Linear::Affine(_)) {
+        linear("the embedding", model.embedding)?;
+    }
     norm("the final norm", model.norm)?;
     for (i, layer) in model.layers.iter().enumerate() {
         let a = &layer.attention;
-        for (what, l) in [
-            ("q_proj", &a.q_proj),
-            ("k_proj", &a.k_proj),
-            ("v_proj", &a.v_proj),
-            ("o_proj", &a.o_proj),
-            ("gate_proj", &layer.mlp.gate),
-            ("up_proj", &layer.mlp.up),
-            ("down_proj", &layer.mlp.down),
-        ] {
-            linear(&format!("layer {i} {what}"), l)?;
+        for which in Projection::ALL {
+            linear(&format!("layer {i} {}", which.name()), which.of(layer))?;
         }
         let norms = [
             Some(("input norm", &layer.input_norm)),
@@ -156,5 +174,5 @@ pub fn check(model: &Weights<'_>) -> Result<(), String> {
             return Err(format!("layer {i}'s rotary embedding has no frequencies"));
         }
     }
-    Ok(())
+    Packed::new(model.layers)
 }

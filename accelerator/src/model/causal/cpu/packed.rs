@@ -1,0 +1,190 @@
+//! What the native path multiplies with: each projection's weight as the chunk reads it, either
+//! the dense float32 values borrowed from the loaded array (products in the BLAS's `sgemm`) or
+//! an affine-quantised weight repacked once for the integer products of
+//! [`kernels::quant`](super::kernels::quant) (docs/logit-read.md, "Kernels").
+//!
+//! The repacking is what the native path adds to a quantised model's memory: one byte per
+//! weight and eight per row and block of 32 inputs (1.25 bytes a weight, against 4 for float32
+//! widened at load); the checkpoint's own packed arrays stay loaded for the MLX path and the
+//! embedding rows.
+
+use mlx_rs::Dtype;
+
+use crate::model::causal::blocks::DecoderLayer;
+use crate::model::linear::{Affine, Linear};
+use crate::model::ModelError;
+
+use super::kernels::quant::{self, PackedWeight, Precision};
+
+/// A layer's seven projections, in the order the forward reads them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Projection {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Projection {
+    pub(super) const ALL: [Projection; 7] = [
+        Projection::Q,
+        Projection::K,
+        Projection::V,
+        Projection::O,
+        Projection::Gate,
+        Projection::Up,
+        Projection::Down,
+    ];
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Projection::Q => "q_proj",
+            Projection::K => "k_proj",
+            Projection::V => "v_proj",
+            Projection::O => "o_proj",
+            Projection::Gate => "gate_proj",
+            Projection::Up => "up_proj",
+            Projection::Down => "down_proj",
+        }
+    }
+
+    pub(super) fn of(self, layer: &DecoderLayer) -> &Linear {
+        let a = &layer.attention;
+        match self {
+            Projection::Q => &a.q_proj,
+            Projection::K => &a.k_proj,
+            Projection::V => &a.v_proj,
+            Projection::O => &a.o_proj,
+            Projection::Gate => &layer.mlp.gate,
+            Projection::Up => &layer.mlp.up,
+            Projection::Down => &layer.mlp.down,
+        }
+    }
+}
+
+/// The repacked quantised projections of a model (empty when every weight is dense float32).
+#[derive(Default)]
+pub struct Packed {
+    /// Per layer, per [`Projection`]: the repacked weight where the loaded one is affine.
+    layers: Vec<[Option<PackedWeight>; 7]>,
+    /// How finely the products' inputs are rounded.
+    precision: Precision,
+}
+
+/// A projection's weight as the native path multiplies it.
+pub(super) enum Operand<'a> {
+    Dense(&'a [f32]),
+    /// The weight, and how finely its inputs are rounded.
+    Int8(&'a PackedWeight, Precision),
+}
+
+impl Packed {
+    /// Repacks every affine projection of `layers`; `Err` names the first one that cannot be
+    /// (bits or groups the integer products do not take).
+    pub(super) fn new(layers: &[DecoderLayer]) -> Result<Self, String> {
+        let mut packed = Vec::with_capacity(layers.len());
+        for (i, layer) in layers.iter().enumerate() {
+            let mut these: [Option<PackedWeight>; 7] = Default::default();
+            for (slot, which) in these.iter_mut().zip(Projection::ALL) {
+                if let Linear::Affine(q) = which.of(layer) {
+                    *slot =
+                        Some(repack(q).map_err(|e| format!("layer {i} {}: {e}", which.name()))?);
+                }
+            }
+            packed.push(these);
+        }
+        Ok(Packed {
+            layers: packed,
+            precision: Precision::default(),
+        })
+    }
+
+    /// Rounds the products' inputs at `precision` from now on.
+    pub fn set_precision(&mut self, precision: Precision) {
+        self.precision = precision;
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Whether any projection runs on the integer products.
+    pub fn any(&self) -> bool {
+        self.layers.iter().flatten().any(Option::is_some)
+    }
+
+    /// Bytes the repacked weights hold.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .flatten()
+            .flatten()
+            .map(PackedWeight::bytes)
+            .sum()
+    }
+
+    /// Layer `index`'s projection `which` (`layer` is that layer).
+    pub(super) fn operand<'a>(
+        &'a self,
+        index: usize,
+        layer: &'a DecoderLayer,
+        which: Projection,
+    ) -> Result<Operand<'a>, ModelError> {
+        let packed = self
+            .layers
+            .get(index)
+            .and_then(|l| l[which as usize].as_ref());
+        match (packed, which.of(layer)) {
+            (Some(p), _) => Ok(Operand::Int8(p, self.precision)),
+            (None, linear) => Ok(Operand::Dense(super::forward::dense(linear)?)),
+        }
+    }
+}
+
+/// An affine weight's codes, scales and biases (evaluated; scales and biases as float32) in
+/// the integer products' layout.
+fn repack(q: &Affine) -> Result<PackedWeight, String> {
+    let shape = q.weight.shape();
+    if shape.len() != 2 {
+        return Err(format!("a {}-axis quantised weight", shape.len()));
+    }
+    let out = shape[0] as usize;
+    let input = shape[1] as usize * 32 / q.bits.max(1) as usize;
+    let words = q
+        .weight
+        .as_dtype(Dtype::Uint32)
+        .and_then(|w| w.contiguous())
+        .map_err(|e| e.to_string())?;
+    let floats = |a: &mlx_rs::Array| {
+        a.as_dtype(Dtype::Float32)
+            .and_then(|a| a.contiguous())
+            .map_err(|e| e.to_string())
+    };
+    let (scales, biases) = (floats(&q.scales)?, floats(&q.biases)?);
+    mlx_rs::transforms::eval([&words, &scales, &biases]).map_err(|e| e.to_string())?;
+    let slice_u32 = words
+        .try_as_slice::<u32>()
+        .map_err(|_| "its codes are not contiguous".to_owned())?;
+    fn slice(a: &mlx_rs::Array) -> Result<&[f32], String> {
+        a.try_as_slice::<f32>()
+            .map_err(|_| "its scales or biases are not contiguous".to_owned())
+    }
+    PackedWeight::from_affine(
+        slice_u32,
+        slice(&scales)?,
+        slice(&biases)?,
+        (out, input),
+        q.group_size.max(0) as usize,
+        q.bits.max(0) as u32,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Whether affine weights can run on the integer products in this process: fast here
+/// ([`quant::fast`]), or asked for anyway (`native`, one scalar at a time).
+pub(super) fn int8_allowed(forced: bool) -> bool {
+    forced || quant::fast()
+}
