@@ -192,6 +192,35 @@ pub fn active() -> ActiveBlas {
     })
 }
 
+/// Asks OpenBLAS for its AVX-512 (SkylakeX) kernels where the CPU has AVX-512 F, CD, BW, DQ and
+/// VL and nobody chose a core (`OPENBLAS_CORETYPE` unset). OpenBLAS 0.3.21 (Debian 12) does not
+/// know newer Xeons and falls back to its SSE3 "Prescott" kernels there, which made a float32
+/// product ~3x slower (docs/benchmarks.md); on the CPUs it does know, the float32 kernels it
+/// would pick with AVX-512 are these. Call before any thread starts and before the first BLAS
+/// call (it sets an environment variable the library reads when it loads).
+pub fn prefer_avx512_openblas() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512cd")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512dq")
+            && std::is_x86_feature_detected!("avx512vl");
+        if avx512 && std::env::var_os("OPENBLAS_CORETYPE").is_none() {
+            // Only sound before other threads run (the caller's contract: start of `main`).
+            std::env::set_var("OPENBLAS_CORETYPE", "SKYLAKEX");
+        }
+    }
+}
+
+/// Sets how many threads the chosen BLAS runs its products on (OpenBLAS; the reference BLAS
+/// has one): whether it could. Used where other code owns the cores between BLAS calls
+/// (docs/logit-read.md, "Kernels": OpenBLAS's idle workers spin for a while after each call,
+/// and took a quarter of a 1B read's CPU from the integer products).
+pub fn set_threads(threads: usize) -> bool {
+    routing::set_threads(threads)
+}
+
 /// Whether [`sgemm`] can run in this process (the chosen BLAS has a `cblas_sgemm`).
 pub fn sgemm_available() -> bool {
     routing::sgemm_function().is_some()
@@ -336,6 +365,8 @@ mod routing {
         sgemm: Option<Sgemm>,
         dgemm: Option<Dgemm>,
         cgemm: Option<Cgemm>,
+        /// OpenBLAS's `openblas_set_num_threads` (none for the reference BLAS).
+        set_threads: Option<unsafe extern "C" fn(i32)>,
     }
 
     static TABLE: OnceLock<Table> = OnceLock::new();
@@ -352,6 +383,18 @@ mod routing {
     /// The chosen BLAS's `cblas_sgemm`, choosing the BLAS now if nothing did yet.
     pub(super) fn sgemm_function() -> Option<Sgemm> {
         table().sgemm
+    }
+
+    /// Sets the chosen BLAS's threads where it has the call; whether it did.
+    pub(super) fn set_threads(threads: usize) -> bool {
+        match table().set_threads {
+            Some(set) => {
+                // SAFETY: OpenBLAS's `openblas_set_num_threads(int)`, callable at any time.
+                unsafe { set(threads.clamp(1, i32::MAX as usize) as i32) };
+                true
+            }
+            None => false,
+        }
     }
 
     fn table() -> &'static Table {
@@ -390,6 +433,7 @@ mod routing {
                     sgemm: symbol(handle, c"cblas_sgemm"),
                     dgemm: symbol(handle, c"cblas_dgemm"),
                     cgemm: symbol(handle, c"cblas_cgemm"),
+                    set_threads: symbol(handle, c"openblas_set_num_threads"),
                 }
             };
             if table.sgemm.is_some() {
@@ -411,6 +455,7 @@ mod routing {
                 sgemm: symbol(libc::RTLD_NEXT, c"cblas_sgemm"),
                 dgemm: symbol(libc::RTLD_NEXT, c"cblas_dgemm"),
                 cgemm: symbol(libc::RTLD_NEXT, c"cblas_cgemm"),
+                set_threads: None,
             }
         }
     }
@@ -483,6 +528,10 @@ mod routing {
     /// No routed BLAS here: the native kernels are not offered (MLX serves every product).
     pub(super) fn sgemm_function() -> Option<Sgemm> {
         None
+    }
+
+    pub(super) fn set_threads(_threads: usize) -> bool {
+        false
     }
 }
 

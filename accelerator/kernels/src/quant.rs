@@ -270,6 +270,11 @@ pub struct QuantizedRows {
     steps: Vec<f32>,
     /// Per row and block: the sum of the block's quantised values (step · Σ integer values).
     sums: Vec<f32>,
+    /// The codes as the AVX-512 kernel reads them ([`QuantizedRows::slot`]): per group of
+    /// [`ROWS`] rows, per step of 4 inputs, each row's 4 codes (and 4 fine codes) side by side,
+    /// so a tile's loads walk one stream instead of one per row (rows 2 KiB apart fall in the
+    /// same few L1 sets).
+    tiled: Vec<i8>,
 }
 
 impl QuantizedRows {
@@ -293,30 +298,101 @@ impl QuantizedRows {
         self.codes.resize(x.len(), 0);
         self.steps.resize(x.len() / BLOCK, 0.0);
         self.sums.resize(x.len() / BLOCK, 0.0);
-        let blocks = x
-            .chunks_exact(BLOCK)
-            .zip(self.codes.chunks_exact_mut(BLOCK))
-            .zip(self.steps.iter_mut().zip(self.sums.iter_mut()));
-        match precision {
-            Precision::Coarse => {
-                for ((values, codes), (step, sum)) in blocks {
-                    quantize_block(values, codes, None, step, sum);
-                }
-            }
-            Precision::Fine => {
-                self.fine.resize(x.len(), 0);
-                for (((values, codes), (step, sum)), fine) in
-                    blocks.zip(self.fine.chunks_exact_mut(BLOCK))
-                {
-                    quantize_block(values, codes, Some(fine), step, sum);
-                }
-            }
+        if precision == Precision::Fine {
+            self.fine.resize(x.len(), 0);
         }
+        let fine = match precision {
+            Precision::Fine => Some(&mut self.fine[..]),
+            Precision::Coarse => None,
+        };
+        let out = (
+            &mut self.codes[..],
+            fine,
+            &mut self.steps[..],
+            &mut self.sums[..],
+        );
+        #[cfg(target_arch = "x86_64")]
+        if crate::isa() == crate::Isa::Avx2Fma {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn fast(x: &[f32], out: BlockOutputs<'_>) {
+                quantize_blocks(x, out)
+            }
+            // SAFETY: `isa` found AVX2 and FMA (the loop has no fused operations to change:
+            // the same bits as the portable copy).
+            unsafe { fast(x, out) };
+            self.interleave();
+            return Ok(());
+        }
+        quantize_blocks(x, out);
+        self.interleave();
         Ok(())
     }
 
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Bytes of one row's codes per step in [`QuantizedRows::tiled`]: 4, or 8 with fine codes.
+    fn slot(&self) -> usize {
+        match self.precision {
+            Precision::Coarse => STEP,
+            Precision::Fine => 2 * STEP,
+        }
+    }
+
+    /// Bytes of one group of [`ROWS`] rows in [`QuantizedRows::tiled`].
+    fn group_bytes(&self) -> usize {
+        self.input / STEP * ROWS * self.slot()
+    }
+
+    /// Fills `tiled` from the row-major codes (rows past the last of a group stay zero).
+    fn interleave(&mut self) {
+        let (slot, group) = (self.slot(), self.group_bytes());
+        self.tiled.clear();
+        self.tiled.resize(self.rows.div_ceil(ROWS) * group, 0);
+        for m in 0..self.rows {
+            let base = m / ROWS * group + m % ROWS * slot;
+            let row = m * self.input..(m + 1) * self.input;
+            for (step, four) in self.codes[row.clone()].chunks_exact(STEP).enumerate() {
+                let at = base + step * ROWS * slot;
+                self.tiled[at..at + STEP].copy_from_slice(four);
+            }
+            if self.precision == Precision::Fine {
+                for (step, four) in self.fine[row].chunks_exact(STEP).enumerate() {
+                    let at = base + step * ROWS * slot + STEP;
+                    self.tiled[at..at + STEP].copy_from_slice(four);
+                }
+            }
+        }
+    }
+}
+
+/// Where a row-major run of blocks' codes, fine codes, steps and sums go.
+type BlockOutputs<'a> = (
+    &'a mut [i8],
+    Option<&'a mut [i8]>,
+    &'a mut [f32],
+    &'a mut [f32],
+);
+
+/// Every block of `x` (a whole number of blocks) into `out`.
+#[inline(always)]
+fn quantize_blocks(x: &[f32], (codes, fine, steps, sums): BlockOutputs<'_>) {
+    let blocks = x
+        .chunks_exact(BLOCK)
+        .zip(codes.chunks_exact_mut(BLOCK))
+        .zip(steps.iter_mut().zip(sums.iter_mut()));
+    match fine {
+        None => {
+            for ((values, codes), (step, sum)) in blocks {
+                quantize_block(values, codes, None, step, sum);
+            }
+        }
+        Some(fine) => {
+            for (((values, codes), (step, sum)), fine) in blocks.zip(fine.chunks_exact_mut(BLOCK)) {
+                quantize_block(values, codes, Some(fine), step, sum);
+            }
+        }
     }
 }
 
@@ -324,6 +400,7 @@ impl QuantizedRows {
 /// the rounding error `x − d·c` in steps of `d / 256`, rounded the same way, so that
 /// `256·c + fine` is `x` in steps of `d / 256`. `step` is what one unit of the block's integer
 /// sum is worth and `sum` the block's quantised sum.
+#[inline(always)]
 fn quantize_block(
     values: &[f32],
     codes: &mut [i8],
@@ -552,11 +629,9 @@ mod avx512 {
             let codes = w.codes.as_ptr().add(t.panel * PANEL * input);
             let scales = w.scales.as_ptr().add(t.panel * blocks * PANEL);
             let biases = w.biases.as_ptr().add(t.panel * blocks * PANEL);
-            let a = x.codes.as_ptr().add(t.first_row * input);
-            let fine = x
-                .fine
-                .as_ptr()
-                .add(if FINE { t.first_row * input } else { 0 });
+            // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
+            let slot = x.slot();
+            let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
             let a_steps = x.steps.as_ptr().add(t.first_row * blocks);
             let a_sums = x.sums.as_ptr().add(t.first_row * blocks);
             let mut acc = [_mm512_setzero_ps(); R];
@@ -570,11 +645,12 @@ mod avx512 {
                     let k = j * BLOCK + s * STEP;
                     let wv = _mm512_loadu_si512(codes.add(k * PANEL).cast());
                     for i in 0..R {
-                        let four = a.add(i * input + k).cast::<i32>().read_unaligned();
+                        let at = a.add((k / STEP * ROWS + i) * slot);
+                        let four = at.cast::<i32>().read_unaligned();
                         let four = _mm512_set1_epi32(four);
                         if FINE {
                             first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                            let f = fine.add(i * input + k).cast::<i32>().read_unaligned();
+                            let f = at.add(STEP).cast::<i32>().read_unaligned();
                             second[i] = _mm512_dpbusd_epi32(second[i], wv, _mm512_set1_epi32(f));
                         } else if s % 2 == 0 {
                             first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
@@ -769,9 +845,20 @@ mod tests {
                     "row {m}"
                 );
             }
-            // The portable copy, tile by tile, gives the same bits as whatever ran above.
+            // The portable copy, tile by tile, gives the same bits as whatever ran above, and
+            // the portable quantisation the same codes as the vectorised one.
             let mut q = QuantizedRows::default();
             q.quantize(&x, rows, precision).expect("quantizes");
+            let (mut codes, mut fine) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+            let (mut steps, mut sums) = (vec![0f32; x.len() / BLOCK], vec![0f32; x.len() / BLOCK]);
+            let fine_out = (precision == Precision::Fine).then_some(&mut fine[..]);
+            quantize_blocks(&x, (&mut codes, fine_out, &mut steps, &mut sums));
+            assert_eq!(codes, q.codes, "{precision:?} codes");
+            if precision == Precision::Fine {
+                assert_eq!(fine, q.fine, "fine codes");
+            }
+            assert_eq!(bits(&steps), bits(&q.steps), "{precision:?} steps");
+            assert_eq!(bits(&sums), bits(&q.sums), "{precision:?} sums");
             let mut portable = vec![0.0f32; rows * 40];
             let out = OutPtr(portable.as_mut_ptr());
             for panel in 0..40usize.div_ceil(PANEL) {

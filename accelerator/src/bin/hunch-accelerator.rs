@@ -179,6 +179,8 @@ fn parse_switch(s: &str) -> Result<bool, String> {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread starts: it sets an environment variable OpenBLAS reads when it loads.
+    hunch_accelerator::blas::prefer_avx512_openblas();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // The host forwards sidecar logs into its own; colour codes only help a terminal.

@@ -200,6 +200,8 @@ fn machine() -> String {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before any thread starts: it sets an environment variable OpenBLAS reads when it loads.
+    hunch_accelerator::blas::prefer_avx512_openblas();
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

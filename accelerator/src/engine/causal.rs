@@ -111,6 +111,13 @@ impl CausalEngine {
                     source,
                 })?;
         model.set_activation_precision(options.activations);
+        if model.packed_bytes() > 0 {
+            // The integer products split their work between the cores themselves; OpenBLAS
+            // (the attention's small products) on one thread leaves no idle worker spinning
+            // against them (docs/logit-read.md, "Kernels").
+            let single = crate::blas::set_threads(1);
+            tracing::info!(single, "BLAS on one thread beside the integer products");
+        }
         // Quantised projections repacked for the native integer products sit beside the
         // checkpoint's own arrays.
         let weight_bytes = stored_bytes + model.packed_bytes() as u64;
