@@ -18,7 +18,8 @@ fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal")
 }
 
-/// Every tiny checkpoint whose weights load as dense float32 (affine ones widened at load).
+/// Every tiny checkpoint whose weights load as dense float32 (affine ones widened at load); the
+/// quantised layouts last ([`QUANTISED`]).
 const DENSE: [&str; 11] = [
     "tiny-llama",
     "tiny-llama3-tied",
@@ -130,15 +131,9 @@ fn native_chunks_match_mlx_on_every_tiny_checkpoint() {
     assert!(failures.is_empty(), "native differs from MLX: {failures:?}");
 }
 
-/// The tiny checkpoints whose projections are affine-quantised (GGUF Q4_0/Q4_1/Q8_0, MLX 4-bit).
-const QUANTISED: [&str; 6] = [
-    "tiny-llama.q4_0.gguf",
-    "tiny-llama.q4_1.gguf",
-    "tiny-llama.q8_0.gguf",
-    "tiny-gemma3.q4_0.gguf",
-    "tiny-qwen3.q8_0.gguf",
-    "tiny-llama-mlx4",
-];
+/// The tiny checkpoints whose projections are affine-quantised (GGUF Q4_0/Q4_1/Q8_0, MLX 4-bit):
+/// the last six of [`DENSE`] (which widens them).
+const QUANTISED: &[&str] = DENSE.split_at(5).1;
 
 /// Quantised weights kept as stored run on the native integer products: within the inputs'
 /// rounding of the float32 read of the same weights, at both widths.

@@ -10,7 +10,8 @@
 //! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
-//!                  [--chunk 32] [--kernels auto|mlx|native] [--activation-bits 16|8] [--peer-python PY] [--threads N]
+//!                  [--chunk 32] [--kernels auto|mlx|native] [--activation-bits 16|8]
+//!                  [--affine-weights auto|quantized|dense] [--peer-python PY] [--threads N]
 //!                  [--dump-requests FILE]
 //!
 //! `--dump-requests FILE` also writes the requests as `POST /v1/systemone` bodies (one JSON per
@@ -20,6 +21,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use hunch_accelerator::checkpoint::causal::AffineWeights;
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
 use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
 use hunch_accelerator::model::causal::CausalKernels;
@@ -33,6 +35,7 @@ struct Args {
     chunk: usize,
     kernels: CausalKernels,
     activations: Precision,
+    affine: AffineWeights,
     peer_python: Option<String>,
     threads: usize,
     dump_requests: Option<PathBuf>,
@@ -47,6 +50,7 @@ fn parse() -> Result<Args, String> {
         chunk: hunch_accelerator::model::causal::DEFAULT_CAUSAL_CHUNK,
         kernels: CausalKernels::Auto,
         activations: Precision::Fine,
+        affine: AffineWeights::Auto,
         peer_python: None,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         dump_requests: None,
@@ -61,6 +65,18 @@ fn parse() -> Result<Args, String> {
             "--chunk" => args.chunk = value()?.parse().map_err(|e| format!("{e}"))?,
             "--kernels" => args.kernels = value()?.parse().map_err(|e| format!("{e}"))?,
             "--activation-bits" => args.activations = value()?.parse()?,
+            "--affine-weights" => {
+                args.affine = match value()?.as_str() {
+                    "auto" => AffineWeights::Auto,
+                    "quantized" => AffineWeights::Quantized,
+                    "dense" => AffineWeights::Dense,
+                    other => {
+                        return Err(format!(
+                            "--affine-weights {other:?}: auto, quantized or dense"
+                        ))
+                    }
+                }
+            }
             "--threads" => args.threads = value()?.parse().map_err(|e| format!("{e}"))?,
             "--peer-python" => args.peer_python = Some(value()?),
             "--dump-requests" => args.dump_requests = Some(PathBuf::from(value()?)),
@@ -218,6 +234,7 @@ fn run() -> Result<(), String> {
         prefill_chunk: args.chunk,
         kernels: args.kernels,
         activations: args.activations,
+        affine: args.affine,
         ..CausalEngineOptions::default()
     };
     let mut engine = CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?;
