@@ -22,19 +22,9 @@ use super::kernels::{
     self,
     quant::{self, QuantizedRows},
 };
-use super::packed::{Operand, Packed, Projection};
+use super::packed::{dense, Operand, Packed, Projection};
 use super::rope::{heads_first, RopeTable};
 use super::{PastChunk, Weights};
-
-/// A dense float32 weight's values, borrowed from its (evaluated, row-contiguous) array.
-pub(super) fn dense(linear: &Linear) -> Result<&[f32], ModelError> {
-    match linear {
-        Linear::Dense { weight } => weight
-            .try_as_slice::<f32>()
-            .map_err(|_| ModelError::Shape("a weight is not contiguous float32")),
-        Linear::Affine(_) => Err(ModelError::Shape("a quantised weight on the native path")),
-    }
-}
 
 /// A norm's weight values (if it has one) and epsilon.
 pub(super) fn norm_weight(norm: &RmsNorm) -> Result<Option<&[f32]>, ModelError> {

@@ -34,8 +34,8 @@ use std::str::FromStr;
 pub use forward::forward_chunk;
 pub use packed::Packed;
 
-use forward::{dense, norm_weight};
-use packed::Projection;
+use forward::norm_weight;
+use packed::{dense, Projection};
 
 use crate::model::causal::blocks::DecoderLayer;
 use crate::model::causal::config::CausalConfig;

@@ -139,8 +139,18 @@ impl Packed {
             .and_then(|l| l[which as usize].as_ref());
         match (packed, which.of(layer)) {
             (Some(p), _) => Ok(Operand::Int8(p, self.precision)),
-            (None, linear) => Ok(Operand::Dense(super::forward::dense(linear)?)),
+            (None, linear) => Ok(Operand::Dense(dense(linear)?)),
         }
+    }
+}
+
+/// A dense float32 weight's values, borrowed from its (evaluated, row-contiguous) array.
+pub(super) fn dense(linear: &Linear) -> Result<&[f32], ModelError> {
+    match linear {
+        Linear::Dense { weight } => weight
+            .try_as_slice::<f32>()
+            .map_err(|_| ModelError::Shape("a weight is not contiguous float32")),
+        Linear::Affine(_) => Err(ModelError::Shape("a quantised weight on the native path")),
     }
 }
 

@@ -1,0 +1,251 @@
+//! Integer products of affine-quantised weights (GGUF Q4_0/Q4_1/Q8_0 as the loader maps them,
+//! mlx-community's 4- and 8-bit) with activations quantised per block of 32: what a chat
+//! model's projections cost on a CPU with AVX-512 VNNI, where a float32 product of widened
+//! weights runs at a quarter of the rate (docs/benchmarks.md, "Integer products").
+//!
+//! - `weights`: [`PackedWeight`], the repacked weight;
+//! - `activations`: [`QuantizedRows`] at a [`Precision`] (16 or 8 bits);
+//! - `avx512`: the kernel; this file: the product, its split between threads, the portable
+//!   copy of the kernel.
+//!
+//! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, 4 or 8 bits, groups of
+//! 32, 64 or 128 inputs) is repacked once into [`PackedWeight`]: codes as bytes in panels of 16
+//! rows, four inputs of each row side by side, so that one 64-byte load feeds one `vpdpbusd` for
+//! 16 outputs; scales and biases per row and per block of 32 inputs.
+//!
+//! Activations `x[m, k]` are quantised per row and block of 32 ([`QuantizedRows`]):
+//! `x ≈ d[m, j] · c[m, k]`, `c` in −127..=127 (what llama.cpp does to activations before its
+//! integer products, "Q8_0"; at 16 bits a second byte code carries the rounding error), with
+//! each block's sum `d · Σ c`. Then
+//!
+//! `y[m, n] = Σ_j (s[n, j] · d[m, j]) · Σ_{k∈j} q[n, k] c[m, k]  +  Σ_j b[n, j] · d[m, j] Σ_{k∈j} c[m, k]`
+//!
+//! The inner sums are exact 32-bit integer sums; the outer one runs over blocks in order with
+//! one fused multiply-add per term, so an output's bits depend only on its row of `x` and its
+//! row of `W`, never on how many rows are multiplied together or how the work is split between
+//! threads (the exactness rule of docs/logit-read.md). The portable copy computes the same
+//! bits, one scalar at a time: tests hold the two together.
+//!
+//! The only approximation is the activations' rounding (at most 1/65,024 of a block's largest
+//! value at 16 bits, 1/254 at 8); docs/logit-read.md, "Kernels", says what it does to a read.
+
+mod activations;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(test)]
+mod tests;
+mod weights;
+
+pub use activations::{Precision, QuantizedRows};
+pub use weights::PackedWeight;
+
+use std::fmt;
+use std::sync::OnceLock;
+
+/// Inputs per activation block (and per scale in a packed weight).
+pub const BLOCK: usize = 32;
+/// Rows of a weight per panel (one 512-bit register of 32-bit sums).
+pub const PANEL: usize = 16;
+/// Inputs of a row side by side in a panel (one `vpdpbusd` lane).
+const STEP: usize = 4;
+/// Activation rows per call of the inner kernel (eight sums and eight accumulators in
+/// registers).
+const ROWS: usize = 8;
+
+/// The instruction set the integer products run with in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantIsa {
+    /// x86-64 with AVX-512 F, BW and VNNI: 64 byte products per instruction.
+    Avx512Vnni,
+    /// One scalar at a time: correct everywhere, and far too slow to serve a model.
+    Portable,
+}
+
+impl QuantIsa {
+    /// How it is named in the model's fingerprint.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantIsa::Avx512Vnni => "int8-avx512vnni",
+            QuantIsa::Portable => "int8-portable",
+        }
+    }
+}
+
+/// The integer products' instruction set in this process, detected once.
+pub fn quant_isa() -> QuantIsa {
+    static ISA: OnceLock<QuantIsa> = OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vnni")
+        {
+            return QuantIsa::Avx512Vnni;
+        }
+        QuantIsa::Portable
+    })
+}
+
+/// Whether the integer products are worth serving a model with here (faster than float32
+/// products of widened weights).
+pub fn fast() -> bool {
+    quant_isa() != QuantIsa::Portable
+}
+
+/// Why a weight or an activation cannot be multiplied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuantError {
+    /// Codes of a width the packing does not read (4 and 8 bits are).
+    Bits(u32),
+    /// A group that is not a whole number of 32-input blocks, or inputs that are not a whole
+    /// number of groups.
+    Group { group: usize, input: usize },
+    /// Slices whose lengths disagree with the shapes given.
+    Shape(&'static str),
+}
+
+impl fmt::Display for QuantError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuantError::Bits(bits) => write!(f, "{bits}-bit codes (4 and 8 are supported)"),
+            QuantError::Group { group, input } => write!(
+                f,
+                "groups of {group} over {input} inputs (groups must be a multiple of {BLOCK} \
+                 and divide the inputs)"
+            ),
+            QuantError::Shape(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for QuantError {}
+
+/// `y = x · Wᵀ`: `y` is `[x.rows(), w.out()]`, row-major. Panels are split between the
+/// process's cores; every output is the same bits however they are split.
+pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), QuantError> {
+    if x.input != w.input {
+        return Err(QuantError::Shape(
+            "activations and weight have different inputs",
+        ));
+    }
+    if y.len() != x.rows * w.out {
+        return Err(QuantError::Shape("the output is not [rows, out]"));
+    }
+    let panels = w.out.div_ceil(PANEL);
+    let threads = threads().min(panels.div_ceil(4)).max(1);
+    let out = OutPtr(y.as_mut_ptr());
+    let share = panels.div_ceil(threads);
+    let run = |from: usize| {
+        let to = (from + share).min(panels);
+        // SAFETY: each thread writes only the columns of its own panels, inside `y` (checked
+        // above: `y` is `[rows, out]` and every panel's columns are below `out`).
+        unsafe { panels_product(x, w, from..to, out) }
+    };
+    if threads == 1 {
+        run(0);
+        return Ok(());
+    }
+    std::thread::scope(|scope| {
+        for t in 1..threads {
+            let run = &run;
+            scope.spawn(move || run(t * share));
+        }
+        run(0);
+    });
+    Ok(())
+}
+
+/// The cores products are split between.
+fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `y`'s first value, shared by threads that write disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the threads given one write disjoint elements (their own panels' columns).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// The panels `range` of `w` against every row of `x`.
+///
+/// # Safety
+/// `out` points to `[x.rows, w.out]` values that no other thread writes in these panels'
+/// columns.
+unsafe fn panels_product(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    range: std::ops::Range<usize>,
+    out: OutPtr,
+) {
+    for panel in range {
+        let cols = (w.out - panel * PANEL).min(PANEL);
+        let mut m = 0;
+        while m < x.rows {
+            let rows = (x.rows - m).min(ROWS);
+            let tile = Tile {
+                panel,
+                first_row: m,
+                rows,
+                cols,
+            };
+            #[cfg(target_arch = "x86_64")]
+            if quant_isa() == QuantIsa::Avx512Vnni {
+                // SAFETY: `quant_isa` found AVX-512 F, BW and VNNI; the caller's contract
+                // covers `out`.
+                unsafe { avx512::tile(x, w, tile, out) };
+                m += rows;
+                continue;
+            }
+            // SAFETY: the caller's contract covers `out`.
+            unsafe { portable_tile(x, w, tile, out) };
+            m += rows;
+        }
+    }
+}
+
+/// Up to [`ROWS`] rows of `x` against one panel of `w`.
+#[derive(Clone, Copy)]
+struct Tile {
+    panel: usize,
+    first_row: usize,
+    rows: usize,
+    /// Columns of the panel inside `w.out`.
+    cols: usize,
+}
+
+/// The same sums as the AVX-512 kernel, in the same order, one scalar at a time.
+///
+/// # Safety
+/// As [`panels_product`].
+unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
+    let blocks = x.input / BLOCK;
+    let codes = &w.codes[t.panel * PANEL * w.input..(t.panel + 1) * PANEL * w.input];
+    for i in 0..t.rows {
+        let m = t.first_row + i;
+        let row = &x.codes[m * x.input..(m + 1) * x.input];
+        for r in 0..t.cols {
+            let mut acc = 0.0f32;
+            for j in 0..blocks {
+                let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
+                let mut dot: i32 = (j * BLOCK..(j + 1) * BLOCK)
+                    .map(|k| q(k) * row[k] as i32)
+                    .sum();
+                if x.precision == Precision::Fine {
+                    let fine = &x.fine[m * x.input..(m + 1) * x.input];
+                    dot = (dot << 8)
+                        + (j * BLOCK..(j + 1) * BLOCK)
+                            .map(|k| q(k) * fine[k] as i32)
+                            .sum::<i32>();
+                }
+                let at = (t.panel * blocks + j) * PANEL + r;
+                let s = w.scales[at] * x.steps[m * blocks + j];
+                acc = (dot as f32).mul_add(s, acc);
+                acc = w.biases[at].mul_add(x.sums[m * blocks + j], acc);
+            }
+            // SAFETY: (m, panel·16 + r) is inside `[rows, out]`; the caller's contract.
+            unsafe { *out.0.add(m * w.out + t.panel * PANEL + r) = acc };
+        }
+    }
+}

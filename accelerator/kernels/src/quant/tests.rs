@@ -1,0 +1,204 @@
+use super::activations::quantize_blocks;
+use super::*;
+
+/// A deterministic pseudo-random stream (no dependency for tests).
+fn stream(seed: u64) -> impl FnMut() -> f32 {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+struct Case {
+    out: usize,
+    input: usize,
+    group: usize,
+    bits: u32,
+    codes: Vec<u8>,
+    scales: Vec<f32>,
+    biases: Vec<f32>,
+}
+
+fn case(out: usize, input: usize, group: usize, bits: u32, seed: u64) -> Case {
+    let mut r = stream(seed);
+    let levels = (1u32 << bits) as f32;
+    let codes = (0..out * input)
+        .map(|_| ((r() * 0.5 + 0.5) * (levels - 1.0)).round() as u8)
+        .collect();
+    let groups = out * input / group;
+    let scales = (0..groups).map(|_| 0.01 + 0.05 * r().abs()).collect();
+    let biases = (0..groups).map(|_| -0.3 * r()).collect();
+    Case {
+        out,
+        input,
+        group,
+        bits,
+        codes,
+        scales,
+        biases,
+    }
+}
+
+impl Case {
+    fn weight(&self, n: usize, k: usize) -> f64 {
+        let g = n * (self.input / self.group) + k / self.group;
+        self.scales[g] as f64 * self.codes[n * self.input + k] as f64 + self.biases[g] as f64
+    }
+
+    /// MLX's packing: codes from the lowest bits of each word up.
+    fn packed(&self) -> Vec<u32> {
+        let per = 32 / self.bits as usize;
+        self.codes
+            .chunks_exact(per)
+            .map(|c| {
+                c.iter().enumerate().fold(0u32, |w, (i, &q)| {
+                    w | (q as u32) << (i * self.bits as usize)
+                })
+            })
+            .collect()
+    }
+
+    fn packed_weight(&self) -> PackedWeight {
+        PackedWeight::from_affine(
+            &self.packed(),
+            &self.scales,
+            &self.biases,
+            (self.out, self.input),
+            self.group,
+            self.bits,
+        )
+        .expect("packs")
+    }
+}
+
+fn activations(rows: usize, input: usize, seed: u64) -> Vec<f32> {
+    let mut r = stream(seed);
+    // An outlier channel, as real activations have, so the block scales matter.
+    (0..rows * input)
+        .map(|i| if i % input == 5 { 20.0 * r() } else { r() })
+        .collect()
+}
+
+fn product(x: &[f32], rows: usize, w: &PackedWeight, precision: Precision) -> Vec<f32> {
+    let mut q = QuantizedRows::default();
+    q.quantize(x, rows, precision).expect("quantizes");
+    let mut y = vec![0.0; rows * w.out()];
+    matmul(&q, w, &mut y).expect("multiplies");
+    y
+}
+
+#[test]
+fn products_agree_with_float64_within_the_activations_rounding() {
+    for (precision, steps) in [(Precision::Coarse, 254.0), (Precision::Fine, 254.0 * 256.0)] {
+        for (out, input, group, bits) in [(37, 64, 32, 4), (16, 128, 64, 8), (50, 256, 128, 4)] {
+            let c = case(out, input, group, bits, out as u64);
+            let rows = 11;
+            let x = activations(rows, input, 7);
+            let y = product(&x, rows, &c.packed_weight(), precision);
+            let mut worst = 0.0f64;
+            for m in 0..rows {
+                for n in 0..out {
+                    let terms = (0..input).map(|k| x[m * input + k] as f64 * c.weight(n, k));
+                    let exact: f64 = terms.clone().sum();
+                    let magnitude: f64 = terms.map(f64::abs).sum();
+                    // Each activation is off by at most half a step (max |x| / 254 of its
+                    // block, 256 times less when fine), times |W|; and float32 sums.
+                    let bound: f64 = (0..input)
+                        .map(|k| {
+                            let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
+                            let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                            largest as f64 / steps * c.weight(n, k).abs()
+                        })
+                        .sum::<f64>()
+                        + 1e-6 * magnitude
+                        + 1e-7;
+                    let got = y[m * out + n] as f64;
+                    worst = worst.max((got - exact).abs() / bound);
+                    assert!(
+                        (got - exact).abs() <= bound,
+                        "{precision:?} [{m}, {n}] of {out}x{input}/{group}/{bits}: {got} \
+                         against {exact} (bound {bound})"
+                    );
+                }
+            }
+            eprintln!("{precision:?} {out}x{input}/{group}/{bits}: worst {worst:.2} of the bound");
+        }
+    }
+}
+
+#[test]
+fn a_row_gets_the_same_bits_alone_in_any_tile_and_on_the_portable_copy() {
+    let c = case(40, 96, 32, 4, 3);
+    let w = c.packed_weight();
+    let rows = 19;
+    let x = activations(rows, 96, 11);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let together = product(&x, rows, &w, precision);
+        for m in [0, 7, 8, 18] {
+            let alone = product(&x[m * 96..(m + 1) * 96], 1, &w, precision);
+            assert_eq!(
+                bits(&alone),
+                bits(&together[m * 40..(m + 1) * 40]),
+                "row {m}"
+            );
+        }
+        // The portable copy, tile by tile, gives the same bits as whatever ran above, and
+        // the portable quantisation the same codes as the vectorised one.
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, rows, precision).expect("quantizes");
+        let (mut codes, mut fine) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+        let (mut steps, mut sums) = (vec![0f32; x.len() / BLOCK], vec![0f32; x.len() / BLOCK]);
+        let fine_out = (precision == Precision::Fine).then_some(&mut fine[..]);
+        quantize_blocks(&x, (&mut codes, fine_out, &mut steps, &mut sums));
+        assert_eq!(codes, q.codes, "{precision:?} codes");
+        if precision == Precision::Fine {
+            assert_eq!(fine, q.fine, "fine codes");
+        }
+        assert_eq!(bits(&steps), bits(&q.steps), "{precision:?} steps");
+        assert_eq!(bits(&sums), bits(&q.sums), "{precision:?} sums");
+        let mut portable = vec![0.0f32; rows * 40];
+        let out = OutPtr(portable.as_mut_ptr());
+        for panel in 0..40usize.div_ceil(PANEL) {
+            for first_row in (0..rows).step_by(ROWS) {
+                let tile = Tile {
+                    panel,
+                    first_row,
+                    rows: (rows - first_row).min(ROWS),
+                    cols: (40 - panel * PANEL).min(PANEL),
+                };
+                // SAFETY: a single thread writes inside `portable` ([rows, 40]).
+                unsafe { portable_tile(&q, &w, tile, out) };
+            }
+        }
+        assert_eq!(bits(&portable), bits(&together), "{precision:?}");
+    }
+}
+
+#[test]
+fn zero_blocks_and_bad_shapes_are_handled() {
+    let c = case(16, 64, 32, 8, 5);
+    let w = c.packed_weight();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let y = product(&[0.0; 64], 1, &w, precision);
+        assert!(y.iter().all(|&v| v == 0.0));
+    }
+    let mut q = QuantizedRows::default();
+    assert!(q.quantize(&[0.0; 48], 1, Precision::Fine).is_err());
+    q.quantize(&[1.0; 32], 1, Precision::Fine)
+        .expect("one block");
+    assert!(matmul(&q, &w, &mut [0.0; 16]).is_err());
+    assert_eq!(
+        PackedWeight::from_affine(&[0; 16], &[0.0; 2], &[0.0; 2], (2, 64), 32, 3).err(),
+        Some(QuantError::Bits(3))
+    );
+    assert!(matches!(
+        PackedWeight::from_affine(&[0; 8], &[0.0; 4], &[0.0; 4], (1, 64), 16, 4),
+        Err(QuantError::Group { .. })
+    ));
+}
