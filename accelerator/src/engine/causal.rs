@@ -155,14 +155,14 @@ impl CausalEngine {
         let info = model_info(path, &model, &format, &planner, options, chunk);
         Ok(CausalEngine {
             cache: ChunkCache::new(options.prefix_cache_bytes),
-            model: model,
+            model,
             planner,
             chunk,
             max_requests: options.max_requests.max(1),
             waiting: VecDeque::new(),
             queued_outside: 0,
             info,
-            format: format,
+            format,
         })
     }
 

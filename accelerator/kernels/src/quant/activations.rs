@@ -82,8 +82,8 @@ impl QuantizedRows {
         rows: usize,
         precision: Precision,
     ) -> Result<(), QuantError> {
-        let input = if rows == 0 { 0 } else { x.len() / rows };
-        if rows == 0 || input == 0 || x.len() != rows * input || input % BLOCK != 0 {
+        let input = x.len().checked_div(rows).unwrap_or(0);
+        if rows == 0 || input == 0 || x.len() != rows * input || !input.is_multiple_of(BLOCK) {
             return Err(QuantError::Shape(
                 "activations are not whole rows of 32-input blocks",
             ));

@@ -32,7 +32,7 @@ impl PackedWeight {
         }
         let per_word = 32 / bits as usize;
         let words = input / per_word;
-        if group == 0 || group % BLOCK != 0 || input % group != 0 {
+        if group == 0 || !group.is_multiple_of(BLOCK) || !input.is_multiple_of(group) {
             return Err(QuantError::Group { group, input });
         }
         if packed.len() != out * words {
@@ -55,7 +55,8 @@ impl PackedWeight {
         (out, input): (usize, usize),
         group: usize,
     ) -> Result<Self, QuantError> {
-        if group == 0 || group % BLOCK != 0 || input % group != 0 || input == 0 {
+        if group == 0 || !group.is_multiple_of(BLOCK) || !input.is_multiple_of(group) || input == 0
+        {
             return Err(QuantError::Group { group, input });
         }
         let groups = input / group;
