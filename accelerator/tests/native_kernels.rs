@@ -3,8 +3,7 @@
 //! within float32 rounding, over prompts of several chunks (chunks of 8, so Gemma 3's sliding
 //! window of 8 cuts across chunks); restored chunks giving the same bits as recomputed ones,
 //! through the model and through the engine's prefix cache; and the choice itself (`auto`
-//! falls back to MLX, `native` is refused naming the weight, where a weight is not dense
-//! float32).
+//! takes the native path for float32, narrow and, with AVX-512 VNNI, quantised weights).
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +19,11 @@ fn data() -> PathBuf {
 
 /// Every tiny checkpoint whose weights load as dense float32 (affine ones widened at load); the
 /// quantised layouts last ([`QUANTISED`]).
-const DENSE: [&str; 11] = [
+const DENSE: [&str; 14] = [
+    // bf16 and f16 weights, widened once for the native path.
+    "tiny-llama-bf16",
+    "tiny-llama.f16.gguf",
+    "tiny-gemma3.f16.gguf",
     "tiny-llama",
     "tiny-llama3-tied",
     "tiny-qwen3",
@@ -133,7 +136,7 @@ fn native_chunks_match_mlx_on_every_tiny_checkpoint() {
 
 /// The tiny checkpoints whose projections are affine-quantised (GGUF Q4_0/Q4_1/Q8_0, MLX 4-bit):
 /// the last six of [`DENSE`] (which widens them).
-const QUANTISED: &[&str] = DENSE.split_at(5).1;
+const QUANTISED: &[&str] = DENSE.split_at(8).1;
 
 /// Quantised weights kept as stored run on the native integer products: within the inputs'
 /// rounding of the float32 read of the same weights, at both widths.
@@ -212,29 +215,19 @@ fn restored_chunks_give_the_same_bits_on_the_native_path() {
     }
 }
 
-/// Narrow float weights keep the MLX path under `auto`, and `native` is refused saying which
-/// weight.
+/// Narrow float weights run natively under `auto` (widened once), quantised ones kept as stored
+/// natively where the CPU has the integer products and on MLX where not.
 #[test]
-fn narrow_weights_keep_mlx_and_native_is_refused_naming_the_weight() {
+fn auto_takes_the_native_path_for_narrow_and_quantised_weights() {
     for name in [
         "tiny-llama-bf16",
         "tiny-llama.f16.gguf",
         "tiny-gemma3.f16.gguf",
     ] {
-        let (mut lm, _, _) = load_model(&data().join(name), AffineWeights::Auto).expect("loads");
-        assert_eq!(lm.kernels(), CausalKernels::Mlx, "{name}");
-        let error = lm
-            .select_kernels(CausalKernels::Native)
-            .expect_err("refused")
-            .to_string();
-        assert!(
-            error.contains("not a dense contiguous float32"),
-            "{name}: {error}"
-        );
-        assert_eq!(lm.kernels(), CausalKernels::Mlx);
+        let (lm, _, _) = load_model(&data().join(name), AffineWeights::Auto).expect("loads");
+        assert_eq!(lm.kernels(), CausalKernels::Native, "{name}");
+        assert!(lm.packed_bytes() > 0, "{name}: widened copies are counted");
     }
-    // Quantised weights kept as stored: native where the CPU runs the integer products fast
-    // (AVX-512 VNNI), else MLX.
     let (lm, _, _) = load_model(
         &data().join("tiny-llama.q8_0.gguf"),
         AffineWeights::Quantized,

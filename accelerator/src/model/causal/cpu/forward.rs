@@ -13,7 +13,6 @@ use crate::blas;
 use crate::model::causal::blocks::DecoderLayer;
 use crate::model::causal::config::Activation;
 use crate::model::kv::{sliding_span, LayerKv};
-use crate::model::linear::Linear;
 use crate::model::norm::RmsNorm;
 use crate::model::ModelError;
 
@@ -370,7 +369,7 @@ fn layer_forward(
 }
 
 /// The chunk's embedding rows (`[len, hidden]`): copied from a dense float32 table, or
-/// dequantised by MLX from a quantised one; Gemma's scale applied.
+/// dequantised or widened by MLX from a quantised or narrow one; Gemma's scale applied.
 fn embed(model: &Weights<'_>, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
     let config = model.config;
     let hidden = config.hidden_size as usize;
@@ -380,20 +379,8 @@ fn embed(model: &Weights<'_>, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
             vocab: config.vocab_size,
         });
     }
-    let mut x = match model.embedding {
-        Linear::Affine(_) => {
-            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
-            let rows = model
-                .embedding
-                .rows(&Array::from_slice(&ids, &[ids.len() as i32]))?
-                .as_dtype(mlx_rs::Dtype::Float32)?;
-            rows.eval()?;
-            rows.try_as_slice::<f32>()
-                .map_err(|_| ModelError::Shape("embedding rows are not contiguous float32"))?
-                .to_vec()
-        }
-        Linear::Dense { .. } => {
-            let table = dense(model.embedding)?;
+    let mut x = match dense(model.embedding) {
+        Ok(table) => {
             let mut x = vec![0.0f32; tokens.len() * hidden];
             for (row, &token) in x.chunks_exact_mut(hidden).zip(tokens) {
                 let at = token as usize * hidden;
@@ -406,6 +393,18 @@ fn embed(model: &Weights<'_>, tokens: &[u32]) -> Result<Vec<f32>, ModelError> {
                 row.copy_from_slice(source);
             }
             x
+        }
+        // Quantised or narrow: MLX dequantises or widens the chunk's rows.
+        Err(_) => {
+            let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+            let rows = model
+                .embedding
+                .rows(&Array::from_slice(&ids, &[ids.len() as i32]))?
+                .as_dtype(mlx_rs::Dtype::Float32)?;
+            rows.eval()?;
+            rows.try_as_slice::<f32>()
+                .map_err(|_| ModelError::Shape("embedding rows are not contiguous float32"))?
+                .to_vec()
         }
     };
     if x.len() != tokens.len() * hidden {

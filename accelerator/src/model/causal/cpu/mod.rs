@@ -17,9 +17,9 @@
 //!   [`kernels::quant`] (AVX-512 VNNI), with activations quantised to 8 bits per block of 32.
 //!
 //! It serves a model when every projection is a dense, row-contiguous float32 array (borrowed,
-//! not copied) or an affine 4- or 8-bit one (repacked once, 1.25 bytes a weight) where the
-//! CPU runs the integer products fast; norms must be float32. Narrow float weights (bf16, f16)
-//! keep the MLX path.
+//! not copied), a bf16/f16 one (widened once, up to 6 GiB in all) or an affine 4- or 8-bit one
+//! (repacked once, 1.25 bytes a weight) where the CPU runs the integer products fast; norms
+//! must be float32.
 
 pub use hunch_kernels as kernels;
 
@@ -35,7 +35,6 @@ pub use forward::forward_chunk;
 pub use packed::Packed;
 
 use forward::norm_weight;
-use packed::{dense, Projection};
 
 use crate::model::causal::blocks::DecoderLayer;
 use crate::model::causal::config::CausalConfig;
@@ -127,35 +126,16 @@ pub fn prepare(model: &Weights<'_>, force_int8: bool) -> Result<Packed, String> 
         return Err("no BLAS sgemm is reachable from this process".into());
     }
     let int8 = packed::int8_allowed(force_int8);
-    let linear = |name: &str, l: &Linear| match l {
-        Linear::Affine(_) if int8 => Ok(()),
-        _ => dense(l).map(|_| ()).map_err(|_| {
-            format!(
-                "{name} is not a dense contiguous float32 weight ({:?}){}",
-                l.dtype(),
-                if matches!(l, Linear::Affine(_)) {
-                    "; this CPU has no AVX-512 VNNI for quantised products"
-                } else {
-                    ""
-                }
-            )
-        }),
-    };
     let norm = |name: &str, n: &RmsNorm| {
         norm_weight(n)
             .map(|_| ())
             .map_err(|_| format!("{name}'s weight is not contiguous float32"))
     };
-    // Quantised embedding rows are dequantised by MLX, a chunk's tokens at a time.
-    if !matches!(model.embedding, Linear::Affine(_)) {
-        linear("the embedding", model.embedding)?;
-    }
+    // The embedding's rows are read as float32, or dequantised/widened by MLX a chunk's tokens
+    // at a time; the projections are checked (and prepared) by `Packed::new`.
     norm("the final norm", model.norm)?;
     for (i, layer) in model.layers.iter().enumerate() {
         let a = &layer.attention;
-        for which in Projection::ALL {
-            linear(&format!("layer {i} {}", which.name()), which.of(layer))?;
-        }
         let norms = [
             Some(("input norm", &layer.input_norm)),
             Some(("pre-MLP norm", &layer.pre_mlp_norm)),
@@ -174,5 +154,5 @@ pub fn prepare(model: &Weights<'_>, force_int8: bool) -> Result<Packed, String> 
             return Err(format!("layer {i}'s rotary embedding has no frequencies"));
         }
     }
-    Packed::new(model.layers)
+    Packed::new(model.layers, int8)
 }

@@ -1,7 +1,8 @@
-//! What the native path multiplies with: each projection's weight as the chunk reads it, either
-//! the dense float32 values borrowed from the loaded array (products in the BLAS's `sgemm`) or
-//! an affine-quantised weight repacked once for the integer products of
-//! [`kernels::quant`](super::kernels::quant) (docs/logit-read.md, "Kernels").
+//! What the native path multiplies with: each projection's weight as the chunk reads it: the
+//! dense float32 values borrowed from the loaded array (products in the BLAS's `sgemm`), a
+//! bf16/f16 weight widened once to float32, or an affine-quantised weight repacked once for the
+//! integer products of [`kernels::quant`](super::kernels::quant) (docs/logit-read.md,
+//! "Kernels").
 //!
 //! The repacking is what the native path adds to a quantised model's memory: one byte per
 //! weight and eight per row and block of 32 inputs (1.25 bytes a weight, against 4 for float32
@@ -65,11 +66,25 @@ impl Projection {
     }
 }
 
-/// The repacked quantised projections of a model (empty when every weight is dense float32).
+/// A projection prepared for the native path where the loaded weight is not float32.
+enum Prepared {
+    /// An affine weight repacked for the integer products.
+    Int8(PackedWeight),
+    /// A bfloat16 or float16 weight widened to float32 once (4 bytes a weight beside the 2 the
+    /// checkpoint keeps), for the BLAS's `sgemm`.
+    Widened(Vec<f32>),
+}
+
+/// Largest total the widened bf16/f16 projections may take (float32 bytes): past it the model
+/// keeps the MLX path, as `--affine-weights auto` keeps large models quantised.
+pub const WIDEN_LIMIT: usize = 6 << 30;
+
+/// The projections of a model prepared for the native path (empty when every weight is dense
+/// float32).
 #[derive(Default)]
 pub struct Packed {
-    /// Per layer, per [`Projection`]: the repacked weight where the loaded one is affine.
-    layers: Vec<[Option<PackedWeight>; 7]>,
+    /// Per layer, per [`Projection`]: the prepared weight where the loaded one is not float32.
+    layers: Vec<[Option<Prepared>; 7]>,
     /// How finely the products' inputs are rounded.
     precision: Precision,
 }
@@ -82,17 +97,42 @@ pub(super) enum Operand<'a> {
 }
 
 impl Packed {
-    /// Repacks every affine projection of `layers`; `Err` names the first one that cannot be
-    /// (bits or groups the integer products do not take).
-    pub(super) fn new(layers: &[DecoderLayer]) -> Result<Self, String> {
+    /// Prepares every projection of `layers` that is not dense float32: affine ones repacked
+    /// (when `int8`), bf16/f16 ones widened (up to [`WIDEN_LIMIT`] in all); `Err` names the
+    /// first one that cannot be.
+    pub(super) fn new(layers: &[DecoderLayer], int8: bool) -> Result<Self, String> {
         let mut packed = Vec::with_capacity(layers.len());
+        let mut widened_bytes = 0usize;
         for (i, layer) in layers.iter().enumerate() {
-            let mut these: [Option<PackedWeight>; 7] = Default::default();
+            let mut these: [Option<Prepared>; 7] = Default::default();
             for (slot, which) in these.iter_mut().zip(Projection::ALL) {
-                if let Linear::Affine(q) = which.of(layer) {
-                    *slot =
-                        Some(repack(q).map_err(|e| format!("layer {i} {}: {e}", which.name()))?);
-                }
+                let name = || format!("layer {i} {}", which.name());
+                let linear = which.of(layer);
+                *slot = match linear {
+                    Linear::Affine(q) if int8 => Some(Prepared::Int8(
+                        repack(q).map_err(|e| format!("{}: {e}", name()))?,
+                    )),
+                    Linear::Affine(_) => {
+                        return Err(format!(
+                            "{} is quantised and this CPU has no AVX-512 VNNI for quantised \
+                             products",
+                            name()
+                        ))
+                    }
+                    Linear::Dense { .. } if dense(linear).is_ok() => None,
+                    Linear::Dense { weight } => {
+                        let values = widen(weight).map_err(|e| format!("{}: {e}", name()))?;
+                        widened_bytes += 4 * values.len();
+                        if widened_bytes > WIDEN_LIMIT {
+                            return Err(format!(
+                                "its {:?} weights take more than {} GiB widened to float32",
+                                linear.dtype(),
+                                WIDEN_LIMIT >> 30
+                            ));
+                        }
+                        Some(Prepared::Widened(values))
+                    }
+                };
             }
             packed.push(these);
         }
@@ -113,16 +153,25 @@ impl Packed {
 
     /// Whether any projection runs on the integer products.
     pub fn any(&self) -> bool {
-        self.layers.iter().flatten().any(Option::is_some)
+        self.prepared().any(|p| matches!(p, Prepared::Int8(_)))
     }
 
-    /// Bytes the repacked weights hold.
+    /// Whether any projection was widened from bf16/f16.
+    pub fn any_widened(&self) -> bool {
+        self.prepared().any(|p| matches!(p, Prepared::Widened(_)))
+    }
+
+    fn prepared(&self) -> impl Iterator<Item = &Prepared> {
+        self.layers.iter().flatten().flatten()
+    }
+
+    /// Bytes the prepared weights hold.
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .flatten()
-            .flatten()
-            .map(PackedWeight::bytes)
+        self.prepared()
+            .map(|p| match p {
+                Prepared::Int8(w) => w.bytes(),
+                Prepared::Widened(v) => 4 * v.len(),
+            })
             .sum()
     }
 
@@ -137,9 +186,10 @@ impl Packed {
             .layers
             .get(index)
             .and_then(|l| l[which as usize].as_ref());
-        match (packed, which.of(layer)) {
-            (Some(p), _) => Ok(Operand::Int8(p, self.precision)),
-            (None, linear) => Ok(Operand::Dense(dense(linear)?)),
+        match packed {
+            Some(Prepared::Int8(p)) => Ok(Operand::Int8(p, self.precision)),
+            Some(Prepared::Widened(v)) => Ok(Operand::Dense(v)),
+            None => Ok(Operand::Dense(dense(which.of(layer))?)),
         }
     }
 }
@@ -197,4 +247,17 @@ fn repack(q: &Affine) -> Result<PackedWeight, String> {
 /// ([`quant::fast`]), or asked for anyway (`native`, one scalar at a time).
 pub(super) fn int8_allowed(forced: bool) -> bool {
     forced || quant::fast()
+}
+
+/// A narrow float weight's values in float32 (evaluated now; the widened array is dropped once
+/// copied).
+fn widen(weight: &mlx_rs::Array) -> Result<Vec<f32>, String> {
+    let wide = weight
+        .as_dtype(Dtype::Float32)
+        .and_then(|w| w.contiguous())
+        .map_err(|e| e.to_string())?;
+    wide.eval().map_err(|e| e.to_string())?;
+    wide.try_as_slice::<f32>()
+        .map(<[f32]>::to_vec)
+        .map_err(|_| "its widened values are not contiguous".to_owned())
 }
