@@ -113,9 +113,9 @@ struct ServeArgs {
     #[arg(long, env = "HUNCH_AFFINE_WEIGHTS", default_value = "auto", value_parser = parse_affine)]
     affine_weights: AffineWeights,
     /// What runs chat models' prompt chunks: `auto` runs them on the native CPU kernels
-    /// (vectorised Rust; float32 products in the BLAS, quantised ones as 8-bit integer products
-    /// where the CPU has AVX-512 VNNI) when MLX's device is the CPU and every projection
-    /// qualifies, else on MLX; `mlx` always MLX; `native` the native kernels, or a failed load
+    /// (vectorised Rust; float32 products in the BLAS, bf16/f16 weights widened once, quantised
+    /// ones as integer products where the CPU has AVX-512 VNNI) when MLX's device is the CPU and
+    /// every projection qualifies, else on MLX; `mlx` always MLX; `native` the native kernels, or a failed load
     /// that says why not.
     #[arg(long, env = "HUNCH_CAUSAL_KERNELS", default_value = "auto")]
     causal_kernels: CausalKernels,

@@ -111,7 +111,7 @@ impl CausalEngine {
                     source,
                 })?;
         model.set_activation_precision(options.activations);
-        if model.packed_bytes() > 0 {
+        if model.integer_products() {
             // The integer products split their work between the cores themselves; OpenBLAS
             // (the attention's small products) on one thread leaves no idle worker spinning
             // against them (docs/logit-read.md, "Kernels").

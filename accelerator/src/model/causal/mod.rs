@@ -130,8 +130,13 @@ impl CausalLm {
         }
     }
 
-    /// Bytes the native path's repacked quantised weights hold (0 on the MLX path or where
-    /// every weight is float32).
+    /// Whether quantised projections run on the native integer products.
+    pub fn integer_products(&self) -> bool {
+        self.native.as_ref().is_some_and(cpu::Packed::any)
+    }
+
+    /// Bytes the native path's prepared weights hold, repacked or widened (0 on the MLX path or
+    /// where every weight is float32).
     pub fn packed_bytes(&self) -> usize {
         self.native.as_ref().map_or(0, cpu::Packed::bytes)
     }

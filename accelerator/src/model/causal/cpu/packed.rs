@@ -249,15 +249,24 @@ pub(super) fn int8_allowed(forced: bool) -> bool {
     forced || quant::fast()
 }
 
-/// A narrow float weight's values in float32 (evaluated now; the widened array is dropped once
-/// copied).
+/// A narrow float weight's values in float32, converted here rather than by MLX (whose buffer
+/// cache would keep each freed float32 copy: 4 bytes a weight more, for nothing).
 fn widen(weight: &mlx_rs::Array) -> Result<Vec<f32>, String> {
-    let wide = weight
-        .as_dtype(Dtype::Float32)
-        .and_then(|w| w.contiguous())
-        .map_err(|e| e.to_string())?;
-    wide.eval().map_err(|e| e.to_string())?;
-    wide.try_as_slice::<f32>()
-        .map(<[f32]>::to_vec)
-        .map_err(|_| "its widened values are not contiguous".to_owned())
+    weight.eval().map_err(|e| e.to_string())?;
+    let not_contiguous = |_| "its values are not contiguous".to_owned();
+    match weight.dtype() {
+        Dtype::Bfloat16 => Ok(weight
+            .try_as_slice::<half::bf16>()
+            .map_err(not_contiguous)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()),
+        Dtype::Float16 => Ok(weight
+            .try_as_slice::<half::f16>()
+            .map_err(not_contiguous)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()),
+        other => Err(format!("{other:?} weights are not widened")),
+    }
 }
