@@ -253,20 +253,17 @@ pub(super) fn int8_allowed(forced: bool) -> bool {
 /// cache would keep each freed float32 copy: 4 bytes a weight more, for nothing).
 fn widen(weight: &mlx_rs::Array) -> Result<Vec<f32>, String> {
     weight.eval().map_err(|e| e.to_string())?;
-    let not_contiguous = |_| "its values are not contiguous".to_owned();
+    fn widened<T: mlx_rs::ArrayElement + Copy + Into<f32>>(
+        weight: &mlx_rs::Array,
+    ) -> Result<Vec<f32>, String> {
+        let values = weight
+            .try_as_slice::<T>()
+            .map_err(|_| "its values are not contiguous".to_owned())?;
+        Ok(values.iter().map(|&v| v.into()).collect())
+    }
     match weight.dtype() {
-        Dtype::Bfloat16 => Ok(weight
-            .try_as_slice::<half::bf16>()
-            .map_err(not_contiguous)?
-            .iter()
-            .map(|v| v.to_f32())
-            .collect()),
-        Dtype::Float16 => Ok(weight
-            .try_as_slice::<half::f16>()
-            .map_err(not_contiguous)?
-            .iter()
-            .map(|v| v.to_f32())
-            .collect()),
+        Dtype::Bfloat16 => widened::<half::bf16>(weight),
+        Dtype::Float16 => widened::<half::f16>(weight),
         other => Err(format!("{other:?} weights are not widened")),
     }
 }
