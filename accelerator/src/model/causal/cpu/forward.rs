@@ -35,52 +35,56 @@ pub(super) fn norm_weight(norm: &RmsNorm) -> Result<Option<&[f32]>, ModelError> 
         .transpose()
 }
 
-/// `y = x · Wᵀ` for `rows` rows of `x` (`[rows, in]`), `W` `[out, in]`: float32 weights in the
-/// BLAS, repacked quantised ones on the integer products (`x` quantised into `s.quantized`).
+/// `y = x · Wᵀ` for each `(W, y)` of `products`, `x` `[rows, in]`, each `W` `[out, in]`:
+/// float32 weights in the BLAS, repacked quantised ones on the integer products. Projections of
+/// the same input (q/k/v, gate/up) go together so that `x` is quantised once (into `quantized`).
 fn project(
     x: &[f32],
     rows: usize,
-    weight: Operand<'_>,
+    products: &mut [(Operand<'_>, &mut Vec<f32>)],
     quantized: &mut QuantizedRows,
-    y: &mut Vec<f32>,
 ) -> Result<(), ModelError> {
-    let input = if rows == 0 { 0 } else { x.len() / rows };
+    let input = x.len().checked_div(rows).unwrap_or(0);
     if input == 0 || x.len() != rows * input {
         return Err(ModelError::Shape("a projection's input is not whole rows"));
     }
-    match weight {
-        Operand::Int8(w, precision) => {
-            if w.input() != input {
-                return Err(ModelError::Shape(
-                    "a projection's input and weight disagree",
-                ));
+    let disagree = ModelError::Shape("a projection's input and weight disagree");
+    let mut quantized_at = None;
+    for (weight, y) in products.iter_mut() {
+        match *weight {
+            Operand::Int8(w, precision) => {
+                if w.input() != input {
+                    return Err(disagree);
+                }
+                let kernel_error = |e: quant::QuantError| ModelError::NativeKernels(e.to_string());
+                if quantized_at != Some(precision) {
+                    quantized
+                        .quantize(x, rows, precision)
+                        .map_err(kernel_error)?;
+                    quantized_at = Some(precision);
+                }
+                y.resize(rows * w.out(), 0.0);
+                quant::matmul(quantized, w, y).map_err(kernel_error)?;
             }
-            y.resize(rows * w.out(), 0.0);
-            quantized
-                .quantize(x, rows, precision)
-                .and_then(|()| quant::matmul(quantized, w, y))
-                .map_err(|e| ModelError::NativeKernels(e.to_string()))
-        }
-        Operand::Dense(w) => {
-            if w.len() % input != 0 {
-                return Err(ModelError::Shape(
-                    "a projection's input and weight disagree",
-                ));
+            Operand::Dense(w) => {
+                if w.len() % input != 0 {
+                    return Err(disagree);
+                }
+                let out = w.len() / input;
+                y.resize(rows * out, 0.0);
+                blas::sgemm(
+                    true,
+                    (rows, out, input),
+                    1.0,
+                    (x, input),
+                    (w, input),
+                    0.0,
+                    (y, out),
+                )?;
             }
-            let out = w.len() / input;
-            y.resize(rows * out, 0.0);
-            blas::sgemm(
-                true,
-                (rows, out, input),
-                1.0,
-                (x, input),
-                (w, input),
-                0.0,
-                (y, out),
-            )?;
-            Ok(())
         }
     }
+    Ok(())
 }
 
 /// `out = norm(x)` row by row (`out` sized to `x`).
@@ -257,23 +261,12 @@ fn layer_forward(
     project(
         &s.normed,
         len,
-        weight(Projection::Q)?,
+        &mut [
+            (weight(Projection::Q)?, &mut s.q),
+            (weight(Projection::K)?, &mut s.k),
+            (weight(Projection::V)?, &mut s.v),
+        ],
         &mut s.quantized,
-        &mut s.q,
-    )?;
-    project(
-        &s.normed,
-        len,
-        weight(Projection::K)?,
-        &mut s.quantized,
-        &mut s.k,
-    )?;
-    project(
-        &s.normed,
-        len,
-        weight(Projection::V)?,
-        &mut s.quantized,
-        &mut s.v,
     )?;
     if s.q.len() != len * heads * d || s.k.len() != len * kv_heads * d || s.v.len() != s.k.len() {
         return Err(ModelError::Shape("q/k/v projections and heads disagree"));
@@ -314,9 +307,8 @@ fn layer_forward(
     project(
         &s.attended,
         len,
-        weight(Projection::O)?,
+        &mut [(weight(Projection::O)?, &mut s.residual)],
         &mut s.quantized,
-        &mut s.residual,
     )?;
     add_block_output(
         x,
@@ -329,16 +321,11 @@ fn layer_forward(
     project(
         &s.normed,
         len,
-        weight(Projection::Gate)?,
+        &mut [
+            (weight(Projection::Gate)?, &mut s.gate),
+            (weight(Projection::Up)?, &mut s.up),
+        ],
         &mut s.quantized,
-        &mut s.gate,
-    )?;
-    project(
-        &s.normed,
-        len,
-        weight(Projection::Up)?,
-        &mut s.quantized,
-        &mut s.up,
     )?;
     if s.gate.len() != s.up.len() {
         return Err(ModelError::Shape("gate and up projections disagree"));
@@ -350,9 +337,8 @@ fn layer_forward(
     project(
         &s.gate,
         len,
-        weight(Projection::Down)?,
+        &mut [(weight(Projection::Down)?, &mut s.residual)],
         &mut s.quantized,
-        &mut s.residual,
     )?;
     add_block_output(
         x,
