@@ -58,29 +58,43 @@ pub struct QuantizedRows {
     pub(super) rows: usize,
     pub(super) input: usize,
     pub(super) precision: Precision,
-    pub(super) codes: Vec<i8>,
-    /// [`Precision::Fine`]: each value's rounding error in 1/256 of its block's step.
-    pub(super) fine: Vec<i8>,
     /// Per row and block: what one unit of the block's integer sum is worth (`d`, or `d / 256`
     /// where fine codes extend the codes).
     pub(super) steps: Vec<f32>,
     /// Per row and block: the sum of the block's quantised values (step · Σ integer values).
     pub(super) sums: Vec<f32>,
     /// The codes as the AVX-512 kernel reads them ([`QuantizedRows::slot`]): per group of
-    /// [`ROWS`] rows, per step of 4 inputs, each row's 4 codes (and 4 fine codes) side by side,
-    /// so a tile's loads walk one stream instead of one per row (rows 2 KiB apart fall in the
-    /// same few L1 sets).
+    /// [`ROWS`] rows, per step of 4 inputs, each row's 4 codes (and, at [`Precision::Fine`], its
+    /// 4 fine codes: each value's rounding error in 1/256 of its block's step) side by side, so
+    /// a tile's loads walk one stream instead of one per row (rows 2 KiB apart fall in the same
+    /// few L1 sets). Rows past the last of a group stay zero.
     pub(super) tiled: Vec<i8>,
 }
 
+/// Values a thread quantises at the least when the rows are split between threads (below it,
+/// starting a thread costs more than it saves).
+const PER_THREAD: usize = 1 << 16;
+
 impl QuantizedRows {
     /// `rows` rows of `x` (`[rows, input]`, `input` a multiple of 32) at `precision`, replacing
-    /// what it held.
+    /// what it held. Groups of [`ROWS`] rows are split between the process's cores; every
+    /// value is the same bits however they are split, and on the portable copy.
     pub fn quantize(
         &mut self,
         x: &[f32],
         rows: usize,
         precision: Precision,
+    ) -> Result<(), QuantError> {
+        self.quantize_on(x, rows, precision, fast_blocks())
+    }
+
+    /// [`QuantizedRows::quantize`], each block through `block`.
+    pub(super) fn quantize_on(
+        &mut self,
+        x: &[f32],
+        rows: usize,
+        precision: Precision,
+        block: BlockFn,
     ) -> Result<(), QuantError> {
         let input = x.len().checked_div(rows).unwrap_or(0);
         if rows == 0 || input == 0 || x.len() != rows * input || !input.is_multiple_of(BLOCK) {
@@ -91,36 +105,49 @@ impl QuantizedRows {
         self.rows = rows;
         self.input = input;
         self.precision = precision;
-        self.codes.resize(x.len(), 0);
-        self.steps.resize(x.len() / BLOCK, 0.0);
-        self.sums.resize(x.len() / BLOCK, 0.0);
-        if precision == Precision::Fine {
-            self.fine.resize(x.len(), 0);
-        }
-        let fine = match precision {
-            Precision::Fine => Some(&mut self.fine[..]),
-            Precision::Coarse => None,
-        };
-        let out = (
-            &mut self.codes[..],
-            fine,
-            &mut self.steps[..],
-            &mut self.sums[..],
-        );
-        #[cfg(target_arch = "x86_64")]
-        if crate::isa() == crate::Isa::Avx2Fma {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn fast(x: &[f32], out: BlockOutputs<'_>) {
-                quantize_blocks(x, out)
+        let blocks = input / BLOCK;
+        self.steps.resize(rows * blocks, 0.0);
+        self.sums.resize(rows * blocks, 0.0);
+        let group = self.group_bytes();
+        self.tiled.clear();
+        self.tiled.resize(rows.div_ceil(ROWS) * group, 0);
+        let slot = self.slot();
+        let groups = self
+            .tiled
+            .chunks_mut(group)
+            .zip(x.chunks(ROWS * input))
+            .zip(self.steps.chunks_mut(ROWS * blocks))
+            .zip(self.sums.chunks_mut(ROWS * blocks))
+            .map(|(((tiled, x), steps), sums)| RowGroup {
+                tiled,
+                x,
+                steps,
+                sums,
+            });
+        let threads = crate::quant::threads()
+            .min(x.len() / PER_THREAD)
+            .min(rows.div_ceil(ROWS))
+            .max(1);
+        let run = |groups: &mut dyn Iterator<Item = RowGroup<'_>>| {
+            for g in groups {
+                g.quantize(input, slot, precision, block);
             }
-            // SAFETY: `isa` found AVX2 and FMA (the loop has no fused operations to change:
-            // the same bits as the portable copy).
-            unsafe { fast(x, out) };
-            self.interleave();
+        };
+        if threads == 1 {
+            run(&mut { groups });
             return Ok(());
         }
-        quantize_blocks(x, out);
-        self.interleave();
+        let mut groups: Vec<RowGroup<'_>> = groups.collect();
+        let share = groups.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let mut rest = &mut groups[..];
+            while rest.len() > share {
+                let (these, others) = rest.split_at_mut(share);
+                rest = others;
+                scope.spawn(move || run(&mut these.iter_mut().map(RowGroup::reborrow)));
+            }
+            run(&mut rest.iter_mut().map(RowGroup::reborrow));
+        });
         Ok(())
     }
 
@@ -141,75 +168,89 @@ impl QuantizedRows {
         self.input / STEP * ROWS * self.slot()
     }
 
-    /// Fills `tiled` from the row-major codes (rows past the last of a group stay zero).
-    fn interleave(&mut self) {
-        let (slot, group) = (self.slot(), self.group_bytes());
-        self.tiled.clear();
-        self.tiled.resize(self.rows.div_ceil(ROWS) * group, 0);
-        for m in 0..self.rows {
-            let base = m / ROWS * group + m % ROWS * slot;
-            let row = m * self.input..(m + 1) * self.input;
-            for (step, four) in self.codes[row.clone()].chunks_exact(STEP).enumerate() {
-                let at = base + step * ROWS * slot;
-                self.tiled[at..at + STEP].copy_from_slice(four);
-            }
-            if self.precision == Precision::Fine {
-                for (step, four) in self.fine[row].chunks_exact(STEP).enumerate() {
-                    let at = base + step * ROWS * slot + STEP;
-                    self.tiled[at..at + STEP].copy_from_slice(four);
+    /// Where input `k` of row `m`'s code sits in [`QuantizedRows::tiled`] (its fine code is
+    /// [`STEP`] bytes further on).
+    pub(super) fn at(&self, m: usize, k: usize) -> usize {
+        m / ROWS * self.group_bytes() + (k / STEP * ROWS + m % ROWS) * self.slot() + k % STEP
+    }
+}
+
+/// One group of [`ROWS`] rows: its input values and where their codes, steps and sums go.
+struct RowGroup<'a> {
+    tiled: &'a mut [i8],
+    x: &'a [f32],
+    steps: &'a mut [f32],
+    sums: &'a mut [f32],
+}
+
+impl RowGroup<'_> {
+    fn reborrow(&mut self) -> RowGroup<'_> {
+        RowGroup {
+            tiled: self.tiled,
+            x: self.x,
+            steps: self.steps,
+            sums: self.sums,
+        }
+    }
+
+    fn quantize(self, input: usize, slot: usize, precision: Precision, block: BlockFn) {
+        let blocks = input / BLOCK;
+        let fine_wanted = precision == Precision::Fine;
+        let (mut codes, mut fine) = ([0i8; BLOCK], [0i8; BLOCK]);
+        for (i, row) in self.x.chunks_exact(input).enumerate() {
+            for (j, values) in row.chunks_exact(BLOCK).enumerate() {
+                let values: &[f32; BLOCK] = values.try_into().expect("a whole block");
+                let fine_out = fine_wanted.then_some(&mut fine);
+                let (step, sum) = block(values, &mut codes, fine_out);
+                self.steps[i * blocks + j] = step;
+                self.sums[i * blocks + j] = sum;
+                // The block's 8 steps of 4 inputs, each into this row's slot of its step.
+                for s in 0..BLOCK / STEP {
+                    let at = ((j * BLOCK / STEP + s) * ROWS + i) * slot;
+                    self.tiled[at..at + STEP].copy_from_slice(&codes[s * STEP..][..STEP]);
+                    if fine_wanted {
+                        self.tiled[at + STEP..at + 2 * STEP]
+                            .copy_from_slice(&fine[s * STEP..][..STEP]);
+                    }
                 }
             }
         }
     }
 }
 
-/// Where a row-major run of blocks' codes, fine codes, steps and sums go.
-type BlockOutputs<'a> = (
-    &'a mut [i8],
-    Option<&'a mut [i8]>,
-    &'a mut [f32],
-    &'a mut [f32],
-);
+/// Quantises one block of 32 values into codes (and fine codes where given); returns the
+/// block's step and quantised sum.
+pub(super) type BlockFn =
+    fn(&[f32; BLOCK], &mut [i8; BLOCK], Option<&mut [i8; BLOCK]>) -> (f32, f32);
 
-/// Every block of `x` (a whole number of blocks) into `out`.
-#[inline(always)]
-pub(super) fn quantize_blocks(x: &[f32], (codes, fine, steps, sums): BlockOutputs<'_>) {
-    let blocks = x
-        .chunks_exact(BLOCK)
-        .zip(codes.chunks_exact_mut(BLOCK))
-        .zip(steps.iter_mut().zip(sums.iter_mut()));
-    match fine {
-        None => {
-            for ((values, codes), (step, sum)) in blocks {
-                quantize_block(values, codes, None, step, sum);
-            }
-        }
-        Some(fine) => {
-            for (((values, codes), (step, sum)), fine) in blocks.zip(fine.chunks_exact_mut(BLOCK)) {
-                quantize_block(values, codes, Some(fine), step, sum);
-            }
-        }
+/// The fastest copy of [`quantize_block`] this CPU runs (the same bits as the portable one).
+fn fast_blocks() -> BlockFn {
+    #[cfg(target_arch = "x86_64")]
+    if super::quant_isa() == super::QuantIsa::Avx512Vnni {
+        return |values, codes, fine| {
+            // SAFETY: `quant_isa` found AVX-512 F and BW.
+            unsafe { super::avx512::quantize_block(values, codes, fine) }
+        };
     }
+    quantize_block
 }
+
+/// Adding 1.5 · 2^23 rounds a value of magnitude below 2^22 to an integer (ties to even)
+/// without a libm call; the AVX-512 copy does the same two operations.
+pub(super) const ROUND: f32 = 12_582_912.0;
 
 /// One block: `d = max|x| / 127`, `c = x / d` rounded to nearest (even); where `fine` is given,
 /// the rounding error `x − d·c` in steps of `d / 256`, rounded the same way, so that
-/// `256·c + fine` is `x` in steps of `d / 256`. `step` is what one unit of the block's integer
-/// sum is worth and `sum` the block's quantised sum.
-#[inline(always)]
-fn quantize_block(
-    values: &[f32],
-    codes: &mut [i8],
-    fine: Option<&mut [i8]>,
-    step: &mut f32,
-    sum: &mut f32,
-) {
+/// `256·c + fine` is `x` in steps of `d / 256`. Returns what one unit of the block's integer
+/// sum is worth and the block's quantised sum.
+pub(super) fn quantize_block(
+    values: &[f32; BLOCK],
+    codes: &mut [i8; BLOCK],
+    fine: Option<&mut [i8; BLOCK]>,
+) -> (f32, f32) {
     let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = largest / 127.0;
     let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
-    // Adding 1.5 · 2^23 rounds a value of magnitude below 2^22 to an integer (ties to even)
-    // without a libm call, so the loop vectorises on any x86-64.
-    const ROUND: f32 = 12_582_912.0;
     let round = |v: f32| ((v + ROUND) - ROUND).clamp(-127.0, 127.0) as i8;
     for (c, &v) in codes.iter_mut().zip(values) {
         *c = round(v * inverse);
@@ -220,19 +261,25 @@ fn quantize_block(
     // add up). On SmolLM2 this is the difference between llama.cpp-sized deviations and 3x
     // larger ones.
     let coarse_sum: i32 = codes.iter().map(|&c| c as i32).sum();
-    match fine {
-        None => {
-            *step = d;
-            *sum = d * coarse_sum as f32;
+    let fine_sum = fine.map(|fine| {
+        let fine_inverse = inverse * 256.0;
+        for ((f, &c), &v) in fine.iter_mut().zip(codes.iter()).zip(values) {
+            *f = round((v - d * c as f32) * fine_inverse);
         }
-        Some(fine) => {
-            let fine_inverse = inverse * 256.0;
-            for ((f, &c), &v) in fine.iter_mut().zip(codes.iter()).zip(values) {
-                *f = round((v - d * c as f32) * fine_inverse);
-            }
-            let fine_sum: i32 = fine.iter().map(|&f| f as i32).sum();
-            *step = d / 256.0;
-            *sum = *step * (256 * coarse_sum + fine_sum) as f32;
+        fine.iter().map(|&f| f as i32).sum()
+    });
+    block_sums(d, coarse_sum, fine_sum)
+}
+
+/// A block's step and quantised sum from its scale `d` and integer sums (shared by both
+/// copies of the block's quantisation, so they cannot drift apart).
+#[inline(always)]
+pub(super) fn block_sums(d: f32, coarse_sum: i32, fine_sum: Option<i32>) -> (f32, f32) {
+    match fine_sum {
+        None => (d, d * coarse_sum as f32),
+        Some(fine_sum) => {
+            let step = d / 256.0;
+            (step, step * (256 * coarse_sum + fine_sum) as f32)
         }
     }
 }

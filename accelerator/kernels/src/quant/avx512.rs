@@ -1,7 +1,9 @@
-//! The AVX-512 VNNI kernel: up to [`ROWS`] rows against one panel of 16 outputs.
+//! The AVX-512 VNNI kernel (up to [`ROWS`] rows against one panel of 16 outputs) and the
+//! activations' quantisation on AVX-512.
 
 use core::arch::x86_64::*;
 
+use super::activations::{block_sums, ROUND};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
 
 /// One tile; the row count picks an instantiation whose sums all live in registers.
@@ -114,5 +116,69 @@ unsafe fn rows<const R: usize, const FINE: bool>(
             let at = (t.first_row + i) * w.out + t.panel * PANEL;
             _mm512_mask_storeu_ps(out.0.add(at), mask, *value);
         }
+    }
+}
+
+/// [`super::activations::quantize_block`] on AVX-512: the same operations on 16 values at a
+/// time (multiplies and adds kept apart, as in the portable copy), so the same bits.
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quantize_block(
+    values: &[f32; BLOCK],
+    codes: &mut [i8; BLOCK],
+    fine: Option<&mut [i8; BLOCK]>,
+) -> (f32, f32) {
+    // SAFETY: every load and store is inside the 32-value arrays (two halves of 16).
+    unsafe {
+        let halves = [
+            _mm512_loadu_ps(values.as_ptr()),
+            _mm512_loadu_ps(values.as_ptr().add(16)),
+        ];
+        // The largest magnitude: `max` is exact, so its order does not matter.
+        let largest = _mm512_reduce_max_ps(_mm512_max_ps(
+            _mm512_abs_ps(halves[0]),
+            _mm512_abs_ps(halves[1]),
+        ))
+        .max(0.0);
+        let d = largest / 127.0;
+        let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let round = |v: __m512| {
+            let r = _mm512_sub_ps(
+                _mm512_add_ps(v, _mm512_set1_ps(ROUND)),
+                _mm512_set1_ps(ROUND),
+            );
+            _mm512_min_ps(
+                _mm512_max_ps(r, _mm512_set1_ps(-127.0)),
+                _mm512_set1_ps(127.0),
+            )
+        };
+        let mut rounded = [_mm512_setzero_ps(); 2];
+        let mut coarse_sum = _mm512_setzero_si512();
+        for (h, half) in halves.iter().enumerate() {
+            rounded[h] = round(_mm512_mul_ps(*half, _mm512_set1_ps(inverse)));
+            let ints = _mm512_cvtps_epi32(rounded[h]);
+            coarse_sum = _mm512_add_epi32(coarse_sum, ints);
+            _mm_storeu_si128(
+                codes.as_mut_ptr().add(16 * h).cast(),
+                _mm512_cvtepi32_epi8(ints),
+            );
+        }
+        let fine_sum = fine.map(|fine| {
+            let fine_inverse = _mm512_set1_ps(inverse * 256.0);
+            let mut sum = _mm512_setzero_si512();
+            for (h, half) in halves.iter().enumerate() {
+                let error = _mm512_sub_ps(*half, _mm512_mul_ps(_mm512_set1_ps(d), rounded[h]));
+                let ints = _mm512_cvtps_epi32(round(_mm512_mul_ps(error, fine_inverse)));
+                sum = _mm512_add_epi32(sum, ints);
+                _mm_storeu_si128(
+                    fine.as_mut_ptr().add(16 * h).cast(),
+                    _mm512_cvtepi32_epi8(ints),
+                );
+            }
+            _mm512_reduce_add_epi32(sum)
+        });
+        block_sums(d, _mm512_reduce_add_epi32(coarse_sum), fine_sum)
     }
 }

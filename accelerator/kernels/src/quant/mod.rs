@@ -224,19 +224,17 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
     let codes = &w.codes[t.panel * PANEL * w.input..(t.panel + 1) * PANEL * w.input];
     for i in 0..t.rows {
         let m = t.first_row + i;
-        let row = &x.codes[m * x.input..(m + 1) * x.input];
+        let code = |k: usize| x.tiled[x.at(m, k)] as i32;
+        let fine = |k: usize| x.tiled[x.at(m, k) + STEP] as i32;
         for r in 0..t.cols {
             let mut acc = 0.0f32;
             for j in 0..blocks {
                 let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
-                let mut dot: i32 = (j * BLOCK..(j + 1) * BLOCK)
-                    .map(|k| q(k) * row[k] as i32)
-                    .sum();
+                let mut dot: i32 = (j * BLOCK..(j + 1) * BLOCK).map(|k| q(k) * code(k)).sum();
                 if x.precision == Precision::Fine {
-                    let fine = &x.fine[m * x.input..(m + 1) * x.input];
                     dot = (dot << 8)
                         + (j * BLOCK..(j + 1) * BLOCK)
-                            .map(|k| q(k) * fine[k] as i32)
+                            .map(|k| q(k) * fine(k))
                             .sum::<i32>();
                 }
                 let at = (t.panel * blocks + j) * PANEL + r;

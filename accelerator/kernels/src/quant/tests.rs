@@ -1,4 +1,4 @@
-use super::activations::quantize_blocks;
+use super::activations::quantize_block;
 use super::*;
 
 /// A deterministic pseudo-random stream (no dependency for tests).
@@ -152,16 +152,12 @@ fn a_row_gets_the_same_bits_alone_in_any_tile_and_on_the_portable_copy() {
         // the portable quantisation the same codes as the vectorised one.
         let mut q = QuantizedRows::default();
         q.quantize(&x, rows, precision).expect("quantizes");
-        let (mut codes, mut fine) = (vec![0i8; x.len()], vec![0i8; x.len()]);
-        let (mut steps, mut sums) = (vec![0f32; x.len() / BLOCK], vec![0f32; x.len() / BLOCK]);
-        let fine_out = (precision == Precision::Fine).then_some(&mut fine[..]);
-        quantize_blocks(&x, (&mut codes, fine_out, &mut steps, &mut sums));
-        assert_eq!(codes, q.codes, "{precision:?} codes");
-        if precision == Precision::Fine {
-            assert_eq!(fine, q.fine, "fine codes");
-        }
-        assert_eq!(bits(&steps), bits(&q.steps), "{precision:?} steps");
-        assert_eq!(bits(&sums), bits(&q.sums), "{precision:?} sums");
+        let mut slow = QuantizedRows::default();
+        slow.quantize_on(&x, rows, precision, quantize_block)
+            .expect("quantizes");
+        assert_eq!(slow.tiled, q.tiled, "{precision:?} codes");
+        assert_eq!(bits(&slow.steps), bits(&q.steps), "{precision:?} steps");
+        assert_eq!(bits(&slow.sums), bits(&q.sums), "{precision:?} sums");
         let mut portable = vec![0.0f32; rows * 40];
         let out = OutPtr(portable.as_mut_ptr());
         for panel in 0..40usize.div_ceil(PANEL) {
@@ -201,4 +197,40 @@ fn zero_blocks_and_bad_shapes_are_handled() {
         PackedWeight::from_affine(&[0; 8], &[0.0; 4], &[0.0; 4], (1, 64), 16, 4),
         Err(QuantError::Group { .. })
     ));
+}
+
+#[test]
+fn quantising_rows_together_split_between_threads_gives_each_row_its_own_codes() {
+    // Large enough to be split between threads where there are several cores.
+    let (rows, input) = (37, 4096);
+    let x = activations(rows, input, 13);
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let mut together = QuantizedRows::default();
+        together.quantize(&x, rows, precision).expect("quantizes");
+        let blocks = input / BLOCK;
+        for m in [0, 8, 17, 36] {
+            let mut alone = QuantizedRows::default();
+            alone
+                .quantize(&x[m * input..(m + 1) * input], 1, precision)
+                .expect("quantizes");
+            for k in 0..input {
+                for extra in [0, STEP].iter().take(alone.slot() / STEP) {
+                    assert_eq!(
+                        alone.tiled[alone.at(0, k) + extra],
+                        together.tiled[together.at(m, k) + extra],
+                        "{precision:?} row {m} input {k}"
+                    );
+                }
+            }
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&alone.steps),
+                bits(&together.steps[m * blocks..(m + 1) * blocks])
+            );
+            assert_eq!(
+                bits(&alone.sums),
+                bits(&together.sums[m * blocks..(m + 1) * blocks])
+            );
+        }
+    }
 }

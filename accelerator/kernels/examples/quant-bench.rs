@@ -1,0 +1,160 @@
+//! `quant-bench`: the integer products' throughput on this machine, against the port bound of
+//! `vpdpbusd` measured in the same run (a loop of independent register-only `vpdpbusd`s), so the
+//! printed fraction says how far the kernel is from the instruction's peak whatever the clock
+//! (docs/benchmarks.md, "Integer products").
+//!
+//!     cargo run --release -p hunch-kernels --example quant-bench [-- --rows 128 --reps 5]
+//!
+//! Shapes are a 1B Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down.
+
+use std::time::Instant;
+
+use hunch_kernels::quant::{self, PackedWeight, Precision, QuantizedRows};
+
+/// A deterministic stream of values in [-1, 1) (xorshift), so runs are comparable.
+struct Values(u64);
+
+impl Values {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+fn main() {
+    let mut rows = 128usize;
+    let mut reps = 5usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value: usize = args
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{flag} needs a number"));
+        match flag.as_str() {
+            "--rows" => rows = value,
+            "--reps" => reps = value,
+            other => panic!("unknown flag {other}"),
+        }
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "machine: {}, {threads} threads; kernels {:?}",
+        cpu_name(),
+        quant::quant_isa()
+    );
+    let peak = peak_products_per_second(threads);
+    println!(
+        "port bound: {:.1} G vpdpbusd/s over {threads} threads ({:.0} G byte products/s)",
+        peak / 1e9,
+        peak * 64.0 / 1e9
+    );
+    let mut values = Values(0x9E37_79B9_7F4A_7C15);
+    for (name, out, input) in [
+        ("q/o 2048x2048", 2048, 2048),
+        ("small 2048x256", 2048, 256),
+        ("gate/up 8192x2048", 8192, 2048),
+        ("down 2048x8192", 2048, 8192),
+    ] {
+        let groups = input / 32;
+        let scales: Vec<f32> = (0..out * groups)
+            .map(|_| 0.01 + 0.001 * values.next())
+            .collect();
+        let biases: Vec<f32> = (0..out * groups)
+            .map(|_| -0.08 + 0.001 * values.next())
+            .collect();
+        let codes: Vec<u8> = (0..out * input)
+            .map(|_| ((values.next() + 1.0) * 8.0) as u8 & 15)
+            .collect();
+        let w = PackedWeight::from_codes(
+            |n, k| codes[n * input + k],
+            &scales,
+            &biases,
+            (out, input),
+            32,
+        )
+        .expect("pack");
+        let x: Vec<f32> = (0..rows * input).map(|_| values.next()).collect();
+        let mut y = vec![0.0f32; rows * out];
+        for precision in [Precision::Fine, Precision::Coarse] {
+            let mut q = QuantizedRows::default();
+            let mut best_product = f64::MAX;
+            let mut best_quantize = f64::MAX;
+            for _ in 0..reps {
+                let t = Instant::now();
+                q.quantize(&x, rows, precision).expect("quantize");
+                best_quantize = best_quantize.min(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                quant::matmul(&q, &w, &mut y).expect("matmul");
+                best_product = best_product.min(t.elapsed().as_secs_f64());
+            }
+            let macs = (rows * out * input) as f64;
+            let byte_products = macs
+                * if precision == Precision::Fine {
+                    2.0
+                } else {
+                    1.0
+                };
+            println!(
+                "{name:>18} a{:<2}: {:6.1} GMAC/s, {:4.0}% of the port bound; quantising the \
+                 input {:5.2} ms ({:4.1}% of the product's time)",
+                if precision == Precision::Fine { 16 } else { 8 },
+                macs / best_product / 1e9,
+                100.0 * byte_products / 64.0 / best_product / peak,
+                best_quantize * 1e3,
+                100.0 * best_quantize / best_product,
+            );
+        }
+    }
+}
+
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+/// `vpdpbusd`s per second on `threads` threads, from registers only (no loads): the
+/// instruction's port bound on this machine at its current clock.
+fn peak_products_per_second(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if quant::quant_isa() == quant::QuantIsa::Avx512Vnni {
+        const ROUNDS: usize = 20_000_000;
+        let t = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                // SAFETY: quant_isa found AVX-512 F, BW and VNNI.
+                scope.spawn(|| std::hint::black_box(unsafe { register_products(ROUNDS) }));
+            }
+        });
+        return (threads * ROUNDS * 16) as f64 / t.elapsed().as_secs_f64();
+    }
+    f64::NAN
+}
+
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn register_products(rounds: usize) -> i32 {
+    use core::arch::x86_64::*;
+    let w = std::hint::black_box(_mm512_set1_epi32(0x0102_0304));
+    let a = std::hint::black_box(_mm512_set1_epi32(0x0101_0101));
+    let mut acc = [_mm512_setzero_si512(); 16];
+    for _ in 0..rounds {
+        for sum in acc.iter_mut() {
+            *sum = _mm512_dpbusd_epi32(*sum, w, a);
+        }
+    }
+    let total = acc
+        .iter()
+        .fold(_mm512_setzero_si512(), |s, &v| _mm512_add_epi32(s, v));
+    _mm512_reduce_add_epi32(total)
+}
