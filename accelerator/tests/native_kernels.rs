@@ -215,6 +215,39 @@ fn restored_chunks_give_the_same_bits_on_the_native_path() {
     }
 }
 
+/// With every projection on the integer products, a position's K/V and hidden state are the
+/// same bits wherever the prompt before it was split: a prefix computed to a point that is not
+/// a chunk bound (where two prompts stop sharing tokens) serves another prompt exactly.
+#[test]
+fn prompts_split_anywhere_on_the_integer_products_give_the_same_bits() {
+    for name in ["tiny-llama.q4_1.gguf", "tiny-gemma3.q4_0.gguf"] {
+        let lm = load_as(name, AffineWeights::Quantized, CausalKernels::Native);
+        if !lm.splits_anywhere() {
+            // No AVX-512 VNNI here: the integer products run only when forced, as in
+            // `restored_chunks_give_the_same_bits_on_the_native_path`.
+            assert!(!hunch_accelerator::model::causal::cpu::kernels::quant::fast());
+            continue;
+        }
+        let b: Vec<u32> = prompt(21, 1)
+            .into_iter()
+            .chain([9, 10, 11, 12, 13])
+            .collect();
+        let (_, whole) = lm.prefill(&b, 8).expect("prefill b in chunks of 8");
+        // The first 21 tokens as 8 + 8 + 5, then the rest in one chunk of 5.
+        let mut past = Vec::new();
+        for (from, to) in [(0, 8), (8, 16), (16, 21)] {
+            let (chunk, _) = lm.forward_chunk(&b[from..to], &past).expect("chunk");
+            past.push(chunk);
+        }
+        let (_, split) = lm.forward_chunk(&b[21..], &past).expect("tail");
+        let bits = |a: &mlx_rs::Array| a.as_slice::<f32>().to_vec();
+        assert_eq!(bits(&whole), bits(&split), "{name}: hidden state");
+    }
+    // Dense float32 products keep the split at whole chunks.
+    let dense = load_as("tiny-llama", AffineWeights::Dense, CausalKernels::Native);
+    assert!(!dense.splits_anywhere());
+}
+
 /// Narrow float weights run natively under `auto` (widened once), quantised ones kept as stored
 /// natively where the CPU has the integer products and on MLX where not.
 #[test]
@@ -275,7 +308,7 @@ fn request(state: &str) -> ReadRequest {
     }
 }
 
-/// Through the engine (chunks of 8, prefix cache on): a request read after another that shares
+/// Through the engine (chunks of 11, prefix cache on): a request read after another that shares
 /// its prompt's start answers the same bits as read alone, and the fingerprint names the
 /// kernels.
 #[test]
@@ -289,7 +322,7 @@ fn the_engine_answers_the_same_bits_from_its_cache_on_the_native_path() {
     ] {
         let path = data().join(name);
         let options = CausalEngineOptions {
-            prefill_chunk: 8,
+            prefill_chunk: 11,
             affine,
             kernels: CausalKernels::Native,
             ..CausalEngineOptions::default()
@@ -305,6 +338,18 @@ fn the_engine_answers_the_same_bits_from_its_cache_on_the_native_path() {
         );
         let mut cold = CausalEngine::load(&path, &options).expect("loads");
         let alone = cold.read(&second).expect("alone");
+        if warm.model().splits_anywhere() {
+            // Read alone, the second question restores the first's prefix to the exact token
+            // where their prompts part (not a multiple of the chunk of 11).
+            let plan = cold.planner().plan(&second).expect("plan");
+            let (p, q) = (&plan.sequences[0].tokens, &plan.sequences[1].tokens);
+            let common = p.iter().zip(q).take_while(|(a, b)| a == b).count();
+            assert_eq!(alone.stats.reused_tokens, common as u64, "{name}");
+            assert!(
+                common % 11 != 0,
+                "{name}: the test needs a prefix off the chunk bounds ({common} tokens)"
+            );
+        }
         assert_eq!(
             format!("{:?}", after.distributions),
             format!("{:?}", alone.distributions),

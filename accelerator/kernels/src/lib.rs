@@ -15,6 +15,7 @@
 
 use std::sync::OnceLock;
 
+pub mod attention;
 pub mod quant;
 
 /// The instruction set the kernels run with in this process.
@@ -47,6 +48,13 @@ pub fn isa() -> Isa {
         }
         Isa::Portable
     })
+}
+
+/// The cores work is split between (the integer products, their inputs' quantisation, the
+/// attention's rows), detected once.
+pub fn threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// How `a · b + c` is computed: fused where the copy is compiled with FMA, else separately.
@@ -174,6 +182,7 @@ fn total(lanes: [f32; LANES]) -> f32 {
     ((a + b) + (c + d)) + ((e + f) + (g + h))
 }
 
+#[inline(always)]
 fn softmax_body<F: MulAdd>(row: &mut [f32], lo: usize, hi: usize) {
     let hi = hi.min(row.len());
     let lo = lo.min(hi);
@@ -208,6 +217,80 @@ dispatch!(
     /// precise softmax); every entry outside the span (the masked keys) becomes 0.
     pub fn softmax_span(row: &mut [f32], lo: usize, hi: usize) => softmax_body
 );
+
+use attention::attend_rows_body;
+
+/// Query rows `queries` (`[rows, d]`, 1 to [`attention::ROWS_TOGETHER`], the heads of one kv
+/// head at one position) attending to the keys `span = (lo, hi)` of `keys_t` (`[d, stride]`,
+/// from [`attention::transpose_keys`]) with their `values` (`[keys, d]`): the scores times
+/// `scale`, their softmax over the span (in `scores`, `[rows, stride]`, zero before `lo`), and
+/// the weighted sums of the values into `out` (`[rows, d]`). A row's bits depend only on it and
+/// its span's keys and values (see [`attention`]); AVX-512 registers where the CPU has them give
+/// the same bits as AVX2's (the same operations per value, in the same order).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_rows(
+    queries: &[f32],
+    d: usize,
+    keys_t: &[f32],
+    values: &[f32],
+    span: (usize, usize),
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2Fma {
+        static AVX512: OnceLock<bool> = OnceLock::new();
+        let rows = if *AVX512.get_or_init(|| std::is_x86_feature_detected!("avx512f")) {
+            attend_rows_avx512
+        } else {
+            attend_rows_avx2
+        };
+        // SAFETY: `isa` found AVX2 and FMA on this CPU, and AVX-512 F where it is chosen.
+        return unsafe { rows(queries, d, keys_t, values, span, scale, scores, out) };
+    }
+    attend_rows_body::<Separate>(queries, d, keys_t, values, span, scale, scores, out)
+}
+
+/// [`attend_rows`] in 256-bit registers.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_rows_avx2(
+    queries: &[f32],
+    d: usize,
+    keys_t: &[f32],
+    values: &[f32],
+    span: (usize, usize),
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    attend_rows_body::<Fused>(queries, d, keys_t, values, span, scale, scores, out)
+}
+
+/// [`attend_rows`] in 512-bit registers: the same operations per value as the AVX2 copy.
+///
+/// # Safety
+/// The CPU has AVX-512 F, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_rows_avx512(
+    queries: &[f32],
+    d: usize,
+    keys_t: &[f32],
+    values: &[f32],
+    span: (usize, usize),
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    attend_rows_body::<Fused>(queries, d, keys_t, values, span, scale, scores, out)
+}
 
 /// `1 / sqrt(mean(x²) + eps)` of one row.
 #[inline(always)]

@@ -195,8 +195,9 @@ impl CausalEngine {
         let prefill_started = Instant::now();
         let mut distributions = Vec::with_capacity(plan.sequences.len());
         let mut input_tokens = 0u64;
-        for sequence in &plan.sequences {
-            let logits = self.sequence_logits(sequence, &mut stats)?;
+        for (i, sequence) in plan.sequences.iter().enumerate() {
+            let bounds = self.bounds(&plan.sequences, i);
+            let logits = self.sequence_logits(sequence, &bounds, &mut stats)?;
             distributions.push(sequence.distribution(&logits)?);
             input_tokens += sequence.tokens.len() as u64;
         }
@@ -213,30 +214,57 @@ impl CausalEngine {
         })
     }
 
-    /// The label logits after one sequence: its longest cached run of whole chunks restored,
-    /// the rest computed chunk by chunk (each whole chunk kept for later prompts).
+    /// Where sequence `i` of a request's `sequences` is split into chunks: every multiple of
+    /// the chunk length and its end; and, where the model's bits do not depend on the split
+    /// ([`CausalLm::splits_anywhere`]), wherever it stops sharing tokens with another of the
+    /// request's sequences, so that the common prefix is computed once to the exact token.
+    fn bounds(&self, sequences: &[ScoringSequence], i: usize) -> Vec<usize> {
+        let tokens = &sequences[i].tokens;
+        let mut bounds: Vec<usize> = (1..=tokens.len() / self.chunk)
+            .map(|k| k * self.chunk)
+            .chain([tokens.len()])
+            .collect();
+        if self.model.splits_anywhere() {
+            for (j, other) in sequences.iter().enumerate() {
+                let common = tokens
+                    .iter()
+                    .zip(&other.tokens)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                if j != i && common > 0 && common < tokens.len() {
+                    bounds.push(common);
+                }
+            }
+        }
+        bounds.sort_unstable();
+        bounds.dedup();
+        bounds
+    }
+
+    /// The label logits after one sequence split at `bounds` ([`CausalEngine::bounds`]): its
+    /// longest cached run of chunks restored, the rest computed chunk by chunk (each chunk that
+    /// ends at a multiple of the chunk length or at a split point kept for later sequences).
     fn sequence_logits(
         &mut self,
         sequence: &ScoringSequence,
+        bounds: &[usize],
         stats: &mut ReadStats,
     ) -> Result<Vec<f32>, ReadError> {
         let tokens = &sequence.tokens;
         let model_error = |e: crate::model::ModelError| {
             ReadError::internal(format!("question {}: forward pass: {e}", sequence.question))
         };
-        let mut chunks = self.cache.restore(tokens, self.chunk);
-        let reused = chunks.len() * self.chunk;
+        let (mut chunks, reused) = self.cache.restore(tokens, bounds);
         let mut hidden = None;
         let mut at = reused;
-        while at < tokens.len() {
-            let end = (at + self.chunk).min(tokens.len());
+        for &end in bounds.iter().filter(|&&end| end > reused) {
             let (chunk, h) = self
                 .model
                 .forward_chunk(&tokens[at..end], &chunks)
                 .map_err(model_error)?;
             stats.forwards += 1;
-            if end - at == self.chunk {
-                self.cache.store(&tokens[..end], chunk.clone());
+            if end < tokens.len() || end - at == self.chunk {
+                self.cache.store(&tokens[..end], at, chunk.clone());
             }
             chunks.push(chunk);
             hidden = Some(h);
@@ -336,8 +364,8 @@ fn model_info(
     }
 }
 
-/// Whole prompt chunks by the exact tokens from position 0 through their end, least recently
-/// used evicted first once the budget is passed.
+/// Prompt chunks by the exact tokens from position 0 through their end (and where they start),
+/// least recently used evicted first once the budget is passed.
 struct ChunkCache {
     budget: u64,
     bytes: u64,
@@ -346,6 +374,8 @@ struct ChunkCache {
 }
 
 struct CacheEntry {
+    /// The position the chunk starts at (its end is the key's length).
+    start: usize,
     chunk: CausalChunk,
     bytes: u64,
     used: u64,
@@ -361,27 +391,36 @@ impl ChunkCache {
         }
     }
 
-    /// The cached chunks that begin `tokens`, in order, leaving at least one token to compute
-    /// (the last position's hidden state is what the read needs).
-    fn restore(&mut self, tokens: &[u32], chunk: usize) -> Vec<CausalChunk> {
+    /// The cached chunks that begin `tokens`, in order, each ending at one of `bounds`
+    /// (ascending) and starting where the one before it ends, the longest such run that leaves
+    /// at least one token to compute (the last position's hidden state is what the read needs);
+    /// and the tokens they cover.
+    fn restore(&mut self, tokens: &[u32], bounds: &[usize]) -> (Vec<CausalChunk>, usize) {
         let mut found = Vec::new();
-        let mut end = chunk;
-        while end < tokens.len() {
+        let mut at = 0;
+        loop {
+            // The farthest bound whose chunk starts here.
+            let next = bounds.iter().rev().find(|&&end| {
+                end > at
+                    && end < tokens.len()
+                    && self
+                        .entries
+                        .get(&tokens[..end])
+                        .is_some_and(|e| e.start == at)
+            });
+            let Some(&end) = next else { break };
             self.clock += 1;
-            match self.entries.get_mut(&tokens[..end]) {
-                Some(entry) => {
-                    entry.used = self.clock;
-                    found.push(entry.chunk.clone());
-                }
-                None => break,
+            if let Some(entry) = self.entries.get_mut(&tokens[..end]) {
+                entry.used = self.clock;
+                found.push(entry.chunk.clone());
             }
-            end += chunk;
+            at = end;
         }
-        found
+        (found, at)
     }
 
-    /// Keeps `chunk`, the last chunk of `prefix`.
-    fn store(&mut self, prefix: &[u32], chunk: CausalChunk) {
+    /// Keeps `chunk`, the last chunk of `prefix`, which starts at `start`.
+    fn store(&mut self, prefix: &[u32], start: usize, chunk: CausalChunk) {
         if self.budget == 0 || self.entries.contains_key(prefix) {
             return;
         }
@@ -407,6 +446,7 @@ impl ChunkCache {
         self.entries.insert(
             prefix.to_vec(),
             CacheEntry {
+                start,
                 chunk,
                 bytes,
                 used: self.clock,
@@ -432,36 +472,63 @@ mod tests {
         }
     }
 
+    /// Multiples of 4 up to `len`, and `len`: the bounds of a model split only at chunks.
+    fn whole(len: usize) -> Vec<usize> {
+        (1..=len / 4).map(|k| 4 * k).chain([len]).collect()
+    }
+
     #[test]
     fn whole_chunks_are_restored_by_exact_prefix_leaving_a_token_to_compute() {
         let mut cache = ChunkCache::new(1 << 20);
         let tokens: Vec<u32> = (0..10).collect();
-        cache.store(&tokens[..4], chunk(&tokens[..4]));
-        cache.store(&tokens[..8], chunk(&tokens[4..8]));
-        assert_eq!(cache.restore(&tokens, 4).len(), 2);
+        cache.store(&tokens[..4], 0, chunk(&tokens[..4]));
+        cache.store(&tokens[..8], 4, chunk(&tokens[4..8]));
+        assert_eq!(cache.restore(&tokens, &whole(10)).1, 8);
         // A prompt that ends at a chunk bound keeps its last chunk to compute.
-        assert_eq!(cache.restore(&tokens[..8], 4).len(), 1);
+        let (found, at) = cache.restore(&tokens[..8], &whole(8));
+        assert_eq!((found.len(), at), (1, 4));
         // Another first chunk: nothing, even though the second chunk's tokens match.
         let mut other = tokens.clone();
         other[0] = 99;
-        assert!(cache.restore(&other, 4).is_empty());
+        assert_eq!(cache.restore(&other, &whole(10)).1, 0);
+    }
+
+    #[test]
+    fn chunks_that_end_at_a_split_point_join_only_where_they_start() {
+        let mut cache = ChunkCache::new(1 << 20);
+        let tokens: Vec<u32> = (0..12).collect();
+        // Split at 6 (a point another sequence stopped sharing at), then the chunk bound 8.
+        cache.store(&tokens[..4], 0, chunk(&tokens[..4]));
+        cache.store(&tokens[..6], 4, chunk(&tokens[4..6]));
+        cache.store(&tokens[..8], 6, chunk(&tokens[6..8]));
+        let (found, at) = cache.restore(&tokens, &[4, 6, 8, 12]);
+        assert_eq!((found.len(), at), (3, 8));
+        // Without 6 among the bounds, the chunk to 8 does not start where the one to 4 ends.
+        assert_eq!(cache.restore(&tokens, &[4, 8, 12]).1, 4);
+        // The farthest chunk that starts here is taken: a whole chunk 4..8 beats 4..6.
+        let mut whole_first = ChunkCache::new(1 << 20);
+        whole_first.store(&tokens[..4], 0, chunk(&tokens[..4]));
+        whole_first.store(&tokens[..8], 4, chunk(&tokens[4..8]));
+        whole_first.store(&tokens[..6], 4, chunk(&tokens[4..6]));
+        let (found, at) = whole_first.restore(&tokens, &[4, 6, 8, 12]);
+        assert_eq!((found.len(), at), (2, 8));
     }
 
     #[test]
     fn the_least_recently_used_chunk_goes_first_past_the_budget() {
         let one = chunk(&[1, 2, 3, 4]).nbytes() as u64 + 16;
         let mut cache = ChunkCache::new(2 * one);
-        cache.store(&[1, 2, 3, 4], chunk(&[1, 2, 3, 4]));
-        cache.store(&[5, 6, 7, 8], chunk(&[5, 6, 7, 8]));
+        cache.store(&[1, 2, 3, 4], 0, chunk(&[1, 2, 3, 4]));
+        cache.store(&[5, 6, 7, 8], 0, chunk(&[5, 6, 7, 8]));
         // Using the first makes the second the oldest.
-        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], 4).len(), 1);
-        cache.store(&[9, 10, 11, 12], chunk(&[9, 10, 11, 12]));
+        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 4);
+        cache.store(&[9, 10, 11, 12], 0, chunk(&[9, 10, 11, 12]));
         assert!(cache.bytes <= 2 * one);
-        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], 4).len(), 1);
-        assert!(cache.restore(&[5, 6, 7, 8, 0], 4).is_empty());
+        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 4);
+        assert_eq!(cache.restore(&[5, 6, 7, 8, 0], &whole(5)).1, 0);
         // A budget of 0 keeps nothing.
         let mut off = ChunkCache::new(0);
-        off.store(&[1, 2, 3, 4], chunk(&[1, 2, 3, 4]));
-        assert!(off.restore(&[1, 2, 3, 4, 0], 4).is_empty());
+        off.store(&[1, 2, 3, 4], 0, chunk(&[1, 2, 3, 4]));
+        assert_eq!(off.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 0);
     }
 }

@@ -124,7 +124,7 @@ impl QuantizedRows {
                 steps,
                 sums,
             });
-        let threads = crate::quant::threads()
+        let threads = crate::threads()
             .min(x.len() / PER_THREAD)
             .min(rows.div_ceil(ROWS))
             .max(1);

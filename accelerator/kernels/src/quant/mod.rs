@@ -132,7 +132,7 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), 
         return Err(QuantError::Shape("the output is not [rows, out]"));
     }
     let panels = w.out.div_ceil(PANEL);
-    let threads = threads().min(panels.div_ceil(4)).max(1);
+    let threads = crate::threads().min(panels.div_ceil(4)).max(1);
     let out = OutPtr(y.as_mut_ptr());
     let share = panels.div_ceil(threads);
     let run = |from: usize| {
@@ -153,12 +153,6 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), 
         run(0);
     });
     Ok(())
-}
-
-/// The cores products are split between.
-fn threads() -> usize {
-    static THREADS: OnceLock<usize> = OnceLock::new();
-    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// `y`'s first value, shared by threads that write disjoint columns.

@@ -135,6 +135,14 @@ impl CausalLm {
         self.native.as_ref().is_some_and(cpu::Packed::any)
     }
 
+    /// Whether a position's K/V and hidden state are the same bits however the prompt before it
+    /// is split into chunks: the native path with every projection on the integer products
+    /// (whose rows are independent) and its row-by-row attention. The engine then shares a
+    /// prompt's prefix to the exact token (docs/logit-read.md, "Exactness").
+    pub fn splits_anywhere(&self) -> bool {
+        self.native.as_ref().is_some_and(cpu::Packed::all)
+    }
+
     /// Bytes the native path's prepared weights hold, repacked or widened (0 on the MLX path or
     /// where every weight is float32).
     pub fn packed_bytes(&self) -> usize {

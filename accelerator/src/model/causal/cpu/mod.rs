@@ -104,9 +104,10 @@ impl FromStr for CausalKernels {
 }
 
 /// The native path's name in fingerprints: the instruction sets decide the last bits (and
-/// whether the integer products run, which round activations to 8 bits).
+/// whether the integer products run, which round activations), and `rowattn` the attention's
+/// order of sums (each row over its own keys; before it, the BLAS's products).
 pub fn native_name(packed: &Packed) -> String {
-    let mut name = format!("native-{}", kernels::isa().name());
+    let mut name = format!("native-{}+rowattn", kernels::isa().name());
     if packed.any() {
         name.push('+');
         name.push_str(kernels::quant::quant_isa().name());

@@ -156,6 +156,17 @@ impl Packed {
         self.prepared().any(|p| matches!(p, Prepared::Int8(_)))
     }
 
+    /// Whether every projection runs on the integer products (each output row's bits then
+    /// depend only on its input row: with the native attention, a prompt can be split anywhere).
+    pub fn all(&self) -> bool {
+        !self.layers.is_empty()
+            && self
+                .layers
+                .iter()
+                .flatten()
+                .all(|p| matches!(p, Some(Prepared::Int8(_))))
+    }
+
     /// Whether any projection was widened from bf16/f16.
     pub fn any_widened(&self) -> bool {
         self.prepared().any(|p| matches!(p, Prepared::Widened(_)))
