@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use hunch_accelerator::checkpoint::causal::{load_model, AffineWeights};
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
 use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
-use hunch_accelerator::model::causal::{CausalKernels, CausalLm};
+use hunch_accelerator::model::causal::{CausalChunk, CausalKernels, CausalLm};
 use hunch_core::{ChoiceOption, Question, QuestionKind, QuestionMode, ReadOptions, ReadRequest};
 
 fn data() -> PathBuf {
@@ -246,6 +246,33 @@ fn prompts_split_anywhere_on_the_integer_products_give_the_same_bits() {
     // Dense float32 products keep the split at whole chunks.
     let dense = load_as("tiny-llama", AffineWeights::Dense, CausalKernels::Native);
     assert!(!dense.splits_anywhere());
+}
+
+/// Chunks of different prompts at different positions through one batched pass get the very
+/// bits each gets alone, wherever every projection runs on the integer products.
+#[test]
+fn batched_chunks_get_the_bits_each_gets_alone_on_the_integer_products() {
+    for name in ["tiny-llama.q4_1.gguf", "tiny-gemma3.q4_0.gguf"] {
+        let lm = load_as(name, AffineWeights::Quantized, CausalKernels::Native);
+        if !lm.splits_anywhere() {
+            continue;
+        }
+        let shared = prompt(13, 1);
+        let (past, _) = lm.prefill(&shared, 8).expect("prefill");
+        let (a, b) = (prompt(9, 2), prompt(5, 3));
+        let items: [(&[u32], &[CausalChunk]); 3] =
+            [(&a, &past), (&b, &past[..1]), (&shared[..6], &[])];
+        let batched = lm.forward_batch(&items).expect("batch");
+        let bits = |a: &mlx_rs::Array| a.as_slice::<f32>().to_vec();
+        for ((tokens, past), (chunk, hidden)) in items.iter().zip(&batched) {
+            let (alone, alone_hidden) = lm.forward_chunk(tokens, past).expect("alone");
+            assert_eq!(bits(hidden), bits(&alone_hidden), "{name}: hidden state");
+            for (x, y) in chunk.kv.iter().zip(&alone.kv) {
+                assert_eq!(bits(&x.keys), bits(&y.keys), "{name}: keys");
+                assert_eq!(bits(&x.values), bits(&y.values), "{name}: values");
+            }
+        }
+    }
 }
 
 /// Narrow float weights run natively under `auto` (widened once), quantised ones kept as stored

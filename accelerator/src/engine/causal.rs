@@ -10,6 +10,8 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use mlx_rs::Array;
+
 use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, Usage};
 
@@ -193,11 +195,19 @@ impl CausalEngine {
             ..ReadStats::default()
         };
         let prefill_started = Instant::now();
+        let hidden = self.prefill_sequences(&plan.sequences, &mut stats)?;
         let mut distributions = Vec::with_capacity(plan.sequences.len());
         let mut input_tokens = 0u64;
-        for (i, sequence) in plan.sequences.iter().enumerate() {
-            let bounds = self.bounds(&plan.sequences, i);
-            let logits = self.sequence_logits(sequence, &bounds, &mut stats)?;
+        for (sequence, hidden) in plan.sequences.iter().zip(&hidden) {
+            let logits = self
+                .model
+                .label_logits(hidden, &sequence.labels)
+                .map_err(|e| {
+                    ReadError::internal(format!(
+                        "question {}: label logits: {e}",
+                        sequence.question
+                    ))
+                })?;
             distributions.push(sequence.distribution(&logits)?);
             input_tokens += sequence.tokens.len() as u64;
         }
@@ -241,44 +251,115 @@ impl CausalEngine {
         bounds
     }
 
-    /// The label logits after one sequence split at `bounds` ([`CausalEngine::bounds`]): its
-    /// longest cached run of chunks restored, the rest computed chunk by chunk (each chunk that
-    /// ends at a multiple of the chunk length or at a split point kept for later sequences).
-    fn sequence_logits(
+    /// Every sequence's last hidden state (in order): each restores its longest cached run of
+    /// chunks, then the sequences advance together one chunk at a time (to their next bound,
+    /// [`CausalEngine::bounds`]), the chunks of one step in one batched pass
+    /// ([`CausalLm::forward_batch`]), a chunk that several sequences share (the same tokens
+    /// from position 0 through its end, the same start) computed once for all of them. Each
+    /// chunk that ends at a multiple of the chunk length or at a split point is kept in the
+    /// cache for later requests.
+    fn prefill_sequences(
         &mut self,
-        sequence: &ScoringSequence,
-        bounds: &[usize],
+        sequences: &[ScoringSequence],
         stats: &mut ReadStats,
-    ) -> Result<Vec<f32>, ReadError> {
-        let tokens = &sequence.tokens;
-        let model_error = |e: crate::model::ModelError| {
-            ReadError::internal(format!("question {}: forward pass: {e}", sequence.question))
-        };
-        let (mut chunks, reused) = self.cache.restore(tokens, bounds);
-        let mut hidden = None;
-        let mut at = reused;
-        for &end in bounds.iter().filter(|&&end| end > reused) {
-            let (chunk, h) = self
-                .model
-                .forward_chunk(&tokens[at..end], &chunks)
-                .map_err(model_error)?;
-            stats.forwards += 1;
-            if end < tokens.len() || end - at == self.chunk {
-                self.cache.store(&tokens[..end], at, chunk.clone());
+    ) -> Result<Vec<Array>, ReadError> {
+        struct Progress {
+            bounds: Vec<usize>,
+            chunks: Vec<CausalChunk>,
+            at: usize,
+            hidden: Option<Array>,
+        }
+        let mut progress = Vec::with_capacity(sequences.len());
+        for (i, sequence) in sequences.iter().enumerate() {
+            let bounds = self.bounds(sequences, i);
+            let (chunks, reused) = self.cache.restore(&sequence.tokens, &bounds);
+            stats.prompt_tokens += sequence.tokens.len() as u64;
+            stats.reused_tokens += reused as u64;
+            if reused > 0 {
+                stats.cache_hits += 1;
             }
-            chunks.push(chunk);
-            hidden = Some(h);
-            at = end;
+            progress.push(Progress {
+                bounds,
+                chunks,
+                at: reused,
+                hidden: None,
+            });
         }
-        let hidden = hidden.ok_or_else(|| ReadError::internal("an empty sequence"))?;
-        stats.prompt_tokens += tokens.len() as u64;
-        stats.reused_tokens += reused as u64;
-        if reused > 0 {
-            stats.cache_hits += 1;
+        loop {
+            // This step's chunks: (the sequence that computes it, start, end, the sequences that
+            // take it).
+            let mut step: Vec<(usize, usize, usize, Vec<usize>)> = Vec::new();
+            for (i, p) in progress.iter().enumerate() {
+                let tokens = &sequences[i].tokens;
+                let Some(&end) = p.bounds.iter().find(|&&b| b > p.at) else {
+                    continue;
+                };
+                let same = step.iter_mut().find(|(j, at, e, _)| {
+                    *at == p.at && *e == end && sequences[*j].tokens[..end] == tokens[..end]
+                });
+                match same {
+                    Some((_, _, _, takers)) => takers.push(i),
+                    None => step.push((i, p.at, end, vec![i])),
+                }
+            }
+            if step.is_empty() {
+                break;
+            }
+            for batch in step.chunks(self.batch_chunks()) {
+                let items: Vec<(&[u32], &[CausalChunk])> = batch
+                    .iter()
+                    .map(|(i, at, end, _)| {
+                        (&sequences[*i].tokens[*at..*end], &progress[*i].chunks[..])
+                    })
+                    .collect();
+                let done = self.model.forward_batch(&items).map_err(|e| {
+                    let questions: Vec<String> = batch
+                        .iter()
+                        .map(|(i, ..)| sequences[*i].question.to_string())
+                        .collect();
+                    ReadError::internal(format!(
+                        "questions {}: forward pass: {e}",
+                        questions.join(", ")
+                    ))
+                })?;
+                stats.forwards += 1;
+                let rows: usize = batch.iter().map(|(_, at, end, _)| end - at).sum();
+                stats.max_batch_rows = stats.max_batch_rows.max(rows as u32);
+                for ((i, at, end, takers), (chunk, hidden)) in batch.iter().zip(done) {
+                    if *end < sequences[*i].tokens.len() || end - at == self.chunk {
+                        self.cache
+                            .store(&sequences[*i].tokens[..*end], *at, chunk.clone());
+                    }
+                    for &t in takers {
+                        let p = &mut progress[t];
+                        p.chunks.push(chunk.clone());
+                        p.at = *end;
+                        p.hidden = Some(hidden.clone());
+                        if t != *i {
+                            stats.reused_tokens += (end - at) as u64;
+                        }
+                    }
+                }
+            }
         }
-        self.model
-            .label_logits(&hidden, &sequence.labels)
-            .map_err(model_error)
+        progress
+            .into_iter()
+            .zip(sequences)
+            .map(|(p, sequence)| {
+                p.hidden.ok_or_else(|| {
+                    ReadError::internal(format!(
+                        "question {}: an empty sequence",
+                        sequence.question
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Chunks computed in one batched pass at most (about 1,024 rows: the stacked activations of
+    /// a 1B model's feed-forward then take ~70 MB).
+    fn batch_chunks(&self) -> usize {
+        (1024 / self.chunk).max(1)
     }
 }
 

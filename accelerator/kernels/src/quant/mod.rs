@@ -162,7 +162,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
-/// The panels `range` of `w` against every row of `x`.
+/// Bytes of quantised activations a block of rows holds at most: each panel's pass reads the
+/// block's codes again, so the block must stay in the core's cache (L2) between panels; a
+/// product of more rows (a batch of chunks) runs block by block, reading its weights once per
+/// block.
+const ROW_BLOCK_BYTES: usize = 1 << 20;
+
+/// The panels `range` of `w` against every row of `x`, a block of rows at a time.
 ///
 /// # Safety
 /// `out` points to `[x.rows, w.out]` values that no other thread writes in these panels'
@@ -173,29 +179,36 @@ unsafe fn panels_product(
     range: std::ops::Range<usize>,
     out: OutPtr,
 ) {
-    for panel in range {
-        let cols = (w.out - panel * PANEL).min(PANEL);
-        let mut m = 0;
-        while m < x.rows {
-            let rows = (x.rows - m).min(ROWS);
-            let tile = Tile {
-                panel,
-                first_row: m,
-                rows,
-                cols,
-            };
-            #[cfg(target_arch = "x86_64")]
-            if quant_isa() == QuantIsa::Avx512Vnni {
-                // SAFETY: `quant_isa` found AVX-512 F, BW and VNNI; the caller's contract
-                // covers `out`.
-                unsafe { avx512::tile(x, w, tile, out) };
+    let row_bytes = (x.group_bytes() / ROWS).max(1);
+    let block = (ROW_BLOCK_BYTES / row_bytes / ROWS * ROWS).max(ROWS);
+    let mut first = 0;
+    while first < x.rows {
+        let last = (first + block).min(x.rows);
+        for panel in range.clone() {
+            let cols = (w.out - panel * PANEL).min(PANEL);
+            let mut m = first;
+            while m < last {
+                let rows = (last - m).min(ROWS);
+                let tile = Tile {
+                    panel,
+                    first_row: m,
+                    rows,
+                    cols,
+                };
+                #[cfg(target_arch = "x86_64")]
+                if quant_isa() == QuantIsa::Avx512Vnni {
+                    // SAFETY: `quant_isa` found AVX-512 F, BW and VNNI; the caller's contract
+                    // covers `out`.
+                    unsafe { avx512::tile(x, w, tile, out) };
+                    m += rows;
+                    continue;
+                }
+                // SAFETY: the caller's contract covers `out`.
+                unsafe { portable_tile(x, w, tile, out) };
                 m += rows;
-                continue;
             }
-            // SAFETY: the caller's contract covers `out`.
-            unsafe { portable_tile(x, w, tile, out) };
-            m += rows;
         }
+        first = last;
     }
 }
 

@@ -181,6 +181,52 @@ impl CausalLm {
         &self.config
     }
 
+    /// Runs several chunks, each after its own earlier chunks, as [`CausalLm::forward_chunk`]
+    /// runs each: where the model splits anywhere ([`CausalLm::splits_anywhere`]) their rows go
+    /// through each layer together (one pass over the weights for all of them), with the very
+    /// bits each gets alone; elsewhere one after another.
+    pub fn forward_batch(
+        &self,
+        chunks: &[(&[u32], &[CausalChunk])],
+    ) -> Result<Vec<(CausalChunk, Array)>, ModelError> {
+        let Some(packed) = self.native.as_ref().filter(|p| p.all() && chunks.len() > 1) else {
+            return chunks
+                .iter()
+                .map(|(tokens, past)| self.forward_chunk(tokens, past))
+                .collect();
+        };
+        let pasts: Vec<Vec<cpu::PastChunk<'_>>> = chunks
+            .iter()
+            .map(|(_, past)| {
+                past.iter()
+                    .map(|c| cpu::PastChunk {
+                        len: c.tokens.len(),
+                        kv: &c.kv,
+                    })
+                    .collect()
+            })
+            .collect();
+        let items: Vec<(&[u32], &[cpu::PastChunk<'_>])> = chunks
+            .iter()
+            .zip(&pasts)
+            .map(|((tokens, _), past)| (*tokens, &past[..]))
+            .collect();
+        let done = cpu::forward_batch(&self.weights(), packed, &items)?;
+        Ok(done
+            .into_iter()
+            .zip(chunks)
+            .map(|((kv, hidden), (tokens, _))| {
+                (
+                    CausalChunk {
+                        tokens: tokens.to_vec(),
+                        kv,
+                    },
+                    hidden,
+                )
+            })
+            .collect())
+    }
+
     /// Runs one chunk of `tokens` after the chunks `past` (in order, the same prompt's earlier
     /// chunks) and returns the chunk's K/V and its last position's hidden state after the final
     /// norm (`[hidden]`, float32), everything evaluated.

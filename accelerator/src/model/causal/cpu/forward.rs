@@ -159,95 +159,165 @@ pub fn forward_chunk(
     tokens: &[u32],
     past: &[PastChunk<'_>],
 ) -> Result<(Vec<LayerKv>, Array), ModelError> {
+    let mut done = forward_batch(model, packed, &[(tokens, past)])?;
+    done.pop().ok_or(ModelError::EmptyPrompt)
+}
+
+/// Several chunks, each after its own earlier chunks, through every layer together: their rows
+/// share each projection (one quantisation, one pass over the weights), each attends to its own
+/// keys. Each chunk's results are what [`forward_chunk`] gives it alone wherever an output row
+/// of a product depends only on its input row (the integer products: `Packed::all`); elsewhere
+/// the stacked products may differ from it in the last bits, so the engine batches only there.
+pub fn forward_batch(
+    model: &Weights<'_>,
+    packed: &Packed,
+    chunks: &[(&[u32], &[PastChunk<'_>])],
+) -> Result<Vec<(Vec<LayerKv>, Array)>, ModelError> {
     let config = model.config;
-    if tokens.is_empty() {
+    if chunks.is_empty() || chunks.iter().any(|(tokens, _)| tokens.is_empty()) {
         return Err(ModelError::EmptyPrompt);
     }
     let hidden = config.hidden_size as usize;
-    let len = tokens.len();
-    let past_lens: Vec<i32> = past.iter().map(|c| c.len as i32).collect();
-    let start: usize = past.iter().map(|c| c.len).sum();
     let window = if config.sliding_layers.iter().any(|&s| s) {
         config.sliding_window
     } else {
         i32::MAX
     };
-    let (sliding_first, _) = sliding_span(&past_lens, window);
+    // Where each chunk's rows sit in the stacked stream, where it starts, and the first earlier
+    // chunk its sliding layers use.
+    let mut places = Vec::with_capacity(chunks.len());
+    let mut x = Vec::new();
+    for (tokens, past) in chunks {
+        let past_lens: Vec<i32> = past.iter().map(|c| c.len as i32).collect();
+        let first_row = x.len() / hidden.max(1);
+        x.extend(embed(model, tokens)?);
+        places.push(Place {
+            rows: first_row..first_row + tokens.len(),
+            start: past.iter().map(|c| c.len).sum(),
+            sliding_first: sliding_span(&past_lens, window).0,
+            tables: Vec::new(),
+        });
+    }
 
-    let mut x = embed(model, tokens)?;
-
-    // One table per distinct rotary embedding (Gemma 3's local and global layers differ).
-    let mut tables: Vec<RopeTable> = Vec::new();
     let mut scratch = Scratch::default();
-    let mut kv = Vec::with_capacity(model.layers.len());
+    let mut kv: Vec<Vec<LayerKv>> = chunks
+        .iter()
+        .map(|_| Vec::with_capacity(model.layers.len()))
+        .collect();
     for (index, layer) in model.layers.iter().enumerate() {
         let attention = &layer.attention;
-        let first = if attention.window.is_some() {
-            sliding_first
-        } else {
-            0
-        };
-        let used = past.get(first..).unwrap_or_default();
-        let key_start = start - used.iter().map(|c| c.len).sum::<usize>();
-        // The earlier chunks' K/V of this layer as contiguous arrays, then their values.
-        let arrays = used
+        let mut contexts = Vec::with_capacity(chunks.len());
+        for ((_, past), place) in chunks.iter().zip(&mut places) {
+            let first = if attention.window.is_some() {
+                place.sliding_first
+            } else {
+                0
+            };
+            let used = past.get(first..).unwrap_or_default();
+            // The earlier chunks' K/V of this layer as contiguous arrays.
+            let arrays = used
+                .iter()
+                .map(|c| {
+                    let layer_kv =
+                        c.kv.get(index)
+                            .ok_or(ModelError::Shape("a cached chunk has fewer layers"))?;
+                    Ok((
+                        contiguous(&layer_kv.keys)?,
+                        contiguous(&layer_kv.values)?,
+                        c.len,
+                    ))
+                })
+                .collect::<Result<Vec<_>, ModelError>>()?;
+            // One table per distinct rotary embedding (Gemma 3's local and global layers
+            // differ), per chunk (its positions).
+            let rope = match place
+                .tables
+                .iter()
+                .position(|t| t.rotates_like(&attention.rope))
+            {
+                Some(found) => found,
+                None => {
+                    let table = RopeTable::new(&attention.rope, place.start, place.rows.len())?;
+                    place.tables.push(table);
+                    place.tables.len() - 1
+                }
+            };
+            contexts.push((arrays, used.iter().map(|c| c.len).sum::<usize>(), rope));
+        }
+        let contexts = contexts
             .iter()
-            .map(|c| {
-                let layer_kv =
-                    c.kv.get(index)
-                        .ok_or(ModelError::Shape("a cached chunk has fewer layers"))?;
-                Ok((
-                    contiguous(&layer_kv.keys)?,
-                    contiguous(&layer_kv.values)?,
-                    c.len,
-                ))
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        let past_kv = arrays
-            .iter()
-            .map(|(k, v, n)| {
-                Ok(PastKv {
-                    keys: kv_values(k)?,
-                    values: kv_values(v)?,
-                    len: *n,
+            .zip(&places)
+            .map(|((arrays, used_len, rope), place)| {
+                let past = arrays
+                    .iter()
+                    .map(|(k, v, n)| {
+                        Ok(PastKv {
+                            keys: kv_values(k)?,
+                            values: kv_values(v)?,
+                            len: *n,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, ModelError>>()?;
+                Ok(ChunkContext {
+                    rows: place.rows.clone(),
+                    past,
+                    start: place.start,
+                    key_start: place.start - used_len,
+                    rope: &place.tables[*rope],
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
-        let rope = match tables.iter().position(|t| t.rotates_like(&attention.rope)) {
-            Some(found) => found,
-            None => {
-                tables.push(RopeTable::new(&attention.rope, start, len)?);
-                tables.len() - 1
-            }
-        };
         let layer_kv = layer_forward(
             (layer, index, packed),
             (&mut x, hidden),
-            &past_kv,
-            (start, key_start),
-            &tables[rope],
+            &contexts,
             &mut scratch,
         )?;
-        kv.push(layer_kv);
+        for (all, one) in kv.iter_mut().zip(layer_kv) {
+            all.push(one);
+        }
     }
 
-    // The last position's hidden state after the final norm.
-    let last = &x[(len - 1) * hidden..];
-    let mut out = vec![0.0f32; hidden];
-    kernels::rms_norm(last, norm_weight(model.norm)?, model.norm.eps(), &mut out);
-    Ok((kv, Array::from_slice(&out, &[config.hidden_size])))
+    // Each chunk's last position's hidden state after the final norm.
+    kv.into_iter()
+        .zip(&places)
+        .map(|(kv, place)| {
+            let last = &x[(place.rows.end - 1) * hidden..place.rows.end * hidden];
+            let mut out = vec![0.0f32; hidden];
+            kernels::rms_norm(last, norm_weight(model.norm)?, model.norm.eps(), &mut out);
+            Ok((kv, Array::from_slice(&out, &[config.hidden_size])))
+        })
+        .collect()
 }
 
-/// One decoder layer over the chunk's residual stream `x` (`[len, hidden]`, updated in place);
-/// returns the chunk's K/V of this layer.
+/// One chunk of a batch: its rows in the stacked stream, first position, the first earlier
+/// chunk its sliding layers use, and its rotary tables.
+struct Place {
+    rows: std::ops::Range<usize>,
+    start: usize,
+    sliding_first: usize,
+    tables: Vec<RopeTable>,
+}
+
+/// What one chunk of a batch attends with in one layer.
+struct ChunkContext<'a> {
+    rows: std::ops::Range<usize>,
+    /// The earlier chunks' K/V of this layer.
+    past: Vec<PastKv<'a>>,
+    start: usize,
+    /// The position of the first key in `past`.
+    key_start: usize,
+    rope: &'a RopeTable,
+}
+
+/// One decoder layer over the stacked residual stream `x` (`[rows, hidden]`, updated in place)
+/// of the chunks `contexts`; returns each chunk's K/V of this layer.
 fn layer_forward(
     (layer, index, packed): (&DecoderLayer, usize, &Packed),
     (x, hidden): (&mut [f32], usize),
-    past: &[PastKv<'_>],
-    (start, key_start): (usize, usize),
-    rope: &RopeTable,
+    contexts: &[ChunkContext<'_>],
     s: &mut Scratch,
-) -> Result<LayerKv, ModelError> {
+) -> Result<Vec<LayerKv>, ModelError> {
     let a = &layer.attention;
     let (heads, kv_heads, d) = (
         a.num_heads as usize,
@@ -279,13 +349,6 @@ fn layer_forward(
         let w = norm_weight(norm)?.ok_or(ModelError::Shape("a k norm without weight"))?;
         kernels::rms_norm_in_place(&mut s.k, w, norm.eps());
     }
-    s.q_heads.resize(s.q.len(), 0.0);
-    s.k_heads.resize(s.k.len(), 0.0);
-    s.v_heads.resize(s.v.len(), 0.0);
-    rope.apply(&s.q, heads, &mut s.q_heads)?;
-    rope.apply(&s.k, kv_heads, &mut s.k_heads)?;
-    heads_first(&s.v, kv_heads, d, &mut s.v_heads);
-
     s.attended.resize(len * heads * d, 0.0);
     let shape = Heads {
         heads,
@@ -294,16 +357,37 @@ fn layer_forward(
         scale: a.scale,
         window: a.window.map(|w| w.max(1) as usize),
     };
-    attend(
-        &shape,
-        &s.q_heads,
-        (&s.k_heads, &s.v_heads),
-        past,
-        start,
-        key_start,
-        &mut s.attention,
-        &mut s.attended,
-    )?;
+    let mut kv = Vec::with_capacity(contexts.len());
+    for c in contexts {
+        // This chunk's rows, rotated and heads first (`[heads, rows, d]`), attending to its own
+        // keys only.
+        let (q, k, v) = (
+            &s.q[c.rows.start * heads * d..c.rows.end * heads * d],
+            &s.k[c.rows.start * kv_heads * d..c.rows.end * kv_heads * d],
+            &s.v[c.rows.start * kv_heads * d..c.rows.end * kv_heads * d],
+        );
+        s.q_heads.resize(q.len(), 0.0);
+        s.k_heads.resize(k.len(), 0.0);
+        s.v_heads.resize(v.len(), 0.0);
+        c.rope.apply(q, heads, &mut s.q_heads)?;
+        c.rope.apply(k, kv_heads, &mut s.k_heads)?;
+        heads_first(v, kv_heads, d, &mut s.v_heads);
+        attend(
+            &shape,
+            &s.q_heads,
+            (&s.k_heads, &s.v_heads),
+            &c.past,
+            c.start,
+            c.key_start,
+            &mut s.attention,
+            &mut s.attended[c.rows.start * heads * d..c.rows.end * heads * d],
+        )?;
+        let shape = [1, kv_heads as i32, c.rows.len() as i32, d as i32];
+        kv.push(LayerKv {
+            keys: Array::from_slice(&s.k_heads, &shape),
+            values: Array::from_slice(&s.v_heads, &shape),
+        });
+    }
     project(
         &s.attended,
         len,
@@ -346,12 +430,7 @@ fn layer_forward(
         layer.post_mlp_norm.as_ref(),
         "the down projection and hidden size disagree",
     )?;
-
-    let shape = [1, kv_heads as i32, len as i32, d as i32];
-    Ok(LayerKv {
-        keys: Array::from_slice(&s.k_heads, &shape),
-        values: Array::from_slice(&s.v_heads, &shape),
-    })
+    Ok(kv)
 }
 
 /// The chunk's embedding rows (`[len, hidden]`): copied from a dense float32 table, or

@@ -31,7 +31,7 @@ mod rope;
 use std::fmt;
 use std::str::FromStr;
 
-pub use forward::forward_chunk;
+pub use forward::{forward_batch, forward_chunk};
 pub use packed::Packed;
 
 use forward::norm_weight;
