@@ -85,7 +85,7 @@ impl QuantizedRows {
         rows: usize,
         precision: Precision,
     ) -> Result<(), QuantError> {
-        self.quantize_on(x, rows, precision, fast_blocks())
+        self.quantize_on(x, rows, precision, super::fast_blocks())
     }
 
     /// [`QuantizedRows::quantize`], each block through `block`.
@@ -222,18 +222,6 @@ impl RowGroup<'_> {
 /// block's step and quantised sum.
 pub(super) type BlockFn =
     fn(&[f32; BLOCK], &mut [i8; BLOCK], Option<&mut [i8; BLOCK]>) -> (f32, f32);
-
-/// The fastest copy of [`quantize_block`] this CPU runs (the same bits as the portable one).
-fn fast_blocks() -> BlockFn {
-    #[cfg(target_arch = "x86_64")]
-    if super::quant_isa() == super::QuantIsa::Avx512Vnni {
-        return |values, codes, fine| {
-            // SAFETY: `quant_isa` found AVX-512 F and BW.
-            unsafe { super::avx512::quantize_block(values, codes, fine) }
-        };
-    }
-    quantize_block
-}
 
 /// Adding 1.5 · 2^23 rounds a value of magnitude below 2^22 to an integer (ties to even)
 /// without a libm call; the AVX-512 copy does the same two operations.

@@ -92,6 +92,18 @@ pub fn fast() -> bool {
     quant_isa() != QuantIsa::Portable
 }
 
+/// The fastest copy of [`activations::quantize_block`] this CPU runs (the same bits as the portable one).
+fn fast_blocks() -> activations::BlockFn {
+    #[cfg(target_arch = "x86_64")]
+    if quant_isa() == QuantIsa::Avx512Vnni {
+        return |values, codes, fine| {
+            // SAFETY: `quant_isa` found AVX-512 F and BW.
+            unsafe { avx512::quantize_block(values, codes, fine) }
+        };
+    }
+    activations::quantize_block
+}
+
 /// Why a weight or an activation cannot be multiplied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum QuantError {
