@@ -252,45 +252,42 @@ pub fn attend_rows(
     attend_rows_body::<Separate>(queries, d, keys_t, values, span, scale, scores, out)
 }
 
-/// [`attend_rows`] in 256-bit registers.
-///
-/// # Safety
-/// The CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_rows_avx2(
-    queries: &[f32],
-    d: usize,
-    keys_t: &[f32],
-    values: &[f32],
-    span: (usize, usize),
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    attend_rows_body::<Fused>(queries, d, keys_t, values, span, scale, scores, out)
+/// Defines an `unsafe fn $name` with [`attend_rows`]'s arguments that runs its body with fused
+/// multiply-adds, compiled with the target features `$features` (the CPU must have them).
+macro_rules! attend_rows_with {
+    ($(#[$doc:meta])* $name:ident, $features:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU has ", $features, ".")]
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $name(
+            queries: &[f32],
+            d: usize,
+            keys_t: &[f32],
+            values: &[f32],
+            span: (usize, usize),
+            scale: f32,
+            scores: &mut [f32],
+            out: &mut [f32],
+        ) {
+            attend_rows_body::<Fused>(queries, d, keys_t, values, span, scale, scores, out)
+        }
+    };
 }
 
-/// [`attend_rows`] in 512-bit registers: the same operations per value as the AVX2 copy.
-///
-/// # Safety
-/// The CPU has AVX-512 F, AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_rows_avx512(
-    queries: &[f32],
-    d: usize,
-    keys_t: &[f32],
-    values: &[f32],
-    span: (usize, usize),
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    attend_rows_body::<Fused>(queries, d, keys_t, values, span, scale, scores, out)
-}
+attend_rows_with!(
+    /// [`attend_rows`] in 256-bit registers.
+    attend_rows_avx2,
+    "avx2,fma"
+);
+attend_rows_with!(
+    /// [`attend_rows`] in 512-bit registers: the same operations per value as the AVX2 copy.
+    attend_rows_avx512,
+    "avx512f,avx2,fma"
+);
 
 /// `1 / sqrt(mean(x²) + eps)` of one row.
 #[inline(always)]
