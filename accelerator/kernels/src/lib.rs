@@ -57,6 +57,24 @@ pub fn threads() -> usize {
     *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// Runs `work` on every piece, each on a thread of its own (the last on the caller's), and
+/// returns when all are done; one piece runs on the caller alone. How the integer products, their
+/// inputs' quantisation and the attention's rows share the cores.
+pub fn on_threads<T: Send>(mut pieces: Vec<T>, work: impl Fn(T) + Sync) {
+    let Some(last) = pieces.pop() else { return };
+    if pieces.is_empty() {
+        work(last);
+        return;
+    }
+    std::thread::scope(|scope| {
+        let work = &work;
+        for piece in pieces {
+            scope.spawn(move || work(piece));
+        }
+        work(last);
+    });
+}
+
 /// How `a · b + c` is computed: fused where the copy is compiled with FMA, else separately.
 trait MulAdd {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;

@@ -128,25 +128,18 @@ impl QuantizedRows {
             .min(x.len() / PER_THREAD)
             .min(rows.div_ceil(ROWS))
             .max(1);
-        let run = |groups: &mut dyn Iterator<Item = RowGroup<'_>>| {
+        let mut groups: Vec<RowGroup<'_>> = groups.collect();
+        let share = groups.len().div_ceil(threads).max(1);
+        let mut pieces = Vec::with_capacity(threads);
+        while groups.len() > share {
+            let rest = groups.split_off(share);
+            pieces.push(std::mem::replace(&mut groups, rest));
+        }
+        pieces.push(groups);
+        crate::on_threads(pieces, |groups| {
             for g in groups {
                 g.quantize(input, slot, precision, block);
             }
-        };
-        if threads == 1 {
-            run(&mut { groups });
-            return Ok(());
-        }
-        let mut groups: Vec<RowGroup<'_>> = groups.collect();
-        let share = groups.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let mut rest = &mut groups[..];
-            while rest.len() > share {
-                let (these, others) = rest.split_at_mut(share);
-                rest = others;
-                scope.spawn(move || run(&mut these.iter_mut().map(RowGroup::reborrow)));
-            }
-            run(&mut rest.iter_mut().map(RowGroup::reborrow));
         });
         Ok(())
     }
@@ -184,15 +177,6 @@ struct RowGroup<'a> {
 }
 
 impl RowGroup<'_> {
-    fn reborrow(&mut self) -> RowGroup<'_> {
-        RowGroup {
-            tiled: self.tiled,
-            x: self.x,
-            steps: self.steps,
-            sums: self.sums,
-        }
-    }
-
     fn quantize(self, input: usize, slot: usize, precision: Precision, block: BlockFn) {
         let blocks = input / BLOCK;
         let fine_wanted = precision == Precision::Fine;

@@ -147,22 +147,12 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), 
     let threads = crate::threads().min(panels.div_ceil(4)).max(1);
     let out = OutPtr(y.as_mut_ptr());
     let share = panels.div_ceil(threads);
-    let run = |from: usize| {
+    let pieces: Vec<usize> = (0..threads).map(|t| t * share).collect();
+    crate::on_threads(pieces, |from| {
         let to = (from + share).min(panels);
         // SAFETY: each thread writes only the columns of its own panels, inside `y` (checked
         // above: `y` is `[rows, out]` and every panel's columns are below `out`).
         unsafe { panels_product(x, w, from..to, out) }
-    };
-    if threads == 1 {
-        run(0);
-        return Ok(());
-    }
-    std::thread::scope(|scope| {
-        for t in 1..threads {
-            let run = &run;
-            scope.spawn(move || run(t * share));
-        }
-        run(0);
     });
     Ok(())
 }

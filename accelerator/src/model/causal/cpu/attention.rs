@@ -169,27 +169,20 @@ pub(super) fn attend(
             }
         }
     };
-    if threads == 1 || bounds.len() < 3 {
-        rows(0, out, &mut scratch.rows[0]);
-        return Ok(());
+    // Each thread's positions, their rows of `out` and its buffers.
+    let mut pieces = Vec::with_capacity(threads);
+    let mut rest = &mut out[..];
+    for ((first, end), scratch) in bounds
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .zip(scratch.rows.iter_mut())
+    {
+        let (these, others) = rest.split_at_mut((end - first) * row_width);
+        rest = others;
+        pieces.push((first, these, scratch));
     }
-    std::thread::scope(|scope| {
-        let mut rest = &mut out[..];
-        let mut scores = scratch.rows.iter_mut();
-        let pieces = bounds.windows(2).map(|w| (w[0], w[1]));
-        let mut last = None;
-        for (first, end) in pieces {
-            let (these, others) = rest.split_at_mut((end - first) * row_width);
-            rest = others;
-            let Some(scores) = scores.next() else { break };
-            if let Some((first, these, scores)) = last.replace((first, these, scores)) {
-                let rows = &rows;
-                scope.spawn(move || rows(first, these, scores));
-            }
-        }
-        if let Some((first, these, scores)) = last {
-            rows(first, these, scores);
-        }
+    kernels::on_threads(pieces, |(first, these, scratch)| {
+        rows(first, these, scratch)
     });
     Ok(())
 }
