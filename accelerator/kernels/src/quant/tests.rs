@@ -234,3 +234,23 @@ fn quantising_rows_together_split_between_threads_gives_each_row_its_own_codes()
         }
     }
 }
+
+#[test]
+fn more_rows_than_one_block_of_the_cache_give_each_row_its_own_bits() {
+    // 300 rows of 4,096 inputs at 16 bits: 2.4 MB of codes, so the product runs in blocks of
+    // rows (ROW_BLOCK_BYTES) and the panels are split between threads.
+    let (rows, input) = (300, 4096);
+    let c = case(40, input, 32, 4, 17);
+    let w = c.packed_weight();
+    let x = activations(rows, input, 19);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let together = product(&x, rows, &w, Precision::Fine);
+    for m in [0, 127, 128, 299] {
+        let alone = product(&x[m * input..(m + 1) * input], 1, &w, Precision::Fine);
+        assert_eq!(
+            bits(&alone),
+            bits(&together[m * 40..(m + 1) * 40]),
+            "row {m}"
+        );
+    }
+}
