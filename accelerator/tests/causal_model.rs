@@ -57,23 +57,24 @@ const TOLERANCE: f32 = 5e-5;
 /// default `--activation-bits 16`). Measured: at most 3.6e-4 on these cases.
 const INT8_TOLERANCE: f32 = 1e-3;
 
-#[test]
-fn every_layout_and_architecture_matches_the_reference() {
-    let goldens = goldens();
-    let mut names: Vec<&str> = goldens.cases.iter().map(|c| c.model.as_str()).collect();
-    names.dedup();
-    let mut failures = Vec::new();
-    // Quantised weights as stored on MLX (the exact affine repacking), widened to float32, and
-    // on the native path (the integer products where the weights are quantised, float32 where
-    // not) must all match; the integer products within their own bound.
-    let runs = names.iter().flat_map(|&n| {
-        [
-            (n, AffineWeights::Quantized, CausalKernels::Mlx),
-            (n, AffineWeights::Dense, CausalKernels::Auto),
-            (n, AffineWeights::Quantized, CausalKernels::Native),
-        ]
-    });
-    for (name, affine, kernels) in runs {
+fn family_goldens() -> Goldens {
+    let text =
+        std::fs::read_to_string(data().join("family-goldens.json")).expect("family-goldens.json");
+    serde_json::from_str(&text).expect("family goldens parse")
+}
+
+/// Loads `folder` three ways — quantised weights as stored on MLX (the exact affine repacking),
+/// widened to float32, and on the native path (the integer products where the weights are
+/// quantised, float32 where not) — and compares each with the golden `cases` (those of model
+/// `model`), the integer products within their own bound; what disagrees goes to `failures`.
+fn compare(folder: &str, model: &str, cases: &[Case], failures: &mut Vec<String>) {
+    let runs = [
+        (AffineWeights::Quantized, CausalKernels::Mlx),
+        (AffineWeights::Dense, CausalKernels::Auto),
+        (AffineWeights::Quantized, CausalKernels::Native),
+    ];
+    for (affine, kernels) in runs {
+        let name = folder;
         let (mut lm, _, _) =
             load_model(&data().join(name), affine).unwrap_or_else(|e| panic!("{name}: {e}"));
         if let Err(e) = lm.select_kernels(kernels) {
@@ -84,7 +85,7 @@ fn every_layout_and_architecture_matches_the_reference() {
         }
         let integer = lm.kernels_name().contains("int8");
         let tolerance = if integer { INT8_TOLERANCE } else { TOLERANCE };
-        for case in goldens.cases.iter().filter(|c| c.model == name) {
+        for case in cases.iter().filter(|c| c.model == model) {
             let (_, hidden) = lm.prefill(&case.tokens, 32).expect("prefill");
             let logits = lm.label_logits(&hidden, &case.label_ids).expect("labels");
             let worst = logits
@@ -126,6 +127,55 @@ fn every_layout_and_architecture_matches_the_reference() {
                 ));
             }
         }
+    }
+}
+
+#[test]
+fn every_layout_and_architecture_matches_the_reference() {
+    let goldens = goldens();
+    let mut names: Vec<&str> = goldens.cases.iter().map(|c| c.model.as_str()).collect();
+    names.dedup();
+    let mut failures = Vec::new();
+    for name in names {
+        compare(name, name, &goldens.cases, &mut failures);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Qwen2 (q/k/v biases, yarn rope) from its folder and its GGUF, and Mistral (every layer
+/// sliding), against a float64 reference of transformers' semantics
+/// (`make_family_goldens.py`).
+#[test]
+fn qwen2_and_mistral_match_the_reference() {
+    let goldens = family_goldens();
+    let mut failures = Vec::new();
+    for name in ["tiny-qwen2", "tiny-qwen2.q8_0.gguf", "tiny-mistral"] {
+        assert!(goldens.cases.iter().any(|c| c.model == name), "{name}");
+        compare(name, name, &goldens.cases, &mut failures);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same weights with config.json as transformers 5 saves it (`rope_parameters`,
+/// `layer_types`) answer as the older dialect's goldens say: Qwen3's θ of 1e6, Llama 3's rope
+/// scaling and Gemma 3's linear scaling of its global layers come from `rope_parameters` now.
+#[test]
+fn transformers_5_configs_read_as_their_older_dialect() {
+    let goldens = goldens();
+    let mut failures = Vec::new();
+    for name in [
+        "tiny-qwen3",
+        "tiny-llama3-tied",
+        "tiny-gemma3",
+        "tiny-qwen3-mlx8",
+    ] {
+        let folder = format!("{name}-v5");
+        let config: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(data().join(&folder).join("config.json")).expect("config"),
+        )
+        .expect("json");
+        assert!(config.get("rope_parameters").is_some() && config.get("rope_theta").is_none());
+        compare(&folder, name, &goldens.cases, &mut failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -330,6 +330,10 @@ pub struct ModelKind {
     /// The name the checkpoint gives itself (GGUF `general.name`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Config keys the load skipped because the user said they are harmless
+    /// (`ignore_config_keys`), so `/v1/models` shows what was not checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored_config_keys: Vec<String>,
 }
 
 /// Answers typed questions about a state with label distributions.

@@ -119,6 +119,12 @@ struct ServeArgs {
     /// that says why not.
     #[arg(long, env = "HUNCH_CAUSAL_KERNELS", default_value = "auto")]
     causal_kernels: CausalKernels,
+    /// A chat model's config key (config.json, or GGUF metadata) known not to change the
+    /// model, which the load would otherwise refuse as unknown (repeat for several; a
+    /// `hunch-models.toml` entry's `ignore_config_keys`). Ignored keys are listed in the
+    /// model's info (docs/models.md, "Configs").
+    #[arg(long = "ignore-config-key", value_name = "KEY")]
+    ignore_config_keys: Vec<String>,
     /// Bits the native kernels' integer products keep of each input (chat models with
     /// quantised weights on a CPU with AVX-512 VNNI): `16` (the default; label probabilities
     /// within ~1e-4 of a float32 read) or `8` (about twice as fast in the products, as
@@ -283,6 +289,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             affine: args.affine_weights,
             kernels: args.causal_kernels,
             activations: args.activation_bits,
+            ignore_config_keys: args.ignore_config_keys.clone(),
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

@@ -41,6 +41,7 @@ pub fn diffusion_kind(dir: &Path, read: &str) -> ModelKind {
         quantization,
         read: read.into(),
         name: None,
+        ignored_config_keys: Vec::new(),
     }
 }
 
@@ -86,6 +87,7 @@ pub fn chat_kind(
         quantization,
         read: read.into(),
         name,
+        ignored_config_keys: Vec::new(),
     }
 }
 

@@ -45,6 +45,9 @@ pub struct CausalEngineOptions {
     pub kernels: CausalKernels,
     /// How finely the native path's integer products round their inputs.
     pub activations: Precision,
+    /// Config keys the user said are harmless for this model (`ignore_config_keys`): skipped
+    /// by the key audit instead of refused (docs/models.md, "Configs").
+    pub ignore_config_keys: Vec<String>,
 }
 
 impl Default for CausalEngineOptions {
@@ -57,6 +60,7 @@ impl Default for CausalEngineOptions {
             affine: AffineWeights::Auto,
             kernels: CausalKernels::Auto,
             activations: Precision::Fine,
+            ignore_config_keys: Vec::new(),
         }
     }
 }
@@ -103,8 +107,12 @@ impl CausalEngine {
         let blas = crate::blas::active();
         tracing::info!(%blas, "BLAS serving MLX's CPU matmuls");
         let started = Instant::now();
-        let (mut model, format, stored_bytes) =
-            load_model_for(path, options.affine, options.kernels)?;
+        let (mut model, format, stored_bytes) = load_model_for(
+            path,
+            options.affine,
+            options.kernels,
+            &options.ignore_config_keys,
+        )?;
         let kernels =
             model
                 .select_kernels(options.kernels)
@@ -436,12 +444,15 @@ fn model_info(
             max_request_bytes: None,
         },
         blas_libraries: crate::blas::mapped_libraries(),
-        kind: Some(crate::checkpoint::stored::chat_kind(
-            path,
-            format,
-            config.architecture.name(),
-            LOGIT_READ_VERSION,
-        )),
+        kind: Some(hunch_core::protocol::ModelKind {
+            ignored_config_keys: config.ignored_config_keys.clone(),
+            ..crate::checkpoint::stored::chat_kind(
+                path,
+                format,
+                config.architecture.name(),
+                LOGIT_READ_VERSION,
+            )
+        }),
     }
 }
 

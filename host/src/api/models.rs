@@ -56,6 +56,9 @@ fn kind_fields(entry: &mut Value, kind: hunch_core::protocol::ModelKind) {
     entry["x_layout"] = json!(kind.layout);
     entry["x_quantization"] = json!(kind.quantization);
     entry["x_read"] = json!(kind.read);
+    if !kind.ignored_config_keys.is_empty() {
+        entry["x_ignored_config_keys"] = json!(kind.ignored_config_keys);
+    }
     if let Some(name) = kind.name {
         entry["x_checkpoint_name"] = json!(name);
     }

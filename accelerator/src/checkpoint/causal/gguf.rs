@@ -7,11 +7,11 @@
 //! RoPE expects (Qwen3 and Gemma 3 files keep that order). Gemma norms are stored with the one of
 //! `1 + w` already added, so they are used as stored.
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 use super::{norm_weight, CausalLoadError, CausalWeights};
 use crate::checkpoint::gguf::{FloatDtype, GgufFile, GgufWeight};
-use crate::model::causal::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
+use crate::model::causal::{Architecture, CausalConfig};
 use crate::model::linear::Linear;
 use crate::model::ModelError;
 
@@ -21,8 +21,10 @@ pub(super) struct GgufWeights {
 }
 
 impl GgufWeights {
-    pub fn new(file: GgufFile) -> Result<GgufWeights, CausalLoadError> {
-        let config = config_from_metadata(&file)?;
+    /// `file`'s weights under its configuration, `ignored` the metadata keys the user said are
+    /// harmless.
+    pub fn new(file: GgufFile, ignored: &[String]) -> Result<GgufWeights, CausalLoadError> {
+        let config = super::gguf_config::config_from_metadata(&file, ignored)?;
         Ok(GgufWeights { file, config })
     }
 
@@ -48,6 +50,12 @@ impl GgufWeights {
                 let rest = module.strip_prefix("model.layers.")?;
                 let (index, sub) = rest.split_once('.')?;
                 let part = match sub {
+                    "self_attn.q_proj.bias" => return Some(format!("blk.{index}.attn_q.bias")),
+                    "self_attn.k_proj.bias" => return Some(format!("blk.{index}.attn_k.bias")),
+                    "self_attn.v_proj.bias" => return Some(format!("blk.{index}.attn_v.bias")),
+                    "self_attn.o_proj.bias" => {
+                        return Some(format!("blk.{index}.attn_output.bias"))
+                    }
                     "self_attn.q_proj" => "attn_q",
                     "self_attn.k_proj" => "attn_k",
                     "self_attn.v_proj" => "attn_v",
@@ -189,6 +197,40 @@ impl CausalWeights for GgufWeights {
         Ok(linear)
     }
 
+    fn bias(&self, module: &str, len: i32) -> Result<Option<Array>, CausalLoadError> {
+        let Some(name) = self.gguf_name(&format!("{module}.bias")) else {
+            return Ok(None);
+        };
+        let Some(info) = self.file.tensor(&name) else {
+            return Ok(None);
+        };
+        if info.shape() != [len] {
+            return Err(self.tensor_error(
+                &name,
+                format!(
+                    "has shape {:?}, a bias of {len} values was expected",
+                    info.shape()
+                ),
+            ));
+        }
+        let bias = match self.file.load(&name, FloatDtype::F32)? {
+            GgufWeight::Dense(b) => super::float32(b)?,
+            GgufWeight::Affine { .. } => {
+                return Err(self.tensor_error(&name, "a bias is quantised".into()))
+            }
+        };
+        // llama.cpp's converter permutes the q/k biases' rows with their weights'.
+        match self.permuted_heads(module) {
+            Some(heads) => {
+                let order = unpermute_order(heads, len);
+                let order = Array::from_slice(&order, &[len]);
+                let rows = bias.take_axis(&order, 0).map_err(ModelError::from)?;
+                Ok(Some(super::float32(rows)?))
+            }
+            None => Ok(Some(bias)),
+        }
+    }
+
     fn norm(&self, module: &str, len: i32) -> Result<Array, CausalLoadError> {
         let name = self.name_of(module)?;
         let info = self
@@ -212,124 +254,6 @@ impl CausalWeights for GgufWeights {
         };
         norm_weight(stored, false)
     }
-}
-
-/// The configuration from a GGUF's metadata, as llama.cpp reads it.
-fn config_from_metadata(file: &GgufFile) -> Result<CausalConfig, CausalLoadError> {
-    let path = file.path().to_path_buf();
-    let bad = |why: String| CausalLoadError::Config {
-        path: path.clone(),
-        why,
-    };
-    let arch_name = file
-        .architecture()
-        .ok_or_else(|| bad("no general.architecture".into()))?;
-    let architecture = Architecture::from_gguf(arch_name).ok_or_else(|| {
-        bad(format!(
-            "general.architecture is {arch_name:?}; chat models of llama, qwen3 and gemma3 \
-             are served"
-        ))
-    })?;
-    let key = |k: &str| format!("{arch_name}.{k}");
-    let int = |k: &str| -> Result<i32, CausalLoadError> {
-        file.uint(&key(k))
-            .and_then(|v| i32::try_from(v).ok())
-            .ok_or_else(|| bad(format!("no integer {}", key(k))))
-    };
-    let int_or = |k: &str, default: i32| -> Result<i32, CausalLoadError> {
-        match file.get(&key(k)) {
-            None => Ok(default),
-            Some(_) => int(k),
-        }
-    };
-    let float_or = |k: &str, default: f32| file.float(&key(k)).map_or(default, |v| v as f32);
-    let hidden_size = int("embedding_length")?;
-    let num_layers = int("block_count")?;
-    let num_heads = int("attention.head_count")?;
-    let head_dim = int_or("attention.key_length", hidden_size / num_heads.max(1))?;
-    let embed = file
-        .tensor("token_embd.weight")
-        .ok_or_else(|| bad("no tensor token_embd.weight".into()))?;
-    let vocab_size = embed.shape().first().copied().unwrap_or(0);
-    let scaling = match file.string(&key("rope.scaling.type")) {
-        None | Some("none") => RopeScaling::None,
-        Some("linear") => RopeScaling::Linear {
-            factor: float_or("rope.scaling.factor", 1.0),
-        },
-        Some(other) => {
-            return Err(bad(format!(
-                "{} is {other:?}; none and linear are supported",
-                key("rope.scaling.type")
-            )))
-        }
-    };
-    // Llama 3.1's adjustment arrives computed, as a tensor of per-pair factors.
-    let scaling = match file.tensor("rope_freqs.weight") {
-        Some(_) => match file.load("rope_freqs.weight", FloatDtype::F32)? {
-            GgufWeight::Dense(factors) => {
-                let factors = factors.as_dtype(Dtype::Float32).map_err(ModelError::from)?;
-                factors.eval().map_err(ModelError::from)?;
-                RopeScaling::Factors(factors.as_slice::<f32>().to_vec())
-            }
-            GgufWeight::Affine { .. } => return Err(bad("rope_freqs.weight is quantised".into())),
-        },
-        None => scaling,
-    };
-    let rope = RopeSpec {
-        theta: float_or("rope.freq_base", 10_000.0),
-        scaling,
-    };
-    let gemma = architecture == Architecture::Gemma3;
-    // llama.cpp fixes Gemma 3's layer pattern (five local layers, then a global one) and its
-    // local base; the window comes from the file.
-    let sliding_layers: Vec<bool> = (0..num_layers).map(|i| gemma && (i + 1) % 6 != 0).collect();
-    let attention_scale = if gemma && num_layers == 62 {
-        // Gemma 3 27B scales by `query_pre_attn_scalar` = hidden / heads, not the head dim.
-        ((hidden_size / num_heads.max(1)) as f32).powf(-0.5)
-    } else {
-        (head_dim as f32).powf(-0.5)
-    };
-    let config = CausalConfig {
-        architecture,
-        vocab_size,
-        hidden_size,
-        intermediate_size: int("feed_forward_length")?,
-        num_layers,
-        num_heads,
-        num_kv_heads: int_or("attention.head_count_kv", num_heads)?,
-        head_dim,
-        rms_norm_eps: float_or("attention.layer_norm_rms_epsilon", 1e-6),
-        rope_local: if gemma {
-            RopeSpec {
-                theta: 10_000.0,
-                scaling: RopeScaling::None,
-            }
-        } else {
-            rope.clone()
-        },
-        rope,
-        sliding_layers,
-        sliding_window: if gemma {
-            int_or("attention.sliding_window", 4096)?
-        } else {
-            0
-        },
-        attention_scale,
-        activation: if gemma {
-            Activation::GeluTanh
-        } else {
-            Activation::Silu
-        },
-        tie_word_embeddings: file.tensor("output.weight").is_none(),
-        final_logit_softcapping: file
-            .float(&key("final_logit_softcapping"))
-            .map(|v| v as f32),
-        max_position_embeddings: file
-            .uint(&key("context_length"))
-            .and_then(|v| i32::try_from(v).ok()),
-    };
-    config.validate().map_err(bad)?;
-    Ok(config)
 }
 
 #[cfg(test)]

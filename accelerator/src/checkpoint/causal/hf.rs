@@ -7,13 +7,85 @@ use std::path::{Path, PathBuf};
 
 use mlx_rs::Array;
 
-use super::{norm_weight, CausalLoadError, CausalWeights};
+use super::{float32, norm_weight, CausalLoadError, CausalWeights};
 use crate::checkpoint::arrays::array;
 use crate::checkpoint::files::weight_files;
 use crate::checkpoint::tensors::{Dtype as FileDtype, TensorSet};
 use crate::checkpoint::LoadError;
-use crate::model::causal::{gemma3, llama, qwen3, Architecture, CausalConfig};
+use crate::model::causal::config::{HfObject, SERVED_MODEL_TYPES};
+use crate::model::causal::{
+    gemma3, keys, llama, qwen2, qwen3, Architecture, CausalConfig, ConfigError,
+};
 use crate::model::linear::Linear;
+
+/// The family's config from a whole `config.json`: the text model's object read by its family's
+/// reader (every key accounted for), and a multimodal Gemma 3's top level checked for keys
+/// other than its vision tower's.
+pub fn config_from_json(
+    json: &serde_json::Value,
+    ignored: &[String],
+) -> Result<CausalConfig, ConfigError> {
+    let top = json.as_object().ok_or_else(|| ConfigError::Invalid {
+        key: "config.json".into(),
+        value: keys::shown(json),
+        why: "is not an object".into(),
+    })?;
+    let nested = top.get("text_config").and_then(|t| t.as_object());
+    let (map, prefix) = match nested {
+        Some(text) => (text, "text_config."),
+        None => (top, ""),
+    };
+    let model_type = map
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| ConfigError::Missing {
+            key: format!("{prefix}model_type"),
+            why: "the family cannot be told without it".into(),
+        })?;
+    let architecture =
+        Architecture::from_model_type(model_type).ok_or_else(|| ConfigError::UnknownFamily {
+            field: "model_type",
+            value: model_type.to_owned(),
+            served: SERVED_MODEL_TYPES,
+        })?;
+    let mut top_ignored = Vec::new();
+    if nested.is_some() {
+        let outer = top
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        if architecture != Architecture::Gemma3 || outer != "gemma3" {
+            return Err(ConfigError::UnknownFamily {
+                field: "model_type (with a text_config)",
+                value: outer.to_owned(),
+                served: "gemma3 (multimodal Gemma 3, read as text)",
+            });
+        }
+        top_ignored = keys::audit(
+            top,
+            "gemma3",
+            "",
+            gemma3::MULTIMODAL_KEYS,
+            keys::HF_HARMLESS,
+            ignored,
+        )?;
+    }
+    let hf = HfObject { map, prefix };
+    let mut config = match architecture {
+        Architecture::Llama => llama::config_from_hf(&hf, model_type, ignored),
+        Architecture::Qwen2 => qwen2::config_from_hf(&hf, ignored),
+        Architecture::Qwen3 => qwen3::config_from_hf(&hf, ignored),
+        Architecture::Gemma3 => gemma3::config_from_hf(&hf, ignored),
+    }?;
+    // A multimodal config keeps `tie_word_embeddings` at its top level.
+    if nested.is_some() {
+        if let Some(tied) = top.get("tie_word_embeddings").and_then(|v| v.as_bool()) {
+            config.tie_word_embeddings = tied;
+        }
+    }
+    config.ignored_config_keys.extend(top_ignored);
+    Ok(config)
+}
 
 /// The text model's part of a config: `text_config` for a multimodal Gemma 3, else the top.
 pub(super) fn text_config(json: &serde_json::Value) -> &serde_json::Value {
@@ -36,7 +108,9 @@ pub(super) struct HfWeights {
 }
 
 impl HfWeights {
-    pub fn open(dir: &Path) -> Result<HfWeights, CausalLoadError> {
+    /// The folder `dir`, its `config.json` read once by its family's reader, `ignored` the
+    /// config keys the user said to skip.
+    pub fn open(dir: &Path, ignored: &[String]) -> Result<HfWeights, CausalLoadError> {
         let config_path = dir.join("config.json");
         let bad = |why: String| CausalLoadError::Config {
             path: config_path.clone(),
@@ -48,26 +122,7 @@ impl HfWeights {
         })?;
         let json: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let text_json = text_config(&json);
-        let model_type = text_json
-            .get("model_type")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| bad("no model_type".into()))?;
-        let architecture = Architecture::from_model_type(model_type).ok_or_else(|| {
-            bad(format!(
-                "model_type {model_type:?} is not a chat architecture"
-            ))
-        })?;
-        let mut config = match architecture {
-            Architecture::Llama => llama::config_from_json(text_json),
-            Architecture::Qwen3 => qwen3::config_from_json(text_json),
-            Architecture::Gemma3 => gemma3::config_from_json(text_json),
-        }
-        .map_err(bad)?;
-        // A multimodal config keeps `tie_word_embeddings` at its top level.
-        if let Some(tied) = json.get("tie_word_embeddings").and_then(|v| v.as_bool()) {
-            config.tie_word_embeddings = tied;
-        }
+        let config = config_from_json(&json, ignored).map_err(|e| bad(e.to_string()))?;
         let files = weight_files(dir).map_err(|e| bad(e.to_string()))?;
         let tensors = TensorSet::open(&files.files).map_err(|e| CausalLoadError::Config {
             path: dir.to_path_buf(),
@@ -168,6 +223,15 @@ impl CausalWeights for HfWeights {
         let scales = array(&self.tensors, &scales_name, &[out, groups])?;
         let biases = array(&self.tensors, &biases_name, &[out, groups])?;
         Ok(Linear::affine(weight, scales, biases, group_size, bits))
+    }
+
+    fn bias(&self, module: &str, len: i32) -> Result<Option<Array>, CausalLoadError> {
+        let name = self.name(module, "bias");
+        if !self.tensors.contains(&name) {
+            return Ok(None);
+        }
+        let stored = array(&self.tensors, &name, &[len])?;
+        Ok(Some(float32(stored)?))
     }
 
     fn norm(&self, module: &str, len: i32) -> Result<Array, CausalLoadError> {

@@ -5,12 +5,16 @@
 //! shapes (docs/checkpoint-layouts.md, "Chat models").
 //!
 //! - `hf`: a folder's config and tensors (`model.layers.N.…` names);
-//! - `gguf`: a GGUF's metadata and tensors (`blk.N.…` names, llama.cpp's q/k row order undone);
+//! - `gguf`: a GGUF's tensors (`blk.N.…` names, llama.cpp's q/k row order undone);
+//! - `gguf_config`: a GGUF's metadata as each family's configuration;
 //! - this file: [`CausalWeights`], what both give the builder, and [`load`], which picks one and
 //!   builds the model and its tokenizer.
 
 mod gguf;
+mod gguf_config;
 mod hf;
+
+pub use hf::config_from_json;
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +22,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::checkpoint::gguf::{GgufError, GgufFile};
 use crate::model::causal::blocks::layer_attention_geometry;
+use crate::model::causal::blocks::ProjectionBiases;
 use crate::model::causal::{
     CausalAttention, CausalConfig, CausalKernels, CausalLm, CausalRope, DecoderLayer, GatedMlp,
 };
@@ -57,9 +62,11 @@ pub enum CausalFormat {
 }
 
 impl CausalFormat {
-    /// `Some` when `path` is a chat model this family serves: a file that starts with GGUF's
-    /// magic, or a folder whose `config.json` names a causal architecture (top level, or a
-    /// multimodal Gemma 3's `text_config`). `None` leaves the path to the other families.
+    /// `Some` when `path` is for this family to load or refuse: a file that starts with GGUF's
+    /// magic, or a folder whose `config.json` names a `model_type` (top level, or a multimodal
+    /// config's `text_config`) other than DiffusionGemma's — so an architecture Hunch does not
+    /// serve (`qwen2_moe`, `phi3`, …) is refused by its name here, never handed to the
+    /// DiffusionGemma loader. `None` leaves the path to the diffusion family.
     pub fn detect(path: &Path) -> Option<CausalFormat> {
         if path.is_file() {
             return GgufFile::is_gguf(path).then_some(CausalFormat::Gguf);
@@ -70,8 +77,13 @@ impl CausalFormat {
             .get("model_type")?
             .as_str()?
             .to_owned();
-        crate::model::causal::Architecture::from_model_type(&model_type)
-            .map(|_| CausalFormat::HuggingFace { model_type })
+        let top = json
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let diffusion = |t: &str| t.starts_with("diffusion_gemma");
+        (!diffusion(&model_type) && !diffusion(top))
+            .then_some(CausalFormat::HuggingFace { model_type })
     }
 
     /// How it is named in logs and the fingerprint.
@@ -142,35 +154,38 @@ pub fn load_model(
     path: &Path,
     affine: AffineWeights,
 ) -> Result<(CausalLm, CausalFormat, u64), CausalLoadError> {
-    load_model_for(path, affine, CausalKernels::Auto)
+    load_model_for(path, affine, CausalKernels::Auto, &[])
 }
 
-/// [`load_model`] for prompt chunks on `kernels` (which decides what `Auto` widens).
+/// [`load_model`] for prompt chunks on `kernels` (which decides what `Auto` widens), with the
+/// config keys `ignored` the user said are harmless (`ignore_config_keys`).
 pub fn load_model_for(
     path: &Path,
     affine: AffineWeights,
     kernels: CausalKernels,
+    ignored: &[String],
 ) -> Result<(CausalLm, CausalFormat, u64), CausalLoadError> {
     let format = CausalFormat::detect(path).ok_or_else(|| CausalLoadError::Config {
         path: path.to_path_buf(),
-        why: "neither a GGUF file nor a folder whose config.json names a chat architecture \
-              (llama, mistral, qwen3, gemma3_text)"
-            .into(),
+        why: format!(
+            "neither a GGUF file nor a folder whose config.json names a model_type ({})",
+            crate::model::causal::config::SERVED_MODEL_TYPES
+        ),
     })?;
     let (model, weight_bytes) = match &format {
         CausalFormat::Gguf => {
-            let weights = gguf::GgufWeights::new(GgufFile::open(path)?)?;
+            let weights = gguf::GgufWeights::new(GgufFile::open(path)?, ignored)?;
             let dense = affine.dense_for(weights.config(), kernels);
-            let model = build(weights.config().clone(), &weights, dense)?;
+            let model = build(path, weights.config().clone(), &weights, dense)?;
             (
                 model,
                 loaded_bytes(weights.loaded_bytes(), weights.config(), dense),
             )
         }
         CausalFormat::HuggingFace { .. } => {
-            let weights = hf::HfWeights::open(path)?;
+            let weights = hf::HfWeights::open(path, ignored)?;
             let dense = affine.dense_for(weights.config(), kernels);
-            let model = build(weights.config().clone(), &weights, dense)?;
+            let model = build(path, weights.config().clone(), &weights, dense)?;
             (
                 model,
                 loaded_bytes(weights.loaded_bytes(), weights.config(), dense),
@@ -191,6 +206,8 @@ pub(crate) trait CausalWeights {
     fn linear(&self, module: &str, out: i32, input: i32) -> Result<Linear, CausalLoadError>;
     /// A norm's weight `[len]` in float32, as the norm applies it (Gemma's `1 + w` included).
     fn norm(&self, module: &str, len: i32) -> Result<Array, CausalLoadError>;
+    /// A linear module's bias `[len]` in float32, `None` where the checkpoint has none.
+    fn bias(&self, module: &str, len: i32) -> Result<Option<Array>, CausalLoadError>;
 }
 
 /// What the weights hold once loaded: as the layout stores them, or widened to float32.
@@ -236,10 +253,14 @@ impl<W: CausalWeights> CausalWeights for Widened<'_, W> {
     fn norm(&self, module: &str, len: i32) -> Result<Array, CausalLoadError> {
         self.inner.norm(module, len)
     }
+    fn bias(&self, module: &str, len: i32) -> Result<Option<Array>, CausalLoadError> {
+        self.inner.bias(module, len)
+    }
 }
 
 /// Builds the stack from `weights` under `config`, affine weights widened when `dense`.
 fn build(
+    path: &Path,
     config: CausalConfig,
     weights: &impl CausalWeights,
     dense: bool,
@@ -269,7 +290,35 @@ fn build(
                 Ok(None)
             }
         };
+        // The config says which projections have biases; a checkpoint that disagrees is refused
+        // rather than read with its biases dropped or invented.
+        let bias =
+            |which: &str, len: i32, declared: bool| -> Result<Option<Array>, CausalLoadError> {
+                let module = format!("{p}.self_attn.{which}");
+                match (weights.bias(&module, len)?, declared) {
+                    (Some(b), true) => Ok(Some(b)),
+                    (None, false) => Ok(None),
+                    (Some(_), false) => Err(CausalLoadError::Tensor {
+                        path: path.to_path_buf(),
+                        name: format!("{module}.bias"),
+                        why: "is in the checkpoint but the config declares no such bias".into(),
+                    }),
+                    (None, true) => Err(CausalLoadError::Tensor {
+                        path: path.to_path_buf(),
+                        name: format!("{module}.bias"),
+                        why: "is missing; the config declares biases on this projection".into(),
+                    }),
+                }
+            };
+        let (q_out, kv_out) = (heads * head_dim, kv_heads * head_dim);
+        let biases = ProjectionBiases {
+            q: bias("q_proj", q_out, config.qkv_bias)?,
+            k: bias("k_proj", kv_out, config.qkv_bias)?,
+            v: bias("v_proj", kv_out, config.qkv_bias)?,
+            o: bias("o_proj", hidden, config.o_bias)?,
+        };
         let attention = CausalAttention {
+            biases,
             q_proj: weights.linear(&format!("{p}.self_attn.q_proj"), heads * head_dim, hidden)?,
             k_proj: weights.linear(
                 &format!("{p}.self_attn.k_proj"),
@@ -288,7 +337,8 @@ fn build(
             num_heads: heads,
             num_kv_heads: kv_heads,
             head_dim,
-            scale: config.attention_scale,
+            // YaRN scales the rotated queries and keys alike: the scores by its square.
+            scale: config.attention_scale * rope.attention_factor().powi(2),
             window,
         };
         let inner = config.intermediate_size;
@@ -331,6 +381,13 @@ fn build(
     };
     let final_norm = norm("model.norm", hidden)?;
     Ok(CausalLm::new(config, embedding, layers, final_norm, head)?)
+}
+
+/// An array in float32 (a bias as the products' outputs are), evaluated.
+fn float32(stored: Array) -> Result<Array, CausalLoadError> {
+    let w = stored.as_dtype(Dtype::Float32).map_err(ModelError::from)?;
+    w.eval().map_err(ModelError::from)?;
+    Ok(w)
 }
 
 /// A norm weight in float32, `+ 1` where the architecture applies `1 + w` and the layout stores

@@ -9,7 +9,7 @@
 
 use mlx_rs::{fast, ops, Array};
 
-use super::config::{Activation, CausalConfig, RopeScaling, RopeSpec};
+use super::config::{Activation, CausalConfig, RopeSpec};
 use crate::model::kv::{ChunkMasks, LayerKv};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 
@@ -24,67 +24,21 @@ pub struct CausalRope {
 }
 
 impl CausalRope {
+    /// The rotation `spec` makes of `head_dim`-wide heads (its frequencies: [`RopeSpec::periods`]).
     pub fn new(spec: &RopeSpec, head_dim: i32) -> Self {
-        match &spec.scaling {
-            RopeScaling::None => CausalRope {
+        match spec.periods(head_dim) {
+            None => CausalRope {
                 dims: head_dim,
                 base: Some(spec.theta),
-                scale: 1.0,
+                scale: spec.position_scale(),
                 periods: None,
             },
-            RopeScaling::Linear { factor } => CausalRope {
+            Some(periods) => CausalRope {
                 dims: head_dim,
-                base: Some(spec.theta),
-                scale: 1.0 / factor,
-                periods: None,
+                base: None,
+                scale: spec.position_scale(),
+                periods: Some(Array::from_slice(&periods, &[head_dim / 2])),
             },
-            RopeScaling::Factors(factors) => {
-                let periods: Vec<f32> = (0..head_dim / 2)
-                    .map(|i| {
-                        let period = spec.theta.powf(2.0 * i as f32 / head_dim as f32);
-                        period * factors.get(i as usize).copied().unwrap_or(1.0)
-                    })
-                    .collect();
-                CausalRope {
-                    dims: head_dim,
-                    base: None,
-                    scale: 1.0,
-                    periods: Some(Array::from_slice(&periods, &[head_dim / 2])),
-                }
-            }
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings: context,
-            } => {
-                // As Llama 3.1's reference (and mlx-lm) compute it, in float32: wavelengths past
-                // the original context's low-frequency bound are stretched by `factor`, those
-                // between the bounds interpolated smoothly, the short ones kept.
-                let low_wavelen = context / low_freq_factor;
-                let high_wavelen = context / high_freq_factor;
-                let periods: Vec<f32> = (0..head_dim / 2)
-                    .map(|i| {
-                        let period = spec.theta.powf(2.0 * i as f32 / head_dim as f32);
-                        let wavelen = 2.0 * std::f32::consts::PI * period;
-                        if wavelen > low_wavelen {
-                            period * factor
-                        } else if wavelen > high_wavelen {
-                            let smooth = (context / wavelen - low_freq_factor)
-                                / (high_freq_factor - low_freq_factor);
-                            period / ((1.0 - smooth) / factor + smooth)
-                        } else {
-                            period
-                        }
-                    })
-                    .collect();
-                CausalRope {
-                    dims: head_dim,
-                    base: None,
-                    scale: 1.0,
-                    periods: Some(Array::from_slice(&periods, &[head_dim / 2])),
-                }
-            }
         }
     }
 
@@ -137,6 +91,8 @@ pub struct CausalAttention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
+    /// Biases added after each projection, float32 (Qwen2's on q/k/v; `attention_bias`).
+    pub biases: ProjectionBiases,
     /// Per-head norms of queries and keys (Qwen3, Gemma 3), before RoPE.
     pub q_norm: Option<RmsNorm>,
     pub k_norm: Option<RmsNorm>,
@@ -147,6 +103,23 @@ pub struct CausalAttention {
     pub scale: f32,
     /// `Some(window)` on sliding-window layers.
     pub window: Option<i32>,
+}
+
+/// The biases of an attention's projections, float32 `[out]` each, where the checkpoint has them.
+#[derive(Clone, Debug, Default)]
+pub struct ProjectionBiases {
+    pub q: Option<Array>,
+    pub k: Option<Array>,
+    pub v: Option<Array>,
+    pub o: Option<Array>,
+}
+
+/// `y + b` broadcast over rows, or `y` where there is no bias.
+fn biased(y: Array, bias: Option<&Array>) -> Result<Array, ModelError> {
+    match bias {
+        Some(b) => Ok(ops::add(&y, b)?),
+        None => Ok(y),
+    }
 }
 
 impl CausalAttention {
@@ -162,9 +135,20 @@ impl CausalAttention {
     ) -> Result<(Array, LayerKv), ModelError> {
         let len = x.dim(1);
         let heads = |t: Array, n: i32| t.reshape(&[1, len, n, self.head_dim]);
-        let mut q = heads(self.q_proj.forward(x)?, self.num_heads)?;
-        let mut k = heads(self.k_proj.forward(x)?, self.num_kv_heads)?;
-        let v = heads(self.v_proj.forward(x)?, self.num_kv_heads)?.swap_axes(1, 2)?;
+        let b = &self.biases;
+        let mut q = heads(
+            biased(self.q_proj.forward(x)?, b.q.as_ref())?,
+            self.num_heads,
+        )?;
+        let mut k = heads(
+            biased(self.k_proj.forward(x)?, b.k.as_ref())?,
+            self.num_kv_heads,
+        )?;
+        let v = heads(
+            biased(self.v_proj.forward(x)?, b.v.as_ref())?,
+            self.num_kv_heads,
+        )?
+        .swap_axes(1, 2)?;
         if let Some(norm) = &self.q_norm {
             q = norm.forward(&q)?;
         }
@@ -201,7 +185,8 @@ impl CausalAttention {
         let out = out
             .swap_axes(1, 2)?
             .reshape(&[1, len, self.num_heads * self.head_dim])?;
-        Ok((self.o_proj.forward(&out)?, LayerKv { keys: k, values: v }))
+        let out = biased(self.o_proj.forward(&out)?, b.o.as_ref())?;
+        Ok((out, LayerKv { keys: k, values: v }))
     }
 }
 

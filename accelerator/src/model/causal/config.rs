@@ -1,12 +1,21 @@
 //! What a causal chat model's forward pass needs, flattened from wherever the checkpoint keeps
-//! it: a Hugging Face `config.json` (the architecture files read their own keys) or a GGUF's
-//! metadata (`checkpoint::causal::gguf`).
+//! it: a Hugging Face `config.json` in either transformers dialect (each family's file reads its
+//! own keys: [`super::llama`], [`super::qwen2`], [`super::qwen3`], [`super::gemma3`]) or a GGUF's
+//! metadata (`checkpoint::causal::gguf_config`). Every value the shared blocks use is a field
+//! here, so the same model in any of its forms gives an equal [`CausalConfig`] (tests say so per
+//! family), and [`HfObject`] reads a config object strictly: a value of the wrong type is an
+//! error naming the key, never a default.
+
+pub use super::keys::ConfigError;
+pub use super::rope::{RopeScaling, RopeSpec};
 
 /// The architectures the causal family covers (docs/logit-read.md, "Models").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Architecture {
     /// Llama 2/3, SmolLM2, Mistral-style dense models: RMSNorm, RoPE, GQA, SwiGLU.
     Llama,
+    /// Qwen2/2.5: Llama with biases on the query, key and value projections.
+    Qwen2,
     /// Qwen3: Llama plus per-head RMSNorm on queries and keys.
     Qwen3,
     /// Gemma 3 (text): `(1 + w)` norms around both blocks, embeddings scaled by √hidden,
@@ -14,11 +23,19 @@ pub enum Architecture {
     Gemma3,
 }
 
+/// The Hugging Face `model_type`s served, for refusals.
+pub const SERVED_MODEL_TYPES: &str =
+    "llama, mistral, qwen2, qwen3, gemma3_text and gemma3 (chat models), and DiffusionGemma";
+
+/// The GGUF architectures served, for refusals.
+pub const SERVED_GGUF_ARCHITECTURES: &str = "llama, qwen2, qwen3 and gemma3";
+
 impl Architecture {
     /// The name used in logs, errors and the model's fingerprint.
     pub fn name(self) -> &'static str {
         match self {
             Architecture::Llama => "llama",
+            Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
             Architecture::Gemma3 => "gemma3",
         }
@@ -28,6 +45,7 @@ impl Architecture {
     pub fn from_model_type(model_type: &str) -> Option<Architecture> {
         Some(match model_type {
             "llama" | "mistral" => Architecture::Llama,
+            "qwen2" => Architecture::Qwen2,
             "qwen3" => Architecture::Qwen3,
             "gemma3_text" | "gemma3" => Architecture::Gemma3,
             _ => return None,
@@ -38,39 +56,12 @@ impl Architecture {
     pub fn from_gguf(name: &str) -> Option<Architecture> {
         Some(match name {
             "llama" => Architecture::Llama,
+            "qwen2" => Architecture::Qwen2,
             "qwen3" => Architecture::Qwen3,
             "gemma3" => Architecture::Gemma3,
             _ => return None,
         })
     }
-}
-
-/// How positions rotate on one kind of layer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RopeSpec {
-    /// Base θ.
-    pub theta: f32,
-    /// Frequency adjustment.
-    pub scaling: RopeScaling,
-}
-
-/// RoPE frequency adjustments found in chat models' configs.
-#[derive(Clone, Debug, PartialEq)]
-pub enum RopeScaling {
-    /// Plain `θ^(-2i/d)`.
-    None,
-    /// Positions divided by `factor` (Gemma 3's global layers).
-    Linear { factor: f32 },
-    /// Llama 3.1's smooth interpolation between low and high frequencies.
-    Llama3 {
-        factor: f32,
-        low_freq_factor: f32,
-        high_freq_factor: f32,
-        original_max_position_embeddings: f32,
-    },
-    /// Each pair's period multiplied by its own factor: llama.cpp's `rope_freqs` tensor, in
-    /// which its converter stores the Llama 3 adjustment already computed.
-    Factors(Vec<f32>),
 }
 
 /// The feed-forward gate's activation.
@@ -110,6 +101,13 @@ pub struct CausalConfig {
     pub final_logit_softcapping: Option<f32>,
     /// Longest context the model was trained for (prompts past it are refused).
     pub max_position_embeddings: Option<i32>,
+    /// Biases on the query, key and value projections (Qwen2; `attention_bias` elsewhere).
+    pub qkv_bias: bool,
+    /// A bias on the output projection (`attention_bias` of Llama, Qwen3 and Gemma 3).
+    pub o_bias: bool,
+    /// Config keys the user said to ignore that this checkpoint holds (`ignore_config_keys`),
+    /// listed in `/v1/models`.
+    pub ignored_config_keys: Vec<String>,
 }
 
 impl CausalConfig {
@@ -181,6 +179,8 @@ impl CausalConfig {
                 self.sliding_window
             ));
         }
+        self.rope.validate("full-attention layers")?;
+        self.rope_local.validate("sliding-window layers")?;
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
             return Err(format!(
                 "rms_norm_eps {} is not positive",
@@ -191,91 +191,259 @@ impl CausalConfig {
     }
 }
 
-/// `rope_scaling` as Hugging Face configs write it (`rope_type`, or the older `type`).
-pub fn rope_scaling_from_json(value: Option<&serde_json::Value>) -> Result<RopeScaling, String> {
-    let Some(value) = value.filter(|v| !v.is_null()) else {
-        return Ok(RopeScaling::None);
-    };
-    let kind = value
-        .get("rope_type")
-        .or_else(|| value.get("type"))
-        .and_then(|v| v.as_str())
-        .unwrap_or("default");
-    let number = |key: &str| -> Result<f32, String> {
-        value
-            .get(key)
-            .and_then(|v| v.as_f64())
-            .map(|v| v as f32)
-            .ok_or_else(|| format!("rope_scaling of type {kind} has no number {key}"))
-    };
-    match kind {
-        "default" => Ok(RopeScaling::None),
-        "linear" => Ok(RopeScaling::Linear {
-            factor: number("factor")?,
-        }),
-        "llama3" => Ok(RopeScaling::Llama3 {
-            factor: number("factor")?,
-            low_freq_factor: number("low_freq_factor")?,
-            high_freq_factor: number("high_freq_factor")?,
-            original_max_position_embeddings: number("original_max_position_embeddings")?,
-        }),
-        other => Err(format!(
-            "rope_scaling type {other:?} is not supported (default, linear and llama3 are)"
-        )),
+/// A config object (the top of a `config.json`, or its `text_config`) read strictly: a key of the
+/// wrong type is an error that names it; a missing key takes the default the family's
+/// transformers class gives it (what the checkpoint's authors meant by leaving it out).
+pub struct HfObject<'a> {
+    pub map: &'a serde_json::Map<String, serde_json::Value>,
+    /// Prepended to key names in errors (`"text_config."` inside a multimodal config).
+    pub prefix: &'a str,
+}
+
+impl<'a> HfObject<'a> {
+    fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn present(&self, key: &str) -> Option<&'a serde_json::Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn wrong(&self, key: &str, value: &serde_json::Value, what: &str) -> ConfigError {
+        ConfigError::Invalid {
+            key: self.key(key),
+            value: super::keys::shown(value),
+            why: format!("is not {what}"),
+        }
+    }
+
+    /// A required integer.
+    pub fn int(&self, key: &str) -> Result<i32, ConfigError> {
+        match self.present(key) {
+            None => Err(ConfigError::Missing {
+                key: self.key(key),
+                why: "every checkpoint of the family states it".into(),
+            }),
+            Some(v) => v
+                .as_i64()
+                .and_then(|n| i32::try_from(n).ok())
+                .ok_or_else(|| self.wrong(key, v, "an integer")),
+        }
+    }
+
+    pub fn opt_int(&self, key: &str) -> Result<Option<i32>, ConfigError> {
+        match self.present(key) {
+            None => Ok(None),
+            Some(_) => self.int(key).map(Some),
+        }
+    }
+
+    pub fn int_or(&self, key: &str, default: i32) -> Result<i32, ConfigError> {
+        Ok(self.opt_int(key)?.unwrap_or(default))
+    }
+
+    pub fn opt_float(&self, key: &str) -> Result<Option<f64>, ConfigError> {
+        match self.present(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, v, "a number")),
+        }
+    }
+
+    pub fn float_or(&self, key: &str, default: f64) -> Result<f64, ConfigError> {
+        Ok(self.opt_float(key)?.unwrap_or(default))
+    }
+
+    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.present(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.wrong(key, v, "a boolean")),
+        }
+    }
+
+    pub fn str_or(&self, key: &str, default: &'a str) -> Result<&'a str, ConfigError> {
+        match self.present(key) {
+            None => Ok(default),
+            Some(v) => v.as_str().ok_or_else(|| self.wrong(key, v, "a string")),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a serde_json::Value> {
+        self.present(key)
+    }
+
+    /// A key whose only implemented value is `expected`: any other is refused, naming `why`.
+    pub fn require_bool(&self, key: &str, expected: bool, why: &str) -> Result<(), ConfigError> {
+        let value = self.bool_or(key, expected)?;
+        if value != expected {
+            return Err(ConfigError::Unsupported {
+                key: self.key(key),
+                value: value.to_string(),
+                why: why.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The feed-forward activation under `key`, which must be one the family implements.
+    pub fn activation(
+        &self,
+        key: &str,
+        default: &'a str,
+        allowed: &[(&str, Activation)],
+    ) -> Result<Activation, ConfigError> {
+        let name = self.str_or(key, default)?;
+        allowed
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| ConfigError::Unsupported {
+                key: self.key(key),
+                value: format!("{name:?}"),
+                why: format!(
+                    "is not implemented for this family ({} is)",
+                    allowed
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })
+    }
+
+    /// The longest context, `default` (the family class's) when not stated.
+    pub fn max_positions(&self, default: i32) -> Result<Option<i32>, ConfigError> {
+        match self.int_or("max_position_embeddings", default)? {
+            n if n <= 0 => Err(ConfigError::Invalid {
+                key: self.key("max_position_embeddings"),
+                value: n.to_string(),
+                why: "must be positive".into(),
+            }),
+            n => Ok(Some(n)),
+        }
     }
 }
 
-/// Typed reads of a `config.json` object, each error naming the key.
-pub struct JsonConfig<'a> {
-    pub value: &'a serde_json::Value,
+/// Which layers slide, from transformers 5's `layer_types` (`None` when the config has none).
+pub fn layer_types(hf: &HfObject<'_>, num_layers: i32) -> Result<Option<Vec<bool>>, ConfigError> {
+    let Some(value) = hf.get("layer_types") else {
+        return Ok(None);
+    };
+    let types = value.as_array().ok_or_else(|| ConfigError::Invalid {
+        key: hf.key("layer_types"),
+        value: super::keys::shown(value),
+        why: "is not a list".into(),
+    })?;
+    if types.len() != num_layers.max(0) as usize {
+        return Err(ConfigError::Inconsistent(format!(
+            "{}layer_types has {} entries for {num_layers} layers",
+            hf.prefix,
+            types.len()
+        )));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(ConfigError::Unsupported {
+                key: hf.key("layer_types"),
+                value: super::keys::shown(t),
+                why: "only full_attention and sliding_attention layers are implemented".into(),
+            }),
+        })
+        .collect::<Result<Vec<bool>, ConfigError>>()
+        .map(Some)
 }
 
-impl JsonConfig<'_> {
-    pub fn int(&self, key: &str) -> Result<i32, String> {
-        self.value
-            .get(key)
-            .and_then(|v| v.as_i64())
-            .and_then(|v| i32::try_from(v).ok())
-            .ok_or_else(|| format!("config.json has no integer {key}"))
-    }
-
-    pub fn int_or(&self, key: &str, default: i32) -> Result<i32, String> {
-        match self.value.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(default),
-            Some(_) => self.int(key),
+/// The rope of full-attention layers, and of sliding ones where the config gives them their
+/// own, from either dialect: transformers 5's `rope_parameters` (one dict, or one per layer
+/// type), else the older top-level `rope_theta` and `rope_scaling`. `default_theta` is the
+/// family class's default θ, `local_theta` the sliding layers' default base (Gemma 3's
+/// `rope_local_base_freq`, already read with its default; `None`: as the full layers). A config
+/// holding both dialects must have them agree.
+pub fn hf_ropes(
+    hf: &HfObject<'_>,
+    default_theta: f64,
+    local_theta: Option<f64>,
+) -> Result<(RopeSpec, RopeSpec), ConfigError> {
+    let max = hf.opt_int("max_position_embeddings")?.map(i64::from);
+    let top_theta = hf.opt_float("rope_theta")?;
+    let old = || -> Result<(RopeSpec, RopeSpec), ConfigError> {
+        let full = RopeSpec::from_hf_dict(
+            &hf.key("rope_scaling"),
+            hf.get("rope_scaling"),
+            Some(top_theta.unwrap_or(default_theta)),
+            max,
+        )?;
+        let local = match local_theta {
+            Some(theta) => RopeSpec::plain(theta as f32),
+            None => full.clone(),
+        };
+        Ok((full, local))
+    };
+    let Some(params) = hf.get("rope_parameters") else {
+        return old();
+    };
+    let key = hf.key("rope_parameters");
+    let per_type = params.as_object().is_some_and(|m| {
+        !m.is_empty()
+            && m.values().all(|v| v.is_object())
+            && m.keys().all(|k| k.ends_with("_attention"))
+    });
+    let (full, local) = if per_type {
+        let map = params
+            .as_object()
+            .ok_or_else(|| ConfigError::Inconsistent(key.clone()))?;
+        for name in map.keys() {
+            if name != "full_attention" && name != "sliding_attention" {
+                return Err(ConfigError::Unsupported {
+                    key: format!("{key}.{name}"),
+                    value: super::keys::shown(&map[name]),
+                    why: "only full_attention and sliding_attention layers are implemented".into(),
+                });
+            }
+        }
+        let full = RopeSpec::from_hf_dict(
+            &format!("{key}.full_attention"),
+            map.get("full_attention"),
+            Some(top_theta.unwrap_or(default_theta)),
+            max,
+        )?;
+        let local = match map.get("sliding_attention") {
+            Some(dict) => RopeSpec::from_hf_dict(
+                &format!("{key}.sliding_attention"),
+                Some(dict),
+                Some(local_theta.unwrap_or(default_theta)),
+                max,
+            )?,
+            None => full.clone(),
+        };
+        (full, local)
+    } else {
+        let full = RopeSpec::from_hf_dict(
+            &key,
+            Some(params),
+            Some(top_theta.unwrap_or(default_theta)),
+            max,
+        )?;
+        let local = match local_theta {
+            Some(theta) => RopeSpec::plain(theta as f32),
+            None => full.clone(),
+        };
+        (full, local)
+    };
+    // Older keys beside the new ones (a config converted by hand, or written for both
+    // versions) must say the same thing, or which one the authors meant is unknown.
+    if top_theta.is_some() || hf.get("rope_scaling").is_some() {
+        let (old_full, _) = old()?;
+        if old_full != full {
+            return Err(ConfigError::Inconsistent(format!(
+                "{key} ({full:?}) and the older rope_theta / rope_scaling ({old_full:?}) disagree"
+            )));
         }
     }
-
-    pub fn float_or(&self, key: &str, default: f32) -> Result<f32, String> {
-        match self.value.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .map(|v| v as f32)
-                .ok_or_else(|| format!("config.json's {key} is not a number")),
-        }
-    }
-
-    pub fn optional_float(&self, key: &str) -> Result<Option<f32>, String> {
-        match self.value.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(|v| Some(v as f32))
-                .ok_or_else(|| format!("config.json's {key} is not a number")),
-        }
-    }
-
-    pub fn bool_or(&self, key: &str, default: bool) -> Result<bool, String> {
-        match self.value.get(key) {
-            None | Some(serde_json::Value::Null) => Ok(default),
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| format!("config.json's {key} is not a boolean")),
-        }
-    }
-
-    pub fn get(&self, key: &str) -> Option<&serde_json::Value> {
-        self.value.get(key)
-    }
+    Ok((full, local))
 }

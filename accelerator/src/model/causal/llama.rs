@@ -1,58 +1,130 @@
-//! Llama (Llama 2/3.x, SmolLM2, Mistral-style dense models): RMSNorm, RoPE (θ and the Llama 3
-//! frequency adjustment from the config), grouped-query attention, SwiGLU. The stack is the
-//! shared one in `blocks`; what is Llama's own is the reading of its `config.json`.
+//! Llama (Llama 2/3.x, SmolLM2) and Mistral: RMSNorm, RoPE (θ and the config's adjustment),
+//! grouped-query attention, SwiGLU; Mistral's layers may all attend over a sliding window. The
+//! stack is the shared one in `blocks`; what is the family's own is the reading of its
+//! `config.json`, in either transformers dialect, with every key accounted for
+//! (docs/models.md, "Configs").
 
-use super::config::{
-    rope_scaling_from_json, Activation, Architecture, CausalConfig, JsonConfig, RopeSpec,
-};
+use super::config::{hf_ropes, Activation, Architecture, CausalConfig, ConfigError, HfObject};
+use super::keys::{audit, check_quantization_config, HF_HARMLESS};
 
-/// The config of a `model_type: llama` (or `mistral`) checkpoint.
-pub fn config_from_json(value: &serde_json::Value) -> Result<CausalConfig, String> {
-    base_config(value, Architecture::Llama, 1e-6, false)
+/// The keys of a Llama or Mistral config this reader honours (every other is harmless or
+/// refused).
+const HONOURED: &[&str] = &[
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "sliding_window",
+    // SmolLM2's: its rope is not interleaved (true would be; refused below).
+    "rope_interleaved",
+];
+
+/// Keys that SmolLM2's configs carry for other runtimes and that change nothing here.
+const LLAMA_HARMLESS: &[&str] = &["is_llama_config", "transformers.js_config"];
+
+/// The config of a `model_type: llama` or `mistral` object; `ignored`: keys the user said to
+/// skip.
+pub fn config_from_hf(
+    hf: &HfObject<'_>,
+    model_type: &str,
+    ignored: &[String],
+) -> Result<CausalConfig, ConfigError> {
+    let mistral = model_type == "mistral";
+    let family = if mistral { "mistral" } else { "llama" };
+    let harmless: Vec<&str> = HF_HARMLESS.iter().chain(LLAMA_HARMLESS).copied().collect();
+    let ignored_config_keys = audit(hf.map, family, hf.prefix, HONOURED, &harmless, ignored)?;
+    check_quantization_config(hf.map)?;
+    hf.require_bool("mlp_bias", false, "biases in the MLP are not implemented")?;
+    hf.require_bool(
+        "rope_interleaved",
+        false,
+        "an interleaved rope is not implemented (Hugging Face's rotate-half order is)",
+    )?;
+    let bias = hf.bool_or("attention_bias", false)?;
+    let (rope, rope_local) = hf_ropes(hf, 10_000.0, None)?;
+    // LlamaConfig has no sliding window; MistralConfig's applies to every layer.
+    let window = if mistral {
+        hf.opt_int("sliding_window")?
+    } else {
+        match hf.get("sliding_window") {
+            None => None,
+            Some(value) => {
+                return Err(ConfigError::Unsupported {
+                    key: format!("{}sliding_window", hf.prefix),
+                    value: super::keys::shown(value),
+                    why: "Llama layers have no sliding window (a Mistral config would say \
+                          model_type mistral)"
+                        .into(),
+                })
+            }
+        }
+    };
+    let shape = Shape::read(hf)?;
+    let config = CausalConfig {
+        architecture: Architecture::Llama,
+        vocab_size: hf.int("vocab_size")?,
+        hidden_size: shape.hidden_size,
+        intermediate_size: hf.int("intermediate_size")?,
+        num_layers: shape.num_layers,
+        num_heads: shape.num_heads,
+        num_kv_heads: shape.num_kv_heads,
+        head_dim: shape.head_dim,
+        rms_norm_eps: hf.float_or("rms_norm_eps", 1e-6)? as f32,
+        rope,
+        rope_local,
+        sliding_layers: vec![window.is_some(); shape.num_layers.max(0) as usize],
+        sliding_window: window.unwrap_or(0),
+        attention_scale: (shape.head_dim as f32).powf(-0.5),
+        activation: hf.activation("hidden_act", "silu", &[("silu", Activation::Silu)])?,
+        tie_word_embeddings: hf.bool_or("tie_word_embeddings", false)?,
+        final_logit_softcapping: None,
+        max_position_embeddings: hf.max_positions(2_048)?,
+        qkv_bias: bias,
+        o_bias: bias,
+        ignored_config_keys,
+    };
+    config.validate().map_err(ConfigError::Inconsistent)?;
+    Ok(config)
 }
 
-/// The keys Llama and its descendants (Qwen3) share, with the family's own defaults.
-pub(super) fn base_config(
-    value: &serde_json::Value,
-    architecture: Architecture,
-    default_eps: f32,
-    default_tied: bool,
-) -> Result<CausalConfig, String> {
-    let json = JsonConfig { value };
-    let hidden_size = json.int("hidden_size")?;
-    let num_heads = json.int("num_attention_heads")?;
-    let num_layers = json.int("num_hidden_layers")?;
-    if num_heads <= 0 {
-        return Err(format!("num_attention_heads is {num_heads}"));
+/// The attention geometry every Llama-descended config states the same way.
+pub(super) struct Shape {
+    pub hidden_size: i32,
+    pub num_layers: i32,
+    pub num_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+}
+
+impl Shape {
+    pub(super) fn read(hf: &HfObject<'_>) -> Result<Shape, ConfigError> {
+        let hidden_size = hf.int("hidden_size")?;
+        let num_heads = hf.int("num_attention_heads")?;
+        if num_heads <= 0 {
+            return Err(ConfigError::Invalid {
+                key: format!("{}num_attention_heads", hf.prefix),
+                value: num_heads.to_string(),
+                why: "must be positive".into(),
+            });
+        }
+        Ok(Shape {
+            hidden_size,
+            num_layers: hf.int("num_hidden_layers")?,
+            num_heads,
+            num_kv_heads: hf.int_or("num_key_value_heads", num_heads)?,
+            head_dim: hf.int_or("head_dim", hidden_size / num_heads)?,
+        })
     }
-    let rope = RopeSpec {
-        theta: json.float_or("rope_theta", 10_000.0)?,
-        scaling: rope_scaling_from_json(json.get("rope_scaling"))?,
-    };
-    let head_dim = json.int_or("head_dim", hidden_size / num_heads)?;
-    let config = CausalConfig {
-        architecture,
-        vocab_size: json.int("vocab_size")?,
-        hidden_size,
-        intermediate_size: json.int("intermediate_size")?,
-        num_layers,
-        num_heads,
-        num_kv_heads: json.int_or("num_key_value_heads", num_heads)?,
-        head_dim,
-        rms_norm_eps: json.float_or("rms_norm_eps", default_eps)?,
-        rope_local: rope.clone(),
-        rope,
-        sliding_layers: vec![false; num_layers.max(0) as usize],
-        sliding_window: 0,
-        attention_scale: (head_dim as f32).powf(-0.5),
-        activation: Activation::Silu,
-        tie_word_embeddings: json.bool_or("tie_word_embeddings", default_tied)?,
-        final_logit_softcapping: None,
-        max_position_embeddings: json
-            .int_or("max_position_embeddings", 0)
-            .ok()
-            .filter(|&n| n > 0),
-    };
-    config.validate()?;
-    Ok(config)
 }

@@ -1,8 +1,11 @@
-//! Causal chat models (Llama, Qwen3, Gemma 3 text) over shared blocks, for the label-logit
+//! Causal chat models (Llama, Mistral, Qwen2, Qwen3, Gemma 3 text) over shared blocks, for the label-logit
 //! read (docs/logit-read.md).
 //!
 //! - [`config`]: the flattened configuration and the architectures;
-//! - [`llama`], [`qwen3`], [`gemma3`]: each architecture's `config.json` and what sets it apart;
+//! - [`keys`]: every config key accounted for (honoured, harmless, or refused by name);
+//! - [`rope`]: the rope variants, read from either transformers dialect, and their frequencies;
+//! - [`llama`] (with Mistral), [`qwen2`], [`qwen3`], [`gemma3`]: each architecture's
+//!   `config.json` and what sets it apart;
 //! - [`blocks`]: RoPE, attention over prompt chunks, the gated MLP, the decoder layer;
 //! - [`cpu`]: the native CPU forward of a prompt chunk (vectorised kernels, the BLAS's sgemm),
 //!   chosen by [`CausalKernels`];
@@ -16,15 +19,18 @@ pub mod blocks;
 pub mod config;
 pub mod cpu;
 pub mod gemma3;
+pub mod keys;
 pub mod llama;
+pub mod qwen2;
 pub mod qwen3;
+pub mod rope;
 
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::model::kv::{ChunkMasks, LayerKv};
 use crate::model::{fused, linear::Linear, norm::RmsNorm, ModelError};
 pub use blocks::{CausalAttention, CausalRope, DecoderLayer, GatedMlp};
-pub use config::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
+pub use config::{Activation, Architecture, CausalConfig, ConfigError, RopeScaling, RopeSpec};
 pub use cpu::CausalKernels;
 
 /// Prompt tokens per chunk unless the sidecar is told otherwise (`--prefill-chunk`): the unit

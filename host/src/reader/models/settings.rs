@@ -12,6 +12,8 @@
 //! sidecar_args = ["--canvas-cap", "32"]
 //! questions = "joint"       # isolated or joint, when a request does not say (x_questions)
 //! draws = 4                 # noise draws per read, when a request does not say (x_draws)
+//! ignore_config_keys = ["some_key"]  # config keys known harmless (the sidecar's
+//!                           # --ignore-config-key; docs/models.md, "Configs")
 //! ```
 //!
 //! One file per directory rather than one beside each model: a model may be a single `.gguf`
@@ -66,6 +68,9 @@ pub struct ModelSettings {
     pub sidecar_args: Vec<String>,
     pub questions: Option<QuestionMode>,
     pub draws: Option<u32>,
+    /// Config keys (config.json or GGUF metadata) the user knows do not change the model,
+    /// which its load would otherwise refuse as unknown.
+    pub ignore_config_keys: Vec<String>,
 }
 
 /// A key of a model's settings that could not be taken.
@@ -84,7 +89,7 @@ fn field(key: &str, message: impl Into<String>) -> FieldError {
 }
 
 /// The keys a model's table may hold.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "aliases",
     "pinned",
     "ttl",
@@ -93,6 +98,7 @@ pub const KEYS: [&str; 8] = [
     "sidecar_args",
     "questions",
     "draws",
+    "ignore_config_keys",
 ];
 
 impl ModelSettings {
@@ -122,6 +128,7 @@ impl ModelSettings {
                     })
                 }
                 "sidecar_args" => s.sidecar_args = strings(key, value)?,
+                "ignore_config_keys" => s.ignore_config_keys = strings(key, value)?,
                 "questions" => {
                     s.questions = Some(
                         value
@@ -201,6 +208,12 @@ impl ModelSettings {
         if let Some(d) = self.draws {
             out.insert("draws".into(), d.into());
         }
+        if !self.ignore_config_keys.is_empty() {
+            out.insert(
+                "ignore_config_keys".into(),
+                self.ignore_config_keys.clone().into(),
+            );
+        }
         Value::Object(out)
     }
 
@@ -250,6 +263,10 @@ impl ModelSettings {
             out.push(d.as_str().into());
         }
         out.extend(self.sidecar_args.iter().cloned());
+        for key in &self.ignore_config_keys {
+            out.push("--ignore-config-key".into());
+            out.push(key.clone());
+        }
         out
     }
 }
@@ -448,6 +465,7 @@ dtype = "bfloat16"
 sidecar_args = ["--canvas-cap", "32"]
 questions = "joint"
 draws = 4
+ignore_config_keys = ["attn_zoom"]
 
 [models.small]
 ttl = 90
@@ -465,6 +483,7 @@ ttl = 90
                 sidecar_args: vec!["--canvas-cap".into(), "32".into()],
                 questions: Some(QuestionMode::Joint),
                 draws: Some(4),
+                ignore_config_keys: vec!["attn_zoom".into()],
             }
         );
         assert_eq!(

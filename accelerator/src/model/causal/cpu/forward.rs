@@ -87,6 +87,28 @@ fn project(
     Ok(())
 }
 
+/// Adds a projection's bias (float32 `[out]`) to each row of `y` (`[rows, out]`), where it has
+/// one: after the product, as the MLX path adds it.
+fn add_bias(y: &mut [f32], bias: Option<&Array>) -> Result<(), ModelError> {
+    let Some(bias) = bias else {
+        return Ok(());
+    };
+    let bias = bias
+        .try_as_slice::<f32>()
+        .map_err(|_| ModelError::Shape("a projection bias is not contiguous float32"))?;
+    if bias.is_empty() || y.len() % bias.len() != 0 {
+        return Err(ModelError::Shape(
+            "a projection bias and its output disagree",
+        ));
+    }
+    for row in y.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+    Ok(())
+}
+
 /// `out = norm(x)` row by row (`out` sized to `x`).
 fn normed(norm: &RmsNorm, x: &[f32], out: &mut Vec<f32>) -> Result<(), ModelError> {
     out.resize(x.len(), 0.0);
@@ -341,6 +363,9 @@ fn layer_forward(
     if s.q.len() != len * heads * d || s.k.len() != len * kv_heads * d || s.v.len() != s.k.len() {
         return Err(ModelError::Shape("q/k/v projections and heads disagree"));
     }
+    add_bias(&mut s.q, a.biases.q.as_ref())?;
+    add_bias(&mut s.k, a.biases.k.as_ref())?;
+    add_bias(&mut s.v, a.biases.v.as_ref())?;
     if let Some(norm) = &a.q_norm {
         let w = norm_weight(norm)?.ok_or(ModelError::Shape("a q norm without weight"))?;
         kernels::rms_norm_in_place(&mut s.q, w, norm.eps());
@@ -394,6 +419,7 @@ fn layer_forward(
         &mut [(weight(Projection::O)?, &mut s.residual)],
         &mut s.quantized,
     )?;
+    add_bias(&mut s.residual, a.biases.o.as_ref())?;
     add_block_output(
         x,
         s,
