@@ -143,13 +143,19 @@ fn every_layout_and_architecture_matches_the_reference() {
 }
 
 /// Qwen2 (q/k/v biases, yarn rope) from its folder and its GGUF, and Mistral (every layer
-/// sliding), against a float64 reference of transformers' semantics
+/// sliding), against a float64 reference of transformers' semantics; and Llama 3's scaled rope
+/// as llama.cpp's converter writes it (a `rope_freqs` tensor) against mlx_lm
 /// (`make_family_goldens.py`).
 #[test]
-fn qwen2_and_mistral_match_the_reference() {
+fn qwen2_mistral_and_llama3_gguf_match_the_reference() {
     let goldens = family_goldens();
     let mut failures = Vec::new();
-    for name in ["tiny-qwen2", "tiny-qwen2.q8_0.gguf", "tiny-mistral"] {
+    for name in [
+        "tiny-qwen2",
+        "tiny-qwen2.q8_0.gguf",
+        "tiny-mistral",
+        "tiny-llama3-tied.q8_0.gguf",
+    ] {
         assert!(goldens.cases.iter().any(|c| c.model == name), "{name}");
         compare(name, name, &goldens.cases, &mut failures);
     }
@@ -339,4 +345,61 @@ fn smollm2_matches_the_reference_on_real_prompts() {
             .map_or(0, |(i, _)| i);
         assert_eq!(argmax, case.argmax);
     }
+}
+
+/// GGUF metadata is audited as config.json is: a key the architecture does not have, a rope
+/// type Hunch does not implement and a llama.cpp decision model are each refused by name, never
+/// read as a plain chat model (`make_family_goldens.py` writes the files).
+#[test]
+fn gguf_metadata_that_would_change_the_math_is_refused_by_name() {
+    for (file, expect) in [
+        (
+            "tiny-qwen2.unknown-key.gguf",
+            &["qwen2.attention.zoom", "ignore_config_keys"][..],
+        ),
+        (
+            "tiny-qwen2.longrope.gguf",
+            &["qwen2.rope.scaling.type", "longrope"][..],
+        ),
+        (
+            "tiny-qwen2.decision.gguf",
+            &["qwen2.decision.type", "openjev", "decision model"][..],
+        ),
+    ] {
+        let path = data().join("refused").join(file);
+        let err = load_model(&path, AffineWeights::Auto)
+            .err()
+            .unwrap_or_else(|| panic!("{file} loaded"))
+            .to_string();
+        for e in expect {
+            assert!(err.contains(e), "{file}: {err:?} lacks {e:?}");
+        }
+    }
+}
+
+/// A folder whose model type is not served is refused by that name, not handed to the
+/// DiffusionGemma loader.
+#[test]
+fn an_unserved_model_type_is_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("moe");
+    std::fs::create_dir(&folder).expect("mkdir");
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(data().join("tiny-qwen2/config.json")).expect("config"),
+    )
+    .expect("json");
+    config["model_type"] = serde_json::json!("qwen2_moe");
+    std::fs::write(folder.join("config.json"), config.to_string()).expect("write");
+    assert!(matches!(
+        CausalFormat::detect(&folder),
+        Some(CausalFormat::HuggingFace { model_type }) if model_type == "qwen2_moe"
+    ));
+    let err = load_model(&folder, AffineWeights::Auto)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("qwen2_moe") && err.contains("not a family Hunch serves"),
+        "{err}"
+    );
 }

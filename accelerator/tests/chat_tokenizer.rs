@@ -234,3 +234,65 @@ fn a_folder_without_tokenizer_json_is_refused() {
     );
     assert!(e.to_string().contains("tokenizer.json"), "{e}");
 }
+
+/// A checkpoint without a chat template (a base model's) is refused saying how to give one; a
+/// built-in renders as the family's own template does; one whose markers the tokenizer lacks,
+/// or a file that is not there, is refused by name.
+#[test]
+fn a_template_can_be_given_where_the_checkpoint_has_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal/tiny-qwen2");
+    let folder = dir.path().join("base");
+    std::fs::create_dir(&folder).expect("mkdir");
+    std::fs::copy(source.join("tokenizer.json"), folder.join("tokenizer.json")).expect("copy");
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(source.join("tokenizer_config.json")).expect("config"),
+    )
+    .expect("json");
+    config
+        .as_object_mut()
+        .expect("object")
+        .remove("chat_template");
+    std::fs::write(folder.join("tokenizer_config.json"), config.to_string()).expect("write");
+
+    let bare = ChatTokenizer::from_dir(&folder).expect("loads");
+    assert!(!bare.has_template());
+    let message = bare.no_template_error().to_string();
+    assert!(
+        message.contains("chat_template") && message.contains("chatml"),
+        "{message}"
+    );
+
+    // The tiny models' own template is ChatML: the built-in renders the same text.
+    let own = ChatTokenizer::from_dir(&source).expect("own");
+    let given = ChatTokenizer::from_dir(&folder)
+        .expect("loads")
+        .with_template("chatml")
+        .expect("chatml");
+    let messages = [
+        ChatMessage::new("system", "Answer with JSON."),
+        ChatMessage::new("user", "Is the door open?"),
+    ];
+    assert_eq!(
+        given.render(&messages).expect("given"),
+        own.render(&messages).expect("own")
+    );
+
+    let err = ChatTokenizer::from_dir(&folder)
+        .expect("loads")
+        .with_template("llama3")
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("<|start_header_id|>"), "{err}");
+    let err = ChatTokenizer::from_dir(&folder)
+        .expect("loads")
+        .with_template("/no/such/template.jinja")
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("/no/such/template.jinja") && err.contains("gemma"),
+        "{err}"
+    );
+}

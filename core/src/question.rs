@@ -92,8 +92,10 @@ impl Question {
 /// Most options a choice may have (TypeSafe's contract). A model may read fewer: its
 /// [`QuestionLimits`] say how many.
 pub const MAX_CHOICE_OPTIONS: usize = 255;
-/// Most levels a score may have (TypeSafe's contract).
-pub const MAX_SCORE_LEVELS: usize = 10;
+/// Most levels a score may have: simple-jev v1's 50 letter labels (`A`–`Z`, `a`–`x`).
+/// TypeSafe's contract calls 10 the usual maximum; a model whose tokenizer cannot give 11 or
+/// more levels labels of their own says so in its [`QuestionLimits`] (docs/api.md).
+pub const MAX_SCORE_LEVELS: usize = 50;
 
 /// What a model can answer: the contract's limits, or a model's own when they are smaller (a
 /// tokenizer with fewer single-token choice labels reads fewer options).
@@ -256,9 +258,20 @@ mod tests {
             choice(&["a", "a"]).validate(&contract),
             Err(QuestionError::DuplicateOption("a".into()))
         );
-        assert!(score(10).validate(&contract).is_ok());
+        assert!(score(50).validate(&contract).is_ok());
         assert!(matches!(
-            score(11).validate(&contract),
+            score(51).validate(&contract),
+            Err(QuestionError::TooManyLevels {
+                given: 51,
+                limit: 50
+            })
+        ));
+        let ten = QuestionLimits {
+            max_score_levels: 10,
+            ..contract
+        };
+        assert!(matches!(
+            score(11).validate(&ten),
             Err(QuestionError::TooManyLevels {
                 given: 11,
                 limit: 10

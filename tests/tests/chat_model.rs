@@ -169,6 +169,41 @@ async fn the_default_model_reads_choices_past_v1s_50_labels_and_refuses_what_can
     let text = r.text().await.expect("body");
     assert!((400..500).contains(&status), "{status}: {text}");
     assert!(text.contains("255") || text.contains("option"), "{text}");
+
+    // Scores past ten levels take v1's letter labels (each one token at SmolLM2's answer
+    // boundary): an 11- and a 50-level score are answered, the model lists its limit, and 51
+    // levels are a 422 naming it.
+    for levels in [11usize, 50] {
+        let criteria: Vec<String> = (0..levels).map(|i| format!("level {i}")).collect();
+        let body = json!({
+            "model": "smollm2-135m-instruct",
+            "state": "rate it",
+            "questions": {"how": {"type": "score", "criteria": criteria}}
+        });
+        let answer = ok(&hunch, &body).await;
+        let legend = answer["answers"]["how"]["legend"]
+            .as_object()
+            .expect("legend");
+        assert_eq!(legend.len(), levels);
+        let score = answer["answers"]["how"]["score"].as_f64().expect("score");
+        assert!((0.0..=(levels - 1) as f64).contains(&score), "{score}");
+    }
+    let models = get_json(&format!("{}/v1/models", hunch.url)).await;
+    let smollm2 = models["models"]
+        .as_array()
+        .and_then(|m| m.iter().find(|e| e["name"] == "smollm2-135m-instruct"))
+        .expect("listed");
+    assert_eq!(smollm2["x_max_score_levels"], 50, "{smollm2}");
+    let criteria: Vec<String> = (0..51).map(|i| format!("level {i}")).collect();
+    let body = json!({
+        "model": "smollm2-135m-instruct",
+        "state": "rate it",
+        "questions": {"how": {"type": "score", "criteria": criteria}}
+    });
+    let r = post_systemone(&hunch.url, &body).await;
+    assert_eq!(r.status().as_u16(), 422);
+    let text = r.text().await.expect("body");
+    assert!(text.contains("50"), "{text}");
 }
 
 /// The official clients against the default model, as users run them: TypeSafe's Python SDK

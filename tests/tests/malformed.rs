@@ -54,7 +54,7 @@ async fn every_malformed_request_is_a_4xx_naming_the_field() {
     let noul = json!({"type": "noul", "instructions": "?"});
     let options_256: Map<String, Value> =
         (0..256).map(|i| (format!("o{i}"), Value::Null)).collect();
-    let levels_11: Vec<String> = (0..11).map(|i| format!("l{i}")).collect();
+    let levels_51: Vec<String> = (0..51).map(|i| format!("l{i}")).collect();
     let mut cases = vec![
         json_case("missing model", json!({"state": "s", "questions": {"q": noul}}), Expect::Field("body.model")),
         json_case("missing state", json!({"model": "jev-latest", "questions": {"q": noul}}), Expect::Field("body.state")),
@@ -80,7 +80,7 @@ async fn every_malformed_request_is_a_4xx_naming_the_field() {
         json_case("256 options", request(json!({"q": {"type": "choice", "criteria": options_256}})), Expect::Field("body.questions.q.criteria")),
         json_case("score without criteria", request(json!({"q": {"type": "score"}})), Expect::Field("body.questions.q.criteria")),
         json_case("score no levels", request(json!({"q": {"type": "score", "criteria": []}})), Expect::Field("body.questions.q.criteria")),
-        json_case("11 levels", request(json!({"q": {"type": "score", "criteria": levels_11}})), Expect::Field("body.questions.q.criteria")),
+        json_case("51 levels", request(json!({"q": {"type": "score", "criteria": levels_51}})), Expect::Field("body.questions.q.criteria")),
         json_case("null level", request(json!({"q": {"type": "score", "criteria": ["a", null]}})), Expect::Field("body.questions.q.criteria.1")),
         json_case("score criteria a map", request(json!({"q": {"type": "score", "criteria": {"a": "b"}}})), Expect::Field("body.questions.q.criteria")),
         json_case("unknown question field", request(json!({"q": {"type": "noul", "instructions": "?", "hint": "x"}})), Expect::Field("body.questions.q.hint")),

@@ -125,6 +125,12 @@ struct ServeArgs {
     /// model's info (docs/models.md, "Configs").
     #[arg(long = "ignore-config-key", value_name = "KEY")]
     ignore_config_keys: Vec<String>,
+    /// The chat template a chat model's prompts are rendered with, in place of the
+    /// checkpoint's own (base models' GGUFs have none): a built-in (`chatml` for Qwen and
+    /// SmolLM2, `llama3`, `gemma`) or a Jinja file's path (a `hunch-models.toml` entry's
+    /// `chat_template`).
+    #[arg(long, value_name = "NAME|PATH")]
+    chat_template: Option<String>,
     /// Bits the native kernels' integer products keep of each input (chat models with
     /// quantised weights on a CPU with AVX-512 VNNI): `16` (the default; label probabilities
     /// within ~1e-4 of a float32 read) or `8` (about twice as fast in the products, as
@@ -290,6 +296,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             kernels: args.causal_kernels,
             activations: args.activation_bits,
             ignore_config_keys: args.ignore_config_keys.clone(),
+            chat_template: args.chat_template.clone(),
         };
         let model_dir = args.model.clone();
         let demo = args.demo || model_dir.is_none();

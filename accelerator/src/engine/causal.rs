@@ -48,6 +48,9 @@ pub struct CausalEngineOptions {
     /// Config keys the user said are harmless for this model (`ignore_config_keys`): skipped
     /// by the key audit instead of refused (docs/models.md, "Configs").
     pub ignore_config_keys: Vec<String>,
+    /// The chat template to render prompts with instead of the checkpoint's (or where it has
+    /// none): a built-in name (`chatml`, `llama3`, `gemma`) or a Jinja file's path.
+    pub chat_template: Option<String>,
 }
 
 impl Default for CausalEngineOptions {
@@ -61,6 +64,7 @@ impl Default for CausalEngineOptions {
             kernels: CausalKernels::Auto,
             activations: Precision::Fine,
             ignore_config_keys: Vec::new(),
+            chat_template: None,
         }
     }
 }
@@ -136,6 +140,10 @@ impl CausalEngine {
         let tokenizer = match &format {
             CausalFormat::Gguf => ChatTokenizer::from_gguf(&GgufFile::open(path)?)?,
             CausalFormat::HuggingFace { .. } => ChatTokenizer::from_dir(path)?,
+        };
+        let tokenizer = match &options.chat_template {
+            Some(given) => tokenizer.with_template(given)?,
+            None => tokenizer,
         };
         // A model with no template is refused here, saying so, rather than failing every
         // read (or the label check below, which renders a prompt) with a less direct message.

@@ -9,7 +9,9 @@
 //! `x_pinned`, `x_ttl_left_seconds`, `x_last_used`, `x_reads_in_flight`; the body's `x_memory`
 //! says the budget and what is held of it. Once a model has loaded it also says what it is:
 //! `x_family`, `x_architecture`, `x_layout`, `x_quantization`, `x_read`,
-//! `x_checkpoint_name`. Clients that know only TypeSafe's fields ignore them.
+//! `x_checkpoint_name`, and `x_ignored_config_keys` when its load skipped config keys the user
+//! named harmless; `x_max_choice_options` and `x_max_score_levels`, the question limits its
+//! labels allow. Clients that know only TypeSafe's fields ignore them.
 //!
 //! `POST /v1/models/NAME/load` and `…/unload` (admin key) load and unload a model by hand; `PUT
 //! /v1/models/NAME/settings` (admin key) changes a model's settings and writes them to its
@@ -37,6 +39,9 @@ fn listed(name: &str, description: String, model: &ModelEntry, view: Option<&Mod
         "description": description,
         "release_date": model.release_date,
         "x_fingerprint": info.fingerprint,
+        // What questions it takes: its labels' limits (docs/api.md), within the contract's.
+        "x_max_choice_options": info.limits.questions.max_choice_options,
+        "x_max_score_levels": info.limits.questions.max_score_levels,
     });
     if let Some(kind) = info.kind {
         kind_fields(&mut entry, kind);

@@ -4,12 +4,13 @@
 //! `config.json`, in either transformers dialect, with every key accounted for
 //! (docs/models.md, "Configs").
 
-use super::config::{hf_ropes, Activation, Architecture, CausalConfig, ConfigError, HfObject};
+use super::config::{
+    hf_ropes, Activation, Architecture, CausalConfig, ConfigError, HfObject, RopeSpec,
+};
 use super::keys::{audit, check_quantization_config, HF_HARMLESS};
 
-/// The keys of a Llama or Mistral config this reader honours (every other is harmless or
-/// refused).
-const HONOURED: &[&str] = &[
+/// The keys every Llama-descended config (Llama, Mistral, Qwen2, Qwen3) states alike.
+pub(super) const SHARED_KEYS: &[&str] = &[
     "vocab_size",
     "hidden_size",
     "intermediate_size",
@@ -25,6 +26,10 @@ const HONOURED: &[&str] = &[
     "tie_word_embeddings",
     "hidden_act",
     "attention_bias",
+];
+
+/// Llama's and Mistral's own keys beside [`SHARED_KEYS`].
+const OWN_KEYS: &[&str] = &[
     "mlp_bias",
     "sliding_window",
     // SmolLM2's: its rope is not interleaved (true would be; refused below).
@@ -44,7 +49,8 @@ pub fn config_from_hf(
     let mistral = model_type == "mistral";
     let family = if mistral { "mistral" } else { "llama" };
     let harmless: Vec<&str> = HF_HARMLESS.iter().chain(LLAMA_HARMLESS).copied().collect();
-    let ignored_config_keys = audit(hf.map, family, hf.prefix, HONOURED, &harmless, ignored)?;
+    let honoured: Vec<&str> = SHARED_KEYS.iter().chain(OWN_KEYS).copied().collect();
+    let ignored_config_keys = audit(hf.map, family, hf.prefix, &honoured, &harmless, ignored)?;
     check_quantization_config(hf.map)?;
     hf.require_bool("mlp_bias", false, "biases in the MLP are not implemented")?;
     hf.require_bool(
@@ -71,9 +77,45 @@ pub fn config_from_hf(
             }
         }
     };
+    let layers = hf.int("num_hidden_layers")?.max(0) as usize;
+    descended(
+        hf,
+        Descended {
+            architecture: Architecture::Llama,
+            sliding_layers: vec![window.is_some(); layers],
+            sliding_window: window.unwrap_or(0),
+            ropes: (rope, rope_local),
+            qkv_bias: bias,
+            o_bias: bias,
+            tie_default: false,
+            max_positions_default: 2_048,
+            ignored_config_keys,
+        },
+    )
+}
+
+/// What a Llama-descended family settles itself; [`descended`] reads the rest, the same way
+/// for all of them.
+pub(super) struct Descended {
+    pub architecture: Architecture,
+    pub sliding_layers: Vec<bool>,
+    pub sliding_window: i32,
+    /// Full-attention and sliding layers' rope.
+    pub ropes: (RopeSpec, RopeSpec),
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    /// The family class's `tie_word_embeddings` and `max_position_embeddings` defaults.
+    pub tie_default: bool,
+    pub max_positions_default: i32,
+    pub ignored_config_keys: Vec<String>,
+}
+
+/// The configuration of a Llama-descended family: SwiGLU, `head_dim^-½` scores, no soft-cap.
+pub(super) fn descended(hf: &HfObject<'_>, own: Descended) -> Result<CausalConfig, ConfigError> {
     let shape = Shape::read(hf)?;
+    let (rope, rope_local) = own.ropes;
     let config = CausalConfig {
-        architecture: Architecture::Llama,
+        architecture: own.architecture,
         vocab_size: hf.int("vocab_size")?,
         hidden_size: shape.hidden_size,
         intermediate_size: hf.int("intermediate_size")?,
@@ -84,16 +126,16 @@ pub fn config_from_hf(
         rms_norm_eps: hf.float_or("rms_norm_eps", 1e-6)? as f32,
         rope,
         rope_local,
-        sliding_layers: vec![window.is_some(); shape.num_layers.max(0) as usize],
-        sliding_window: window.unwrap_or(0),
+        sliding_layers: own.sliding_layers,
+        sliding_window: own.sliding_window,
         attention_scale: (shape.head_dim as f32).powf(-0.5),
         activation: hf.activation("hidden_act", "silu", &[("silu", Activation::Silu)])?,
-        tie_word_embeddings: hf.bool_or("tie_word_embeddings", false)?,
+        tie_word_embeddings: hf.bool_or("tie_word_embeddings", own.tie_default)?,
         final_logit_softcapping: None,
-        max_position_embeddings: hf.max_positions(2_048)?,
-        qkv_bias: bias,
-        o_bias: bias,
-        ignored_config_keys,
+        max_position_embeddings: hf.max_positions(own.max_positions_default)?,
+        qkv_bias: own.qkv_bias,
+        o_bias: own.o_bias,
+        ignored_config_keys: own.ignored_config_keys,
     };
     config.validate().map_err(ConfigError::Inconsistent)?;
     Ok(config)

@@ -3,34 +3,26 @@
 //! `max_window_layers` on (`use_sliding_window`; off in every published Qwen2.5 instruct model).
 //! What is the family's own is the reading of its `config.json`.
 
-use super::config::{
-    hf_ropes, layer_types, Activation, Architecture, CausalConfig, ConfigError, HfObject,
-};
+use super::config::{hf_ropes, layer_types, Architecture, CausalConfig, ConfigError, HfObject};
 use super::keys::{audit, check_quantization_config, HF_HARMLESS};
-use super::llama::Shape;
+use super::llama::{descended, Descended};
 
-/// The keys of a Qwen2 or Qwen3 config this reader honours.
-pub(super) const HONOURED: &[&str] = &[
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "max_position_embeddings",
-    "tie_word_embeddings",
-    "hidden_act",
-    "attention_bias",
+/// The keys Qwen2 and Qwen3 configs have beside Llama's ([`super::llama::SHARED_KEYS`]).
+pub(super) const OWN_KEYS: &[&str] = &[
     "use_sliding_window",
     "sliding_window",
     "max_window_layers",
     "layer_types",
 ];
+
+/// Every key a Qwen2 or Qwen3 reader honours.
+pub(super) fn honoured() -> Vec<&'static str> {
+    super::llama::SHARED_KEYS
+        .iter()
+        .chain(OWN_KEYS)
+        .copied()
+        .collect()
+}
 
 /// Which Qwen layers slide and over how much, as transformers' Qwen2/Qwen3 configs derive it:
 /// `layer_types` where given, else the layers from `max_window_layers` on when
@@ -59,7 +51,14 @@ pub(super) fn sliding(hf: &HfObject<'_>, num_layers: i32) -> Result<(Vec<bool>, 
 
 /// The config of a `model_type: qwen2` object.
 pub fn config_from_hf(hf: &HfObject<'_>, ignored: &[String]) -> Result<CausalConfig, ConfigError> {
-    let ignored_config_keys = audit(hf.map, "qwen2", hf.prefix, HONOURED, HF_HARMLESS, ignored)?;
+    let ignored_config_keys = audit(
+        hf.map,
+        "qwen2",
+        hf.prefix,
+        &honoured(),
+        HF_HARMLESS,
+        ignored,
+    )?;
     check_quantization_config(hf.map)?;
     // Qwen2's q/k/v biases are unconditional; transformers has no switch for them and none for
     // the output projection.
@@ -72,32 +71,19 @@ pub fn config_from_hf(hf: &HfObject<'_>, ignored: &[String]) -> Result<CausalCon
             });
         }
     }
-    let shape = Shape::read(hf)?;
-    let (rope, rope_local) = hf_ropes(hf, 10_000.0, None)?;
-    let (sliding_layers, sliding_window) = sliding(hf, shape.num_layers)?;
-    let config = CausalConfig {
-        architecture: Architecture::Qwen2,
-        vocab_size: hf.int("vocab_size")?,
-        hidden_size: shape.hidden_size,
-        intermediate_size: hf.int("intermediate_size")?,
-        num_layers: shape.num_layers,
-        num_heads: shape.num_heads,
-        num_kv_heads: shape.num_kv_heads,
-        head_dim: shape.head_dim,
-        rms_norm_eps: hf.float_or("rms_norm_eps", 1e-6)? as f32,
-        rope,
-        rope_local,
-        sliding_layers,
-        sliding_window,
-        attention_scale: (shape.head_dim as f32).powf(-0.5),
-        activation: hf.activation("hidden_act", "silu", &[("silu", Activation::Silu)])?,
-        tie_word_embeddings: hf.bool_or("tie_word_embeddings", false)?,
-        final_logit_softcapping: None,
-        max_position_embeddings: hf.max_positions(32_768)?,
-        qkv_bias: true,
-        o_bias: false,
-        ignored_config_keys,
-    };
-    config.validate().map_err(ConfigError::Inconsistent)?;
-    Ok(config)
+    let (sliding_layers, sliding_window) = sliding(hf, hf.int("num_hidden_layers")?)?;
+    descended(
+        hf,
+        Descended {
+            architecture: Architecture::Qwen2,
+            sliding_layers,
+            sliding_window,
+            ropes: hf_ropes(hf, 10_000.0, None)?,
+            qkv_bias: true,
+            o_bias: false,
+            tie_default: false,
+            max_positions_default: 32_768,
+            ignored_config_keys,
+        },
+    )
 }

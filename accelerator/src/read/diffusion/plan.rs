@@ -156,7 +156,8 @@ impl<T: ReadTokenizer> Planner<T> {
     pub fn question_limits(&self) -> QuestionLimits {
         QuestionLimits {
             max_choice_options: self.choice_labels.len(),
-            ..QuestionLimits::default()
+            // The reference read (djev) labels scores of up to TypeSafe's usual ten levels.
+            max_score_levels: 10,
         }
         .min(QuestionLimits::default())
     }

@@ -11,6 +11,7 @@
 //!   (`tokenizers` with llama.cpp's pre-tokenizer regexes) or SentencePiece ([`spm`]), after
 //!   the split at special tokens ([`special`]).
 
+pub mod builtin;
 mod error;
 mod gguf;
 mod hf;
@@ -152,6 +153,45 @@ impl ChatTokenizer {
             bos,
             eos: extras.eos,
         })
+    }
+
+    /// The same tokenizer with the chat template the user gave (`--chat-template`): a built-in
+    /// name ([`builtin`]; the tokenizer must have its markers as tokens) or a Jinja file's path.
+    /// It replaces the checkpoint's own, as llama.cpp's `--chat-template` does.
+    pub fn with_template(mut self, given: &str) -> Result<ChatTokenizer, ChatTokenizerError> {
+        let (source, origin) = match builtin::builtin(given) {
+            Some(b) => {
+                if let Some(missing) = b.markers.iter().find(|m| self.token_to_id(m).is_none()) {
+                    return Err(ChatTokenizerError::Template {
+                        origin: format!("built-in template {}", b.name),
+                        why: format!(
+                            "{} has no token {missing}, which the template writes; choose the \
+                             family's template ({}) or give a Jinja file",
+                            self.origin,
+                            builtin::names()
+                        ),
+                    });
+                }
+                (
+                    b.source.to_string(),
+                    format!("built-in template {}", b.name),
+                )
+            }
+            None => {
+                let path = Path::new(given);
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| ChatTokenizerError::Template {
+                        origin: given.to_string(),
+                        why: format!(
+                            "neither a built-in template ({}) nor a readable Jinja file: {e}",
+                            builtin::names()
+                        ),
+                    })?;
+                (text, path.display().to_string())
+            }
+        };
+        self.template = compile(Some(&source), &origin)?;
+        Ok(self)
     }
 
     /// Ids of `text`: special tokens written in it are recognised, nothing is added (no BOS).

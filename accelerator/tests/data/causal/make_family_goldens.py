@@ -10,8 +10,10 @@
                      (`rope_parameters`, `layer_types`: AutoConfig round trip) and every other
                      file a symbolic link to the original folder's: tests/causal_model.rs holds
                      them to the original folder's goldens.
-* family-goldens.json: cases as goldens.json has them, for tiny-qwen2, tiny-qwen2.q8_0.gguf and
-  tiny-mistral.
+* tiny-llama3-tied.q8_0.gguf: make_goldens.py's tiny-llama3-tied as llama.cpp's converter writes
+  a llama3-scaled model (the adjustment as a `rope_freqs` tensor; reference: mlx_lm)
+* family-goldens.json: cases as goldens.json has them, for tiny-qwen2, tiny-qwen2.q8_0.gguf,
+  tiny-mistral and tiny-llama3-tied.q8_0.gguf.
 
 Reference: a float64 numpy forward written to transformers' semantics (this file's `forward`:
 biases, yarn as transformers' `_compute_yarn_parameters` computes it, Mistral's window on every
@@ -198,7 +200,7 @@ def forward(cfg: dict, weights: dict, tokens) -> np.ndarray:
     return (x @ head.T)[-1]
 
 
-def write_qwen2_gguf(path: Path, cfg: dict, weights: dict, tok_fields):
+def write_qwen2_gguf(path: Path, cfg: dict, weights: dict, tok_fields, extra=None):
     """llama.cpp's Qwen2Model conversion: no q/k permutation, biases as `.bias` tensors, yarn
     as rope.scaling.{type,factor,original_context_length}; Q8_0 for 2-D tensors."""
     arch = gguf.MODEL_ARCH.QWEN2
@@ -215,11 +217,19 @@ def write_qwen2_gguf(path: Path, cfg: dict, weights: dict, tok_fields):
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     rs = cfg["rope_scaling"]
-    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    if extra and "rope.scaling.type" in extra:
+        w.add_string("qwen2.rope.scaling.type", extra.pop("rope.scaling.type"))
+    else:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(rs["factor"])
     w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for key, value in (extra or {}).items():
+        if isinstance(value, str):
+            w.add_string(f"qwen2.{key}", value)
+        else:
+            w.add_float32(f"qwen2.{key}", value)
     tokens, toktypes, merges = tok_fields
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -254,6 +264,64 @@ def gguf_weights(path: Path, cfg: dict) -> dict:
     for t in gguf.GGUFReader(str(path)).tensors:
         data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
         out[reverse[t.name]] = data.reshape(tuple(int(x) for x in reversed(t.shape)))
+    return out
+
+
+def llama3_rope_factors(cfg: dict) -> np.ndarray:
+    """What llama.cpp's LlamaModel.generate_extra_tensors writes as `rope_freqs`: per rotary
+    pair, the factor the llama3 adjustment divides its frequency by."""
+    rs = cfg["rope_scaling"]
+    dim = head_dim(cfg)
+    freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / hi:
+            out.append(1.0)
+        elif wavelen > old / lo:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_llama3_gguf(path: Path, cfg: dict, weights: dict, tok_fields):
+    """make_goldens.py's llama GGUF (q8_0) plus the `rope_freqs` tensor llama.cpp's converter
+    adds for llama3 rope scaling (it writes no rope.scaling.* keys then)."""
+    original = base.hf_to_gguf_tensors
+    factors = llama3_rope_factors(cfg)
+
+    def with_factors(c, w):
+        tensors = original(c, w)
+        tensors["rope_freqs.weight"] = factors
+        return tensors
+
+    base.hf_to_gguf_tensors = with_factors
+    try:
+        plain = dict(cfg, rope_scaling=None)  # write_gguf adds scaling keys for linear only
+        base.write_gguf(path, plain, weights, "q8_0", tok_fields)
+    finally:
+        base.hf_to_gguf_tensors = original
+
+
+def llama_gguf_weights(path: Path, cfg: dict) -> dict:
+    nmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg["num_hidden_layers"])
+    reverse = {nmap.get_name(n, try_suffixes=(".weight",)): n for n in random_weights(cfg, 0)}
+    out = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        data = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
+        data = data.reshape(tuple(int(x) for x in reversed(t.shape)))
+        name = reverse[t.name]
+        if name.endswith("q_proj.weight"):
+            data = base.llama_unpermute(data, cfg["num_attention_heads"])
+        elif name.endswith("k_proj.weight"):
+            data = base.llama_unpermute(data, cfg["num_key_value_heads"])
+        out[name] = data
     return out
 
 
@@ -299,6 +367,15 @@ def main():
         if cfg["model_type"] == "qwen2":
             path = HERE / "tiny-qwen2.q8_0.gguf"
             write_qwen2_gguf(path, cfg, weights, tok_fields)
+            # Files that must be refused by name (tests/causal_model.rs): a key llama.cpp's
+            # qwen2 does not have, a rope type Hunch does not implement, and a decision model.
+            refused = HERE / "refused"
+            refused.mkdir(exist_ok=True)
+            for fname, extra in (("unknown-key", {"attention.zoom": 2.0}),
+                                 ("longrope", {"rope.scaling.type": "longrope"}),
+                                 ("decision", {"decision.type": "openjev"})):
+                write_qwen2_gguf(refused / f"tiny-qwen2.{fname}.gguf", cfg, weights, tok_fields,
+                                 dict(extra))
             deq = gguf_weights(path, cfg)
             for toks in seqs:
                 cases.append(base.case(path.name, toks,
@@ -311,6 +388,16 @@ def main():
     for name, w in worst.items():
         print(f"{name}: numpy f64 vs mlx_lm f32 max |diff| {w:.2e}")
         assert w < 1e-4, (name, w)
+    # Llama 3's scaled rope as llama.cpp writes it (rope_freqs), with make_goldens.py's weights
+    # of tiny-llama3-tied; the reference is mlx_lm on the dequantised weights under the HF
+    # config's llama3 scaling.
+    cfg = base.llama_config(True, base.LLAMA3_SCALING)
+    weights = base.random_weights(cfg, 1002)
+    path = HERE / "tiny-llama3-tied.q8_0.gguf"
+    write_llama3_gguf(path, cfg, weights, tok_fields)
+    model = base.model_from_weights(cfg, llama_gguf_weights(path, cfg))
+    for toks in base.token_sequences(2001):
+        cases.append(base.case(path.name, toks, base.last_logits(model, toks)))
     for src in ("tiny-qwen3", "tiny-llama3-tied", "tiny-gemma3", "tiny-qwen3-mlx8"):
         transformers5_copy(src)
     golden = {

@@ -278,11 +278,11 @@ fn option_and_level_limits() {
         ),
         vec![("body.questions.q.criteria".into(), "too_long".into())]
     );
-    let levels: Vec<String> = (0..10).map(|i| format!("level {i}")).collect();
+    let levels: Vec<String> = (0..50).map(|i| format!("level {i}")).collect();
     ok(
         json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": levels}}}),
     );
-    let levels: Vec<String> = (0..11).map(|i| format!("level {i}")).collect();
+    let levels: Vec<String> = (0..51).map(|i| format!("level {i}")).collect();
     assert_eq!(
         rejected(
             json!({"model": "m", "state": "s", "questions": {"q": {"type": "score", "criteria": levels}}})

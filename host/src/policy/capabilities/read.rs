@@ -581,7 +581,7 @@ mod tests {
                 description: None,
             })
             .collect();
-        let levels: Vec<String> = (0..11).map(|i| i.to_string()).collect();
+        let levels: Vec<String> = (0..51).map(|i| i.to_string()).collect();
         let out = c
             .read_sets(vec![
                 set(vec![

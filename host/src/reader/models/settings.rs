@@ -14,6 +14,8 @@
 //! draws = 4                 # noise draws per read, when a request does not say (x_draws)
 //! ignore_config_keys = ["some_key"]  # config keys known harmless (the sidecar's
 //!                           # --ignore-config-key; docs/models.md, "Configs")
+//! chat_template = "chatml"  # a chat model's template where its checkpoint has none
+//!                           # (built-in chatml, llama3, gemma, or a Jinja file's path)
 //! ```
 //!
 //! One file per directory rather than one beside each model: a model may be a single `.gguf`
@@ -71,6 +73,9 @@ pub struct ModelSettings {
     /// Config keys (config.json or GGUF metadata) the user knows do not change the model,
     /// which its load would otherwise refuse as unknown.
     pub ignore_config_keys: Vec<String>,
+    /// The chat template a chat model is read with instead of its own (the sidecar's
+    /// `--chat-template`: a built-in name or a Jinja file's path).
+    pub chat_template: Option<String>,
 }
 
 /// A key of a model's settings that could not be taken.
@@ -89,7 +94,7 @@ fn field(key: &str, message: impl Into<String>) -> FieldError {
 }
 
 /// The keys a model's table may hold.
-pub const KEYS: [&str; 9] = [
+pub const KEYS: [&str; 10] = [
     "aliases",
     "pinned",
     "ttl",
@@ -99,6 +104,7 @@ pub const KEYS: [&str; 9] = [
     "questions",
     "draws",
     "ignore_config_keys",
+    "chat_template",
 ];
 
 impl ModelSettings {
@@ -129,6 +135,17 @@ impl ModelSettings {
                 }
                 "sidecar_args" => s.sidecar_args = strings(key, value)?,
                 "ignore_config_keys" => s.ignore_config_keys = strings(key, value)?,
+                "chat_template" => {
+                    s.chat_template = Some(
+                        value
+                            .as_str()
+                            .filter(|t| !t.is_empty())
+                            .ok_or_else(|| {
+                                field(key, "expected a built-in template's name or a file's path")
+                            })?
+                            .to_string(),
+                    )
+                }
                 "questions" => {
                     s.questions = Some(
                         value
@@ -214,6 +231,9 @@ impl ModelSettings {
                 self.ignore_config_keys.clone().into(),
             );
         }
+        if let Some(t) = &self.chat_template {
+            out.insert("chat_template".into(), t.clone().into());
+        }
         Value::Object(out)
     }
 
@@ -266,6 +286,10 @@ impl ModelSettings {
         for key in &self.ignore_config_keys {
             out.push("--ignore-config-key".into());
             out.push(key.clone());
+        }
+        if let Some(t) = &self.chat_template {
+            out.push("--chat-template".into());
+            out.push(t.clone());
         }
         out
     }
@@ -466,6 +490,7 @@ sidecar_args = ["--canvas-cap", "32"]
 questions = "joint"
 draws = 4
 ignore_config_keys = ["attn_zoom"]
+chat_template = "chatml"
 
 [models.small]
 ttl = 90
@@ -484,6 +509,7 @@ ttl = 90
                 questions: Some(QuestionMode::Joint),
                 draws: Some(4),
                 ignore_config_keys: vec!["attn_zoom".into()],
+                chat_template: Some("chatml".into()),
             }
         );
         assert_eq!(

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::tokenizer::tiny::tiny_tokenizer;
 use crate::tokenizer::{render_chat, Tokenizer};
