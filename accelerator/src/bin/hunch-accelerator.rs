@@ -126,6 +126,12 @@ struct ServeArgs {
     /// llama.cpp rounds them; probabilities ~1e-2 off on SmolLM2).
     #[arg(long, env = "HUNCH_ACTIVATION_BITS", default_value = "16")]
     activation_bits: hunch_accelerator::model::causal::cpu::kernels::quant::Precision,
+    /// The copy of the integer products for quantised chat weights: `auto` (the best this CPU
+    /// runs, detected at start) or one of `portable`, `avx2`, `avxvnni`, `avx512vnni`, `neon`,
+    /// `dotprod`, `i8mm` (all give the same bits); one this CPU cannot run stops the start,
+    /// naming the CPU's features. `portable` keeps the float kernels portable too.
+    #[arg(long, env = "HUNCH_CPU_ISA", default_value = "auto")]
+    cpu_isa: String,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -218,11 +224,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             return Err(format!("{flag} must be at least 1"));
         }
     }
-    // The integer products' copy, chosen once per process: a `HUNCH_CPU_ISA` this CPU cannot
-    // run (or that names none) stops the start here, naming the CPU's features, rather than
-    // serving on another copy than the one asked for (docs/logit-read.md, "Kernels").
-    let quant_isa = hunch_accelerator::model::causal::cpu::kernels::quant::configured()
-        .map_err(|e| e.to_string())?;
+    // The integer products' copy, chosen once per process before any kernel runs: one this CPU
+    // cannot run (or a name of none) stops the start here, naming the CPU's features, rather
+    // than serving on another copy than the one asked for (docs/logit-read.md, "Kernels").
+    let quant_isa =
+        hunch_accelerator::model::causal::cpu::kernels::quant::configure(Some(&args.cpu_isa))
+            .map_err(|e| e.to_string())?;
     tracing::info!(isa = %quant_isa, "instruction set of the integer products");
     // Before any MLX work: the BLAS is chosen once per process.
     let blas = select_blas(args.blas).map_err(|e| e.to_string())?;

@@ -145,28 +145,43 @@ pub fn cpu_features() -> Vec<&'static str> {
     found
 }
 
-/// Why `HUNCH_CPU_ISA` cannot be honoured.
+/// Why a requested copy cannot be honoured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IsaError {
     /// The value asked for, as given.
     pub value: String,
-    /// Whether it names a copy at all (else this CPU lacks it).
-    pub known: bool,
+    pub problem: IsaProblem,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IsaProblem {
+    /// It names no copy.
+    Unknown,
+    /// This CPU cannot run the copy it names.
+    Lacking,
+    /// This process already runs another copy (chosen before [`configure`] was called).
+    AlreadyChosen(QuantIsa),
 }
 
 impl fmt::Display for IsaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let names: Vec<&str> = ALL.iter().map(|i| i.flag()).collect();
         let runs: Vec<&str> = available().iter().map(|i| i.flag()).collect();
-        if self.known {
-            write!(f, "{ISA_VARIABLE}={:?}: this CPU cannot run it", self.value)?;
-        } else {
-            write!(
+        match self.problem {
+            IsaProblem::Lacking => write!(f, "{}: this CPU cannot run it", Asked(&self.value))?,
+            IsaProblem::Unknown => write!(
                 f,
-                "{ISA_VARIABLE}={:?} is not an instruction set; use one of {}",
-                self.value,
+                "{} names none; use auto or one of {}",
+                Asked(&self.value),
                 names.join(", ")
-            )?;
+            )?,
+            IsaProblem::AlreadyChosen(running) => {
+                return write!(
+                    f,
+                    "{} asked for after the integer products chose {running}",
+                    Asked(&self.value)
+                )
+            }
         }
         write!(
             f,
@@ -179,34 +194,52 @@ impl fmt::Display for IsaError {
 
 impl std::error::Error for IsaError {}
 
-/// The copy `wanted` names (a [`QuantIsa::flag`], any case; empty or absent: the best this
-/// CPU runs), or why not.
+/// A value as the messages quote it, with where it comes from.
+struct Asked<'a>(&'a str);
+
+impl fmt::Display for Asked<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "instruction set {:?} (--cpu-isa, {ISA_VARIABLE})",
+            self.0
+        )
+    }
+}
+
+/// The copy `wanted` names (a [`QuantIsa::flag`], any case; `auto`, empty or absent: the best
+/// this CPU runs), or why not.
 pub fn choose(wanted: Option<&str>) -> Result<QuantIsa, IsaError> {
     let best = *available().last().unwrap_or(&QuantIsa::Portable);
-    let Some(value) = wanted.map(str::trim).filter(|v| !v.is_empty()) else {
+    let Some(value) = wanted
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && !v.eq_ignore_ascii_case("auto"))
+    else {
         return Ok(best);
     };
     let lower = value.to_ascii_lowercase();
+    let error = |problem| IsaError {
+        value: value.to_owned(),
+        problem,
+    };
     let isa = ALL
         .into_iter()
         .find(|i| i.flag() == lower)
-        .ok_or_else(|| IsaError {
-            value: value.to_owned(),
-            known: false,
-        })?;
+        .ok_or_else(|| error(IsaProblem::Unknown))?;
     if !isa.detected() {
-        return Err(IsaError {
-            value: value.to_owned(),
-            known: true,
-        });
+        return Err(error(IsaProblem::Lacking));
     }
     Ok(isa)
 }
 
-/// The copy this process runs: [`choose`] of `HUNCH_CPU_ISA`, read once. A process that serves
-/// products calls it at start and stops on an error (the sidecar does).
+/// The choice of this process, made once: by [`configure`], or else from `HUNCH_CPU_ISA` on
+/// first use.
+static CHOSEN: OnceLock<Result<QuantIsa, IsaError>> = OnceLock::new();
+
+/// The copy this process runs: [`configure`]'s choice, else [`choose`] of `HUNCH_CPU_ISA` (read
+/// once). A process that serves products calls it (or [`configure`]) at start and stops on an
+/// error (the sidecar does).
 pub fn configured() -> Result<QuantIsa, IsaError> {
-    static CHOSEN: OnceLock<Result<QuantIsa, IsaError>> = OnceLock::new();
     CHOSEN
         .get_or_init(|| {
             let value = std::env::var_os(ISA_VARIABLE).map(|v| v.to_string_lossy().into_owned());
@@ -215,8 +248,23 @@ pub fn configured() -> Result<QuantIsa, IsaError> {
         .clone()
 }
 
-/// The integer products' copy in this process ([`configured`]); where `HUNCH_CPU_ISA` is not
-/// one this CPU runs, the portable copy (correct everywhere; the sidecar refuses to start
+/// Chooses the copy this process runs from `wanted` rather than the environment (the sidecar's
+/// `--cpu-isa`, whose default is `HUNCH_CPU_ISA`), before any product. An error where `wanted`
+/// cannot be run, or where another copy was chosen already.
+pub fn configure(wanted: Option<&str>) -> Result<QuantIsa, IsaError> {
+    let asked = choose(wanted);
+    let kept = CHOSEN.get_or_init(|| asked.clone()).clone();
+    match (asked, kept) {
+        (Ok(asked), Ok(kept)) if asked != kept => Err(IsaError {
+            value: wanted.unwrap_or_default().to_owned(),
+            problem: IsaProblem::AlreadyChosen(kept),
+        }),
+        (asked, _) => asked,
+    }
+}
+
+/// The integer products' copy in this process ([`configured`]); where the copy asked for is
+/// not one this CPU runs, the portable copy (correct everywhere; the sidecar refuses to start
 /// before it gets here).
 pub fn quant_isa() -> QuantIsa {
     configured().unwrap_or(QuantIsa::Portable)

@@ -46,7 +46,10 @@ mod tests;
 mod weights;
 
 pub use activations::{Precision, QuantizedRows};
-pub use isa::{available, configured, cpu_features, quant_isa, IsaError, QuantIsa, ISA_VARIABLE};
+pub use isa::{
+    available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
+    ISA_VARIABLE,
+};
 pub use weights::PackedWeight;
 
 use std::fmt;

@@ -426,12 +426,13 @@ fn an_isa_is_chosen_by_name_and_one_this_cpu_lacks_is_an_error() {
     let best = *available().last().expect("the portable copy at least");
     assert_eq!(isa::choose(None), Ok(best));
     assert_eq!(isa::choose(Some("")), Ok(best));
+    assert_eq!(isa::choose(Some("Auto")), Ok(best));
     assert_eq!(isa::choose(Some("portable")), Ok(QuantIsa::Portable));
     for &isa in available() {
         assert_eq!(isa::choose(Some(&isa.flag().to_uppercase())), Ok(isa));
     }
     let unknown = isa::choose(Some("avx1024")).expect_err("not a copy");
-    assert!(!unknown.known);
+    assert_eq!(unknown.problem, IsaProblem::Unknown);
     let message = unknown.to_string();
     assert!(
         message.contains("\"avx1024\"") && message.contains("i8mm"),
@@ -444,7 +445,7 @@ fn an_isa_is_chosen_by_name_and_one_this_cpu_lacks_is_an_error() {
         "avx2"
     };
     let lacking = isa::choose(Some(foreign)).expect_err("another architecture's");
-    assert!(lacking.known);
+    assert_eq!(lacking.problem, IsaProblem::Lacking);
     let message = lacking.to_string();
     assert!(
         message.contains(foreign) && message.contains("cannot run"),
@@ -452,6 +453,15 @@ fn an_isa_is_chosen_by_name_and_one_this_cpu_lacks_is_an_error() {
     );
     for feature in cpu_features() {
         assert!(message.contains(feature), "{message} names {feature}");
+    }
+    // This process's copy is chosen once: asking for it again is fine, for another an error.
+    let running = quant_isa();
+    assert_eq!(configure(Some(running.flag())), Ok(running));
+    if running != QuantIsa::Portable {
+        assert_eq!(
+            configure(Some("portable")).map_err(|e| e.problem),
+            Err(IsaProblem::AlreadyChosen(running))
+        );
     }
     assert!(matches!(
         matmul_with(
