@@ -13,6 +13,14 @@ fi
 # `fault-injection` builds the sidecar with the engine-thread panic the supervisor test injects;
 # no other build has it.
 cargo test --workspace --features hunch-accelerator/fault-injection
+# The integer kernels' aarch64 copies (NEON, dotprod, i8mm) under QEMU, each as the copy the
+# emulated CPU detects (about half a minute warm; installs the cross linker and qemu-user from
+# apt on first use). HUNCH_TEST_SKIP=aarch64 leaves them out on purpose.
+if [[ ",${HUNCH_TEST_SKIP:-}," == *",aarch64,"* ]]; then
+  echo "SKIPPED on purpose (HUNCH_TEST_SKIP lists aarch64): the kernels' aarch64 copies"
+else
+  scripts/test-aarch64.sh
+fi
 # The GPU pack's fat-binary pruner on a synthetic library (seconds; tests/gpu/imitation.sh, the
 # packed GPU check in a container, is too heavy for CI: docs/mlx-on-linux.md).
 python3 tests/gpu/test_prune_fatbin.py

@@ -3,7 +3,8 @@
 //! within float32 rounding, over prompts of several chunks (chunks of 8, so Gemma 3's sliding
 //! window of 8 cuts across chunks); restored chunks giving the same bits as recomputed ones,
 //! through the model and through the engine's prefix cache; and the choice itself (`auto`
-//! takes the native path for float32, narrow and, with AVX-512 VNNI, quantised weights).
+//! takes the native path for float32, narrow and, with a SIMD copy of the integer products,
+//! quantised weights); and every copy of the integer products giving the same bits.
 
 use std::path::{Path, PathBuf};
 
@@ -223,7 +224,7 @@ fn prompts_split_anywhere_on_the_integer_products_give_the_same_bits() {
     for name in ["tiny-llama.q4_1.gguf", "tiny-gemma3.q4_0.gguf"] {
         let lm = load_as(name, AffineWeights::Quantized, CausalKernels::Native);
         if !lm.splits_anywhere() {
-            // No AVX-512 VNNI here: the integer products run only when forced, as in
+            // No SIMD integer products here: they run only when forced, as in
             // `restored_chunks_give_the_same_bits_on_the_native_path`.
             assert!(!hunch_accelerator::model::causal::cpu::kernels::quant::fast());
             continue;
@@ -394,4 +395,69 @@ fn the_engine_answers_the_same_bits_from_its_cache_on_the_native_path() {
         .expect("loads");
         assert!(mlx.info().expect("info").fingerprint.contains("/mlx/"));
     }
+}
+
+/// Set in the child processes of [`every_integer_copy_gives_the_same_bits_through_the_model`].
+const CHILD: &str = "HUNCH_TEST_ISA_CHILD";
+
+/// The integer products' copy is chosen once per process (`HUNCH_CPU_ISA`, read once), so each
+/// copy this CPU runs reads a quantised checkpoint in a child process of this test binary,
+/// capped to that copy: the model's kernels name the copy, and every SIMD copy gives the same
+/// bits of the whole head (`portable` also keeps the float kernels portable, whose last bits
+/// differ, so it is only checked to name itself).
+#[test]
+fn every_integer_copy_gives_the_same_bits_through_the_model() {
+    use hunch_accelerator::model::causal::cpu::kernels::quant;
+    if std::env::var_os(CHILD).is_some() {
+        let lm = load_as(
+            "tiny-llama.q8_0.gguf",
+            AffineWeights::Quantized,
+            CausalKernels::Native,
+        );
+        let (_, hidden) = lm.prefill(&prompt(29, 3), 8).expect("prefill");
+        let logits = lm.all_logits(&hidden).expect("logits");
+        let digest = logits.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+            (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        println!("isa-child {} {digest:016x}", lm.kernels_name());
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut digests = Vec::new();
+    for isa in quant::available() {
+        let run = std::process::Command::new(&exe)
+            .args([
+                "every_integer_copy_gives_the_same_bits_through_the_model",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env(quant::ISA_VARIABLE, isa.flag())
+            .output()
+            .expect("runs the test binary");
+        let out = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{isa}: {out}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let line = out
+            .lines()
+            // The harness prints the test's name on the same line.
+            .find_map(|l| l.split_once("isa-child ").map(|(_, rest)| rest))
+            .unwrap_or_else(|| panic!("{isa}: no result in {out}"));
+        let (name, digest) = line.split_once(' ').expect("name and digest");
+        assert!(name.contains(&format!("+{}-", isa.name())), "{isa}: {name}");
+        eprintln!("{isa}: {name} {digest}");
+        if *isa == quant::QuantIsa::Portable {
+            assert!(name.starts_with("native-portable+"), "{name}");
+        } else {
+            digests.push((*isa, digest.to_owned()));
+        }
+    }
+    assert!(
+        digests.windows(2).all(|w| w[0].1 == w[1].1),
+        "copies disagree: {digests:?}"
+    );
 }

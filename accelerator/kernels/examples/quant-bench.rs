@@ -1,15 +1,18 @@
-//! `quant-bench`: the integer products' throughput on this machine, against the port bound of
-//! `vpdpbusd` measured in the same run (a loop of independent register-only `vpdpbusd`s), so the
-//! printed fraction says how far the kernel is from the instruction's peak whatever the clock
-//! (docs/benchmarks.md, "Integer products").
+//! `quant-bench`: the integer products' throughput on this machine for every copy of the kernel
+//! this CPU runs (AVX-512 VNNI, AVX-VNNI, AVX2; NEON, dotprod, i8mm), each against the best one
+//! (AVX-512 VNNI where present) in the same run, and against the port bound of `vpdpbusd`
+//! measured in the same run (a loop of independent register-only `vpdpbusd`s), so the printed
+//! ratios hold whatever the clock (docs/benchmarks.md, "Integer products").
 //!
 //!     cargo run --release -p hunch-kernels --example quant-bench [-- --rows 128 --reps 5]
 //!
-//! Shapes are a 1B Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down.
+//! `--portable 1` adds the portable copy (one scalar at a time: minutes). Shapes are a 1B
+//! Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down; 4-bit codes, and the
+//! q/o shape again with 8-bit codes (which AVX2 splits in two).
 
 use std::time::Instant;
 
-use hunch_kernels::quant::{self, PackedWeight, Precision, QuantizedRows};
+use hunch_kernels::quant::{self, PackedWeight, Precision, QuantIsa, QuantizedRows};
 
 /// A deterministic stream of values in [-1, 1) (xorshift), so runs are comparable.
 struct Values(u64);
@@ -26,6 +29,7 @@ impl Values {
 fn main() {
     let mut rows = 128usize;
     let mut reps = 5usize;
+    let mut portable = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value: usize = args
@@ -35,14 +39,23 @@ fn main() {
         match flag.as_str() {
             "--rows" => rows = value,
             "--reps" => reps = value,
+            "--portable" => portable = value != 0,
             other => panic!("unknown flag {other}"),
         }
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let copies: Vec<QuantIsa> = quant::available()
+        .iter()
+        .rev()
+        .copied()
+        .filter(|&isa| portable || isa != QuantIsa::Portable)
+        .collect();
+    let names: Vec<&str> = copies.iter().map(|i| i.flag()).collect();
     println!(
-        "machine: {}, {threads} threads; kernels {:?}",
+        "machine: {}, {threads} threads; copies {} (ratios against {})",
         cpu_name(),
-        quant::quant_isa()
+        names.join(", "),
+        names[0]
     );
     let peak = peak_products_per_second(threads);
     println!(
@@ -51,11 +64,12 @@ fn main() {
         peak * 64.0 / 1e9
     );
     let mut values = Values(0x9E37_79B9_7F4A_7C15);
-    for (name, out, input) in [
-        ("q/o 2048x2048", 2048, 2048),
-        ("small 2048x256", 2048, 256),
-        ("gate/up 8192x2048", 8192, 2048),
-        ("down 2048x8192", 2048, 8192),
+    for (name, out, input, bits) in [
+        ("q/o 2048x2048", 2048, 2048, 4),
+        ("small 2048x256", 2048, 256, 4),
+        ("gate/up 8192x2048", 8192, 2048, 4),
+        ("down 2048x8192", 2048, 8192, 4),
+        ("q/o 8-bit", 2048, 2048, 8),
     ] {
         let groups = input / 32;
         let scales: Vec<f32> = (0..out * groups)
@@ -64,8 +78,9 @@ fn main() {
         let biases: Vec<f32> = (0..out * groups)
             .map(|_| -0.08 + 0.001 * values.next())
             .collect();
+        let levels = (1u32 << bits) as f32;
         let codes: Vec<u8> = (0..out * input)
-            .map(|_| ((values.next() + 1.0) * 8.0) as u8 & 15)
+            .map(|_| ((values.next() + 1.0) * levels / 2.0).min(levels - 1.0) as u8)
             .collect();
         let w = PackedWeight::from_codes(
             |n, k| codes[n * input + k],
@@ -78,33 +93,45 @@ fn main() {
         let x: Vec<f32> = (0..rows * input).map(|_| values.next()).collect();
         let mut y = vec![0.0f32; rows * out];
         for precision in [Precision::Fine, Precision::Coarse] {
-            let mut q = QuantizedRows::default();
-            let mut best_product = f64::MAX;
-            let mut best_quantize = f64::MAX;
+            // The copies take turns within each repetition (best of `reps` each), so a slow
+            // spell of this noisy machine falls on all of them rather than on one.
+            let mut quantized: Vec<QuantizedRows> =
+                copies.iter().map(|_| Default::default()).collect();
+            let mut best_product = vec![f64::MAX; copies.len()];
+            let mut best_quantize = vec![f64::MAX; copies.len()];
             for _ in 0..reps {
-                let t = Instant::now();
-                q.quantize(&x, rows, precision).expect("quantize");
-                best_quantize = best_quantize.min(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                quant::matmul(&q, &w, &mut y).expect("matmul");
-                best_product = best_product.min(t.elapsed().as_secs_f64());
+                for (c, &isa) in copies.iter().enumerate() {
+                    let t = Instant::now();
+                    quantized[c]
+                        .quantize_with(isa, &x, rows, precision)
+                        .expect("quantize");
+                    best_quantize[c] = best_quantize[c].min(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    quant::matmul_with(isa, &quantized[c], &w, &mut y).expect("matmul");
+                    best_product[c] = best_product[c].min(t.elapsed().as_secs_f64());
+                }
             }
-            let macs = (rows * out * input) as f64;
-            let byte_products = macs
-                * if precision == Precision::Fine {
-                    2.0
-                } else {
-                    1.0
-                };
-            println!(
-                "{name:>18} a{:<2}: {:6.1} GMAC/s, {:4.0}% of the port bound; quantising the \
-                 input {:5.2} ms ({:4.1}% of the product's time)",
-                if precision == Precision::Fine { 16 } else { 8 },
-                macs / best_product / 1e9,
-                100.0 * byte_products / 64.0 / best_product / peak,
-                best_quantize * 1e3,
-                100.0 * best_quantize / best_product,
-            );
+            for (c, &isa) in copies.iter().enumerate() {
+                let macs = (rows * out * input) as f64;
+                let byte_products = macs
+                    * if precision == Precision::Fine {
+                        2.0
+                    } else {
+                        1.0
+                    };
+                println!(
+                    "{name:>18} a{:<2} {:>10}: {:6.1} GMAC/s, {:5.2}x {}'s rate, {:4.0}% of the \
+                     port bound; quantising the input {:5.2} ms ({:4.1}% of the product's time)",
+                    if precision == Precision::Fine { 16 } else { 8 },
+                    isa.flag(),
+                    macs / best_product[c] / 1e9,
+                    best_product[0] / best_product[c],
+                    names[0],
+                    100.0 * byte_products / 64.0 / best_product[c] / peak,
+                    best_quantize[c] * 1e3,
+                    100.0 * best_quantize[c] / best_product[c],
+                );
+            }
         }
     }
 }
@@ -123,14 +150,15 @@ fn cpu_name() -> String {
 
 /// `vpdpbusd`s per second on `threads` threads, from registers only (no loads): the
 /// instruction's port bound on this machine at its current clock.
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn peak_products_per_second(threads: usize) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if quant::quant_isa() == quant::QuantIsa::Avx512Vnni {
+    if quant::available().contains(&QuantIsa::Avx512Vnni) {
         const ROUNDS: usize = 20_000_000;
         let t = Instant::now();
         std::thread::scope(|scope| {
             for _ in 0..threads {
-                // SAFETY: quant_isa found AVX-512 F, BW and VNNI.
+                // SAFETY: `available` found AVX-512 F, BW and VNNI.
                 scope.spawn(|| std::hint::black_box(unsafe { register_products(ROUNDS) }));
             }
         });

@@ -38,10 +38,14 @@ impl Isa {
     }
 }
 
-/// The instruction set of this process, detected once.
+/// The instruction set of this process, detected once; `HUNCH_CPU_ISA=portable` (which also
+/// caps the integer products, [`quant::configured`]) keeps these kernels portable too.
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
+        if quant::configured() == Ok(quant::QuantIsa::Portable) {
+            return Isa::Portable;
+        }
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
             return Isa::Avx2Fma;

@@ -106,7 +106,8 @@ struct ServeArgs {
     memory_limit: Option<u64>,
     /// Chat models' affine-quantised weights (GGUF Q4_0/Q4_1/Q8_0, mlx-community 4/8-bit):
     /// `auto` keeps them quantised where the native kernels' integer products run them (a CPU
-    /// with AVX-512 VNNI, `--causal-kernels` auto or native), else widens them to dense float32
+    /// with AVX2, AVX-VNNI, AVX-512 VNNI or NEON, `--causal-kernels` auto or native; the copy
+    /// is detected at start, `HUNCH_CPU_ISA` picks another), else widens them to dense float32
     /// at load on the CPU when the model takes at most 6 GiB that way (MLX's CPU quantized
     /// products are scalar; float32 ones use the BLAS, 12x faster on SmolLM2) and keeps them
     /// quantised otherwise; `quantized` always keeps them; `dense` always widens.
@@ -114,7 +115,7 @@ struct ServeArgs {
     affine_weights: AffineWeights,
     /// What runs chat models' prompt chunks: `auto` runs them on the native CPU kernels
     /// (vectorised Rust; float32 products in the BLAS, bf16/f16 weights widened once, quantised
-    /// ones as integer products where the CPU has AVX-512 VNNI) when MLX's device is the CPU and
+    /// ones as integer products where the CPU has AVX2 or NEON at least) when MLX's device is the CPU and
     /// every projection qualifies, else on MLX; `mlx` always MLX; `native` the native kernels, or a failed load
     /// that says why not.
     #[arg(long, env = "HUNCH_CAUSAL_KERNELS", default_value = "auto")]
@@ -132,11 +133,17 @@ struct ServeArgs {
     #[arg(long, value_name = "NAME|PATH")]
     chat_template: Option<String>,
     /// Bits the native kernels' integer products keep of each input (chat models with
-    /// quantised weights on a CPU with AVX-512 VNNI): `16` (the default; label probabilities
+    /// quantised weights on a CPU with SIMD integer products): `16` (the default; label probabilities
     /// within ~1e-4 of a float32 read) or `8` (about twice as fast in the products, as
     /// llama.cpp rounds them; probabilities ~1e-2 off on SmolLM2).
     #[arg(long, env = "HUNCH_ACTIVATION_BITS", default_value = "16")]
     activation_bits: hunch_accelerator::model::causal::cpu::kernels::quant::Precision,
+    /// The copy of the integer products for quantised chat weights: `auto` (the best this CPU
+    /// runs, detected at start) or one of `portable`, `avx2`, `avxvnni`, `avx512vnni`, `neon`,
+    /// `dotprod`, `i8mm` (all give the same bits); one this CPU cannot run stops the start,
+    /// naming the CPU's features. `portable` keeps the float kernels portable too.
+    #[arg(long, env = "HUNCH_CPU_ISA", default_value = "auto")]
+    cpu_isa: String,
     /// Count the MLX operations each engine step builds and report them per read
     /// (`stats.operations`; walks every step's graph, for benchmarks).
     #[arg(long, env = "HUNCH_COUNT_OPS")]
@@ -229,6 +236,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             return Err(format!("{flag} must be at least 1"));
         }
     }
+    // The integer products' copy, chosen once per process before any kernel runs: one this CPU
+    // cannot run (or a name of none) stops the start here, naming the CPU's features, rather
+    // than serving on another copy than the one asked for (docs/logit-read.md, "Kernels").
+    let quant_isa =
+        hunch_accelerator::model::causal::cpu::kernels::quant::configure(Some(&args.cpu_isa))
+            .map_err(|e| e.to_string())?;
+    tracing::info!(isa = %quant_isa, "instruction set of the integer products");
     // Before any MLX work: the BLAS is chosen once per process.
     let blas = select_blas(args.blas).map_err(|e| e.to_string())?;
     tracing::info!(%blas, "BLAS for MLX's CPU matmuls");

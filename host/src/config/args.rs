@@ -60,6 +60,13 @@ pub struct ServeArgs {
     /// available. [env HUNCH_MEMORY_LIMIT, TOML `memory_limit`, as `"48G"` or bytes]
     #[arg(long, value_name = "SIZE")]
     pub memory_limit: Option<hunch_core::size::ByteSize>,
+    /// The copy of the integer products every sidecar this server starts runs quantised chat
+    /// weights on: `auto` (the best the CPU runs) or `portable`, `avx2`, `avxvnni`,
+    /// `avx512vnni`, `neon`, `dotprod`, `i8mm` (all give the same bits); one the CPU cannot run
+    /// stops the sidecar at start, naming the CPU's features. [env HUNCH_CPU_ISA, TOML
+    /// `cpu_isa`]
+    #[arg(long, value_name = "ISA")]
+    pub cpu_isa: Option<String>,
     /// Largest request body in bytes, compressed or decompressed (413 beyond). Default 8 MiB.
     /// [env HUNCH_MAX_BODY_BYTES, TOML `max_body_bytes`]
     #[arg(long)]

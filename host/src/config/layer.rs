@@ -40,6 +40,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("--sidecar-arg", "HUNCH_SIDECAR_ARGS", "sidecar_args"),
     ("--memory-limit", "HUNCH_MEMORY_LIMIT", "memory_limit"),
+    ("--cpu-isa", "HUNCH_CPU_ISA", "cpu_isa"),
     ("--models-dir", "HUNCH_MODELS_DIRS", "models_dirs"),
     ("--memory-budget", "HUNCH_MEMORY_BUDGET", "memory_budget"),
     ("--model-ttl", "HUNCH_MODEL_TTL", "model_ttl"),
@@ -139,6 +140,8 @@ pub struct Layer {
     pub sidecar_args: Option<Vec<String>>,
     /// `"48G"` or bytes.
     pub memory_limit: Option<hunch_core::size::ByteSize>,
+    /// The sidecars' `--cpu-isa`.
+    pub cpu_isa: Option<String>,
     pub models_dirs: Option<Vec<PathBuf>>,
     /// `"24G"` or bytes.
     pub memory_budget: Option<hunch_core::size::ByteSize>,
@@ -287,6 +290,7 @@ impl Layer {
             accelerator_bin: args.accelerator_bin.clone(),
             sidecar_args: given(&args.sidecar_args),
             memory_limit: args.memory_limit,
+            cpu_isa: args.cpu_isa.clone(),
             models_dirs: given(&args.model_budget.models_dirs),
             memory_budget: args.model_budget.memory_budget,
             model_ttl: args.model_budget.model_ttl,
@@ -398,6 +402,7 @@ impl Layer {
             sidecar_args: var("HUNCH_SIDECAR_ARGS")
                 .map(|v| v.split_whitespace().map(String::from).collect()),
             memory_limit: size("HUNCH_MEMORY_LIMIT", var("HUNCH_MEMORY_LIMIT"))?,
+            cpu_isa: var("HUNCH_CPU_ISA"),
             models_dirs: list("HUNCH_MODELS_DIRS")
                 .map(|dirs| dirs.into_iter().map(PathBuf::from).collect()),
             memory_budget: size("HUNCH_MEMORY_BUDGET", var("HUNCH_MEMORY_BUDGET"))?,
@@ -494,6 +499,7 @@ impl Layer {
             accelerator_bin,
             sidecar_args,
             memory_limit,
+            cpu_isa,
             models_dirs,
             memory_budget,
             model_ttl,

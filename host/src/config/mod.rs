@@ -71,6 +71,8 @@ pub struct Settings {
     pub sidecar_args: Vec<String>,
     /// `--memory-limit` in bytes, passed to every sidecar this server starts.
     pub memory_limit: Option<u64>,
+    /// `--cpu-isa`, passed to every sidecar this server starts (they check it).
+    pub cpu_isa: Option<String>,
     pub shutdown_grace: Duration,
     /// `--drain-delay`: unready but still serving, after SIGTERM.
     pub drain_delay: Duration,
@@ -334,6 +336,7 @@ impl Settings {
                 .unwrap_or_else(sidecar_next_to_this_executable),
             sidecar_args: layer.sidecar_args.unwrap_or_default(),
             memory_limit: layer.memory_limit.map(|size| size.0),
+            cpu_isa: layer.cpu_isa,
             shutdown_grace,
             drain_delay,
             fallback: Fallback::resolve(

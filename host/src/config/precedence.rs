@@ -126,6 +126,11 @@ const CASES: &[Case] = &[
         values: &[v("\"1G\"", "2G", &["--memory-limit", "3G"])],
     },
     Case {
+        flag: "--cpu-isa",
+        context: &[],
+        values: &[v("\"portable\"", "avx2", &["--cpu-isa", "neon"])],
+    },
+    Case {
         flag: "--models-dir",
         context: &[],
         values: &[v("[\"/f/m\"]", "/e/m", &["--models-dir", "/l/m"])],

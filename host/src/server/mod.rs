@@ -107,20 +107,28 @@ async fn models_to_serve(settings: &Settings) -> anyhow::Result<Vec<ModelSource>
     })
 }
 
-/// The arguments every sidecar this server starts gets after its own: `--memory-limit` when set,
-/// then the `--sidecar-arg`s. A `--sidecar-arg` that sets `--memory-limit` itself wins (the
-/// sidecar refuses a flag given twice, so ours is left out).
+/// The arguments every sidecar this server starts gets after its own: `--memory-limit` and
+/// `--cpu-isa` when set, then the `--sidecar-arg`s. A `--sidecar-arg` that sets one of them
+/// itself wins (the sidecar refuses a flag given twice, so ours is left out).
 fn sidecar_args(settings: &Settings) -> Vec<String> {
-    let explicit = settings
-        .sidecar_args
-        .iter()
-        .any(|arg| arg == "--memory-limit" || arg.starts_with("--memory-limit="));
+    let explicit = |flag: &str| {
+        settings
+            .sidecar_args
+            .iter()
+            .any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")))
+    };
     let limit = settings
         .memory_limit
-        .filter(|_| !explicit)
+        .filter(|_| !explicit("--memory-limit"))
         .map(|bytes| format!("--memory-limit={bytes}"));
+    let isa = settings
+        .cpu_isa
+        .as_ref()
+        .filter(|_| !explicit("--cpu-isa"))
+        .map(|isa| format!("--cpu-isa={isa}"));
     limit
         .into_iter()
+        .chain(isa)
         .chain(settings.sidecar_args.iter().cloned())
         .collect()
 }
@@ -504,5 +512,22 @@ mod tests {
         for explicit in [&["--memory-limit=2K"][..], &["--memory-limit", "2K"][..]] {
             assert_eq!(sidecar_args(&settings(Some("1K"), explicit)), explicit);
         }
+    }
+
+    #[test]
+    fn the_cpu_isa_goes_to_the_sidecar_unless_a_sidecar_arg_sets_it() {
+        let with_isa = |isa: &str, sidecar: &[&str]| {
+            let mut s = settings(Some("1K"), sidecar);
+            s.cpu_isa = Some(isa.to_owned());
+            sidecar_args(&s)
+        };
+        assert_eq!(
+            with_isa("avx2", &["--queue=2"]),
+            ["--memory-limit=1024", "--cpu-isa=avx2", "--queue=2"]
+        );
+        assert_eq!(
+            with_isa("avx2", &["--cpu-isa", "portable"]),
+            ["--memory-limit=1024", "--cpu-isa", "portable"]
+        );
     }
 }

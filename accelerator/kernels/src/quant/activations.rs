@@ -85,7 +85,20 @@ impl QuantizedRows {
         rows: usize,
         precision: Precision,
     ) -> Result<(), QuantError> {
-        self.quantize_on(x, rows, precision, super::fast_blocks())
+        self.quantize_with(super::quant_isa(), x, rows, precision)
+    }
+
+    /// [`QuantizedRows::quantize`] on the copy that goes with `isa` (for tests and benchmarks:
+    /// every copy gives the same bits); an error where this CPU cannot run it.
+    pub fn quantize_with(
+        &mut self,
+        isa: super::QuantIsa,
+        x: &[f32],
+        rows: usize,
+        precision: Precision,
+    ) -> Result<(), QuantError> {
+        let block = super::block_fn(isa).ok_or(QuantError::Isa(isa))?;
+        self.quantize_on(x, rows, precision, block)
     }
 
     /// [`QuantizedRows::quantize`], each block through `block`.
@@ -208,7 +221,7 @@ pub(super) type BlockFn =
     fn(&[f32; BLOCK], &mut [i8; BLOCK], Option<&mut [i8; BLOCK]>) -> (f32, f32);
 
 /// Adding 1.5 · 2^23 rounds a value of magnitude below 2^22 to an integer (ties to even)
-/// without a libm call; the AVX-512 copy does the same two operations.
+/// without a libm call; the SIMD copies do the same two operations.
 pub(super) const ROUND: f32 = 12_582_912.0;
 
 /// One block: `d = max|x| / 127`, `c = x / d` rounded to nearest (even); where `fine` is given,

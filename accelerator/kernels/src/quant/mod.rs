@@ -5,8 +5,12 @@
 //!
 //! - `weights`: [`PackedWeight`], the repacked weight;
 //! - `activations`: [`QuantizedRows`] at a [`Precision`] (16 or 8 bits);
-//! - `avx512`: the kernel; this file: the product, its split between threads, the portable
-//!   copy of the kernel.
+//! - `isa`: [`QuantIsa`], which copy of the kernel runs (detected at run time, capped by
+//!   `HUNCH_CPU_ISA`);
+//! - `avx512`, `avx2` (AVX2 and AVX-VNNI), `neon` (NEON, dotprod, i8mm): the kernel's copies
+//!   for each CPU family, one `tile` function each with the same signature; this file: the
+//!   product, its split between threads, the portable copy of the kernel (the bit reference
+//!   of all the others).
 //!
 //! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, 4 or 8 bits, groups of
 //! 32, 64 or 128 inputs) is repacked once into [`PackedWeight`]: codes as bytes in panels of 16
@@ -31,16 +35,24 @@
 
 mod activations;
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+mod isa;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(test)]
 mod tests;
 mod weights;
 
 pub use activations::{Precision, QuantizedRows};
+pub use isa::{
+    available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
+    ISA_VARIABLE,
+};
 pub use weights::PackedWeight;
 
 use std::fmt;
-use std::sync::OnceLock;
 
 /// Inputs per activation block (and per scale in a packed weight).
 pub const BLOCK: usize = 32;
@@ -52,56 +64,68 @@ const STEP: usize = 4;
 /// registers).
 const ROWS: usize = 8;
 
-/// The instruction set the integer products run with in this process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuantIsa {
-    /// x86-64 with AVX-512 F, BW and VNNI: 64 byte products per instruction.
-    Avx512Vnni,
-    /// One scalar at a time: correct everywhere, and far too slow to serve a model.
-    Portable,
-}
-
-impl QuantIsa {
-    /// How it is named in the model's fingerprint.
-    pub fn name(self) -> &'static str {
-        match self {
-            QuantIsa::Avx512Vnni => "int8-avx512vnni",
-            QuantIsa::Portable => "int8-portable",
-        }
-    }
-}
-
-/// The integer products' instruction set in this process, detected once.
-pub fn quant_isa() -> QuantIsa {
-    static ISA: OnceLock<QuantIsa> = OnceLock::new();
-    *ISA.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vnni")
-        {
-            return QuantIsa::Avx512Vnni;
-        }
-        QuantIsa::Portable
-    })
-}
-
 /// Whether the integer products are worth serving a model with here (faster than float32
-/// products of widened weights).
+/// products of widened weights): any copy but the portable one.
 pub fn fast() -> bool {
     quant_isa() != QuantIsa::Portable
 }
 
-/// The fastest copy of [`activations::quantize_block`] this CPU runs (the same bits as the portable one).
-fn fast_blocks() -> activations::BlockFn {
-    #[cfg(target_arch = "x86_64")]
-    if quant_isa() == QuantIsa::Avx512Vnni {
-        return |values, codes, fine| {
-            // SAFETY: `quant_isa` found AVX-512 F and BW.
-            unsafe { avx512::quantize_block(values, codes, fine) }
-        };
+/// One tile of the product: every copy has this signature and gives the portable copy's bits.
+///
+/// # Safety
+/// The CPU has the copy's instruction set; `out` as [`panels_product`] says.
+type TileFn = unsafe fn(&QuantizedRows, &PackedWeight, Tile, OutPtr);
+
+/// The inner kernel of `isa`, or `None` where this CPU lacks it.
+fn tile_fn(isa: QuantIsa) -> Option<TileFn> {
+    if !available().contains(&isa) {
+        return None;
     }
-    activations::quantize_block
+    // Each arm is reached only where `available` found the copy's features (checked above).
+    Some(match isa {
+        QuantIsa::Portable => portable_tile,
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::Avx512Vnni => avx512::tile,
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::AvxVnni => avx2::tile_vnni,
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::Avx2 => avx2::tile,
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::I8mm => neon::tile_i8mm,
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::Dotprod => neon::tile_dotprod,
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::Neon => neon::tile,
+        // Not this architecture's: `available` never lists it.
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    })
+}
+
+/// The copy of [`activations::quantize_block`] that goes with `isa` (the same bits as the
+/// portable one), or `None` where this CPU lacks it.
+fn block_fn(isa: QuantIsa) -> Option<activations::BlockFn> {
+    if !available().contains(&isa) {
+        return None;
+    }
+    Some(match isa {
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::Avx512Vnni => |values, codes, fine| {
+            // SAFETY: `available` found AVX-512 F and BW.
+            unsafe { avx512::quantize_block(values, codes, fine) }
+        },
+        #[cfg(target_arch = "x86_64")]
+        QuantIsa::AvxVnni | QuantIsa::Avx2 => |values, codes, fine| {
+            // SAFETY: `available` found AVX2 (both copies need it).
+            unsafe { avx2::quantize_block(values, codes, fine) }
+        },
+        #[cfg(target_arch = "aarch64")]
+        QuantIsa::I8mm | QuantIsa::Dotprod | QuantIsa::Neon => |values, codes, fine| {
+            // SAFETY: `available` found NEON (all three copies need it).
+            unsafe { neon::quantize_block(values, codes, fine) }
+        },
+        _ => activations::quantize_block,
+    })
 }
 
 /// Why a weight or an activation cannot be multiplied.
@@ -114,6 +138,8 @@ pub enum QuantError {
     Group { group: usize, input: usize },
     /// Slices whose lengths disagree with the shapes given.
     Shape(&'static str),
+    /// A copy of the kernel this CPU cannot run.
+    Isa(QuantIsa),
 }
 
 impl fmt::Display for QuantError {
@@ -126,6 +152,12 @@ impl fmt::Display for QuantError {
                  and divide the inputs)"
             ),
             QuantError::Shape(why) => f.write_str(why),
+            QuantError::Isa(isa) => write!(
+                f,
+                "this CPU cannot run the {} integer products (it has: {})",
+                isa.flag(),
+                cpu_features().join(" ")
+            ),
         }
     }
 }
@@ -135,6 +167,18 @@ impl std::error::Error for QuantError {}
 /// `y = x · Wᵀ`: `y` is `[x.rows(), w.out()]`, row-major. Panels are split between the
 /// process's cores; every output is the same bits however they are split.
 pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), QuantError> {
+    matmul_with(quant_isa(), x, w, y)
+}
+
+/// [`matmul`] on the copy `isa` (for tests and benchmarks: every copy gives the same bits);
+/// an error where this CPU cannot run it.
+pub fn matmul_with(
+    isa: QuantIsa,
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    y: &mut [f32],
+) -> Result<(), QuantError> {
+    let tile = tile_fn(isa).ok_or(QuantError::Isa(isa))?;
     if x.input != w.input {
         return Err(QuantError::Shape(
             "activations and weight have different inputs",
@@ -152,7 +196,8 @@ pub fn matmul(x: &QuantizedRows, w: &PackedWeight, y: &mut [f32]) -> Result<(), 
         let to = (from + share).min(panels);
         // SAFETY: each thread writes only the columns of its own panels, inside `y` (checked
         // above: `y` is `[rows, out]` and every panel's columns are below `out`).
-        unsafe { panels_product(x, w, from..to, out) }
+        // `tile` is a copy this CPU runs (`tile_fn`).
+        unsafe { panels_product(x, w, from..to, out, tile) }
     });
     Ok(())
 }
@@ -170,16 +215,18 @@ unsafe impl Sync for OutPtr {}
 /// block.
 const ROW_BLOCK_BYTES: usize = 1 << 20;
 
-/// The panels `range` of `w` against every row of `x`, a block of rows at a time.
+/// The panels `range` of `w` against every row of `x`, a block of rows at a time, each tile
+/// through `tile`.
 ///
 /// # Safety
 /// `out` points to `[x.rows, w.out]` values that no other thread writes in these panels'
-/// columns.
+/// columns; the CPU runs `tile`.
 unsafe fn panels_product(
     x: &QuantizedRows,
     w: &PackedWeight,
     range: std::ops::Range<usize>,
     out: OutPtr,
+    tile: TileFn,
 ) {
     let row_bytes = (x.group_bytes() / ROWS).max(1);
     let block = (ROW_BLOCK_BYTES / row_bytes / ROWS * ROWS).max(ROWS);
@@ -191,22 +238,14 @@ unsafe fn panels_product(
             let mut m = first;
             while m < last {
                 let rows = (last - m).min(ROWS);
-                let tile = Tile {
+                let t = Tile {
                     panel,
                     first_row: m,
                     rows,
                     cols,
                 };
-                #[cfg(target_arch = "x86_64")]
-                if quant_isa() == QuantIsa::Avx512Vnni {
-                    // SAFETY: `quant_isa` found AVX-512 F, BW and VNNI; the caller's contract
-                    // covers `out`.
-                    unsafe { avx512::tile(x, w, tile, out) };
-                    m += rows;
-                    continue;
-                }
-                // SAFETY: the caller's contract covers `out`.
-                unsafe { portable_tile(x, w, tile, out) };
+                // SAFETY: the caller's contract covers `out` and `tile`.
+                unsafe { tile(x, w, t, out) };
                 m += rows;
             }
         }
@@ -224,7 +263,8 @@ struct Tile {
     cols: usize,
 }
 
-/// The same sums as the AVX-512 kernel, in the same order, one scalar at a time.
+/// The bit reference of every other copy: the same integer sums (exact, so their order does not
+/// matter) and the same fused multiply-adds over blocks in order, one scalar at a time.
 ///
 /// # Safety
 /// As [`panels_product`].

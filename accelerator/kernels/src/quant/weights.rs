@@ -13,6 +13,10 @@ pub struct PackedWeight {
     pub(super) scales: Vec<f32>,
     /// Per panel, per block: 16 rows' biases.
     pub(super) biases: Vec<f32>,
+    /// The largest code (from the codes themselves): the copies whose byte products saturate
+    /// or are signed (AVX2's `vpmaddubsw`, NEON's `sdot`) take a cheaper exact route where the
+    /// codes are small.
+    pub(super) code_max: u8,
 }
 
 impl PackedWeight {
@@ -84,9 +88,11 @@ impl PackedWeight {
                 packed_biases[at] = biases[n * groups + j * BLOCK / group];
             }
         }
+        let code_max = codes.iter().copied().max().unwrap_or(0);
         Ok(PackedWeight {
             out,
             input,
+            code_max,
             codes,
             scales: packed_scales,
             biases: packed_biases,

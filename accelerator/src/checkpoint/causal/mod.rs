@@ -99,8 +99,9 @@ impl CausalFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AffineWeights {
     /// On MLX's CPU backend: kept quantised where the native path's integer products run them
-    /// (AVX-512 VNNI, kernels `auto` or `native`), else dense float32 when the whole model fits
-    /// [`AUTO_DENSE_LIMIT`] that way. Quantised on every other backend.
+    /// (any copy but the portable one: AVX2 or NEON at least; kernels `auto` or `native`), else
+    /// dense float32 when the whole model fits [`AUTO_DENSE_LIMIT`] that way. Quantised on every
+    /// other backend.
     #[default]
     Auto,
     /// Kept as stored (packed codes, scales and biases).

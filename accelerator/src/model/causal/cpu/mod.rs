@@ -14,7 +14,8 @@
 //! - `forward`: the chunk through every layer, K/V and the last hidden state out as MLX arrays.
 //!
 //! - `packed`: affine-quantised projections repacked for the integer products of
-//!   [`kernels::quant`] (AVX-512 VNNI), with activations quantised to 8 bits per block of 32.
+//!   [`kernels::quant`] (AVX-512 VNNI, AVX-VNNI, AVX2, NEON, dotprod or i8mm, chosen at run
+//!   time), with activations quantised to 8 bits per block of 32.
 //!
 //! It serves a model when every projection is a dense, row-contiguous float32 array (borrowed,
 //! not copied), a bf16/f16 one (widened once, up to 6 GiB in all) or an affine 4- or 8-bit one

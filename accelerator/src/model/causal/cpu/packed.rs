@@ -114,8 +114,8 @@ impl Packed {
                     )),
                     Linear::Affine(_) => {
                         return Err(format!(
-                            "{} is quantised and this CPU has no AVX-512 VNNI for quantised \
-                             products",
+                            "{} is quantised and the integer products have no SIMD copy for \
+                             this CPU (AVX2 or NEON at least; `native` runs the portable one)",
                             name()
                         ))
                     }

@@ -1,0 +1,411 @@
+//! The 256-bit x86-64 copies of the integer kernel: AVX2 (`vpmaddubsw` + `vpmaddwd`, as ggml
+//! does) and AVX-VNNI (the VEX `vpdpbusd`); and the activations' quantisation on AVX2. Each
+//! tile runs a half panel (8 outputs, one register of sums) at a time, a few rows at a time so
+//! that the sums stay in AVX2's 16 registers.
+//!
+//! **Why the AVX2 sums are exact.** `vpmaddubsw` multiplies unsigned bytes (the weight's codes
+//! `q`) by signed bytes (the activations' codes `c`, any i8: |c| ≤ 128) and adds adjacent pairs
+//! into 16 bits *with signed saturation*: with 8-bit codes a pair reaches 2·255·127 = 64,770
+//! and would saturate at 32,767. So the codes multiplied are never above 15:
+//!
+//! - a weight whose codes are all ≤ 15 (4-bit; [`PackedWeight::code_max`] says, from the
+//!   codes) multiplies them as they are;
+//! - any other splits each code `q = 16·h + l` (`h = q >> 4`, `l = q & 15`, both ≤ 15) and sums
+//!   `16·Σ h·c + Σ l·c`.
+//!
+//! A pair is then at most 2·15·128 = 3,840 in magnitude (no saturation), and each 16-bit lane
+//! sums a block's 8 steps, 16 products: at most 16·15·128 = 30,720 < 32,767 (no wrap either).
+//! `vpmaddwd` against ones (or sixteens for `h`) adds a row's two lanes into 32 bits: the
+//! block's exact integer sum, |Σ q·c| ≤ 32·255·128 < 2^21, so `256·coarse + fine` fits 32 bits
+//! too. Exact integer sums in any order are the portable copy's sums; the float part below is
+//! its operations in its order (`vfmadd` is `mul_add`), so every output has its bits
+//! (`tests.rs` checks it with codes 255 against activations ±127).
+//!
+//! `vpdpbusd` (AVX-VNNI) sums four products into 32 bits without saturation: exact as it is.
+
+use core::arch::x86_64::*;
+
+use super::activations::{block_sums, ROUND};
+use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
+
+/// Outputs of a panel in one register of 32-bit sums.
+const HALF: usize = PANEL / 2;
+
+/// Codes up to this multiply unsplit on AVX2 (see the module's proof).
+const NIBBLE_MAX: u8 = 15;
+
+/// One tile on AVX2: for each half panel, rows a few at a time.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `out` as [`super::panels_product`] says.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
+    let fine = x.precision == Precision::Fine;
+    let wide = w.code_max > NIBBLE_MAX;
+    // Split fine codes hold four sums a row: two rows keep them in registers.
+    let chunk = if fine && wide { 2 } else { 4 };
+    for half in 0..t.cols.div_ceil(HALF) {
+        let mut first = 0;
+        while first < t.rows {
+            let n = (t.rows - first).min(chunk);
+            let p = Pass { half, first, n };
+            // SAFETY: passed on from the caller; the pass is inside the tile.
+            unsafe {
+                match (fine, wide) {
+                    (true, true) => by_rows::<true, true>(x, w, t, p, out),
+                    (true, false) => by_rows::<true, false>(x, w, t, p, out),
+                    (false, true) => by_rows::<false, true>(x, w, t, p, out),
+                    (false, false) => by_rows::<false, false>(x, w, t, p, out),
+                }
+            }
+            first += n;
+        }
+    }
+}
+
+/// Rows `first..first + n` of a tile against half `half` of its panel.
+#[derive(Clone, Copy)]
+struct Pass {
+    half: usize,
+    first: usize,
+    n: usize,
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn by_rows<const FINE: bool, const WIDE: bool>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    p: Pass,
+    out: OutPtr,
+) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match p.n {
+            4 => rows::<4, FINE, WIDE>(x, w, t, p, out),
+            3 => rows::<3, FINE, WIDE>(x, w, t, p, out),
+            2 => rows::<2, FINE, WIDE>(x, w, t, p, out),
+            _ => rows::<1, FINE, WIDE>(x, w, t, p, out),
+        }
+    }
+}
+
+/// A block's sum of one row from its 16-bit lanes: `l` alone, or `16·h + l` where split.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn block_sum<const WIDE: bool>(l: __m256i, h: __m256i) -> __m256i {
+    let low = _mm256_madd_epi16(l, _mm256_set1_epi16(1));
+    if WIDE {
+        _mm256_add_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(16)), low)
+    } else {
+        low
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    p: Pass,
+    out: OutPtr,
+) {
+    const { assert!(R <= ROWS) };
+    let blocks = x.input / BLOCK;
+    let input = x.input;
+    // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
+    // panel is `PANEL · input` codes and `blocks · PANEL` scales; a half is the first or last
+    // 8 of each 16) and inside rows `first_row + first..+ R` of `x` (inside the tile).
+    unsafe {
+        let codes = w
+            .codes
+            .as_ptr()
+            .add(t.panel * PANEL * input + p.half * HALF * STEP);
+        let scales = w
+            .scales
+            .as_ptr()
+            .add(t.panel * blocks * PANEL + p.half * HALF);
+        let biases = w
+            .biases
+            .as_ptr()
+            .add(t.panel * blocks * PANEL + p.half * HALF);
+        let slot = x.slot();
+        let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
+        let a_steps = x.steps.as_ptr().add((t.first_row + p.first) * blocks);
+        let a_sums = x.sums.as_ptr().add((t.first_row + p.first) * blocks);
+        let nibble = _mm256_set1_epi8(0x0F);
+        let zero = _mm256_setzero_si256();
+        let mut acc = [_mm256_setzero_ps(); R];
+        for j in 0..blocks {
+            // 16-bit sums of the low (or only) and high nibbles, coarse and fine codes.
+            let (mut lo, mut hi) = ([zero; R], [zero; R]);
+            let (mut fine_lo, mut fine_hi) = ([zero; R], [zero; R]);
+            for s in 0..BLOCK / STEP {
+                let k = j * BLOCK + s * STEP;
+                let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
+                let (wl, wh) = if WIDE {
+                    (
+                        _mm256_and_si256(wv, nibble),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
+                    )
+                } else {
+                    (wv, zero)
+                };
+                for i in 0..R {
+                    let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                    let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                    lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
+                    if WIDE {
+                        hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
+                    }
+                    if FINE {
+                        let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
+                        fine_lo[i] = _mm256_add_epi16(fine_lo[i], _mm256_maddubs_epi16(wl, f));
+                        if WIDE {
+                            fine_hi[i] = _mm256_add_epi16(fine_hi[i], _mm256_maddubs_epi16(wh, f));
+                        }
+                    }
+                }
+            }
+            let sw = _mm256_loadu_ps(scales.add(j * PANEL));
+            let bw = _mm256_loadu_ps(biases.add(j * PANEL));
+            for i in 0..R {
+                let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
+                if FINE {
+                    let fine = block_sum::<WIDE>(fine_lo[i], fine_hi[i]);
+                    dot = _mm256_add_epi32(_mm256_slli_epi32::<8>(dot), fine);
+                }
+                accumulate(&mut acc[i], dot, sw, bw, a_steps, a_sums, i * blocks + j);
+            }
+        }
+        store(&acc, t, p, w.out, out);
+    }
+}
+
+/// `acc += dot · (sw · step) ; acc += bw · sum`, as the portable copy does.
+///
+/// # Safety
+/// `steps` and `sums` hold `at`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn accumulate(
+    acc: &mut __m256,
+    dot: __m256i,
+    sw: __m256,
+    bw: __m256,
+    steps: *const f32,
+    sums: *const f32,
+    at: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let s = _mm256_mul_ps(sw, _mm256_set1_ps(*steps.add(at)));
+        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, *acc);
+        *acc = _mm256_fmadd_ps(bw, _mm256_set1_ps(*sums.add(at)), *acc);
+    }
+}
+
+/// The pass's rows of sums into `out`, only the columns inside `w.out`.
+///
+/// # Safety
+/// As [`super::panels_product`] says of `out`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn store<const R: usize>(acc: &[__m256; R], t: Tile, p: Pass, width: usize, out: OutPtr) {
+    let cols = (t.cols - p.half * HALF).min(HALF);
+    let mask = _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(cols as i32),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    );
+    for (i, value) in acc.iter().enumerate() {
+        let at = (t.first_row + p.first + i) * width + t.panel * PANEL + p.half * HALF;
+        // SAFETY: row and columns inside `[rows, out]`: the caller's contract.
+        unsafe {
+            if cols == HALF {
+                _mm256_storeu_ps(out.0.add(at), *value);
+            } else {
+                _mm256_maskstore_ps(out.0.add(at), mask, *value);
+            }
+        }
+    }
+}
+
+/// One tile on AVX-VNNI: the AVX2 copy's passes with `vpdpbusd` for the byte products.
+///
+/// # Safety
+/// The CPU has AVX-VNNI, AVX2 and FMA; `out` as [`super::panels_product`] says.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(super) unsafe fn tile_vnni(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
+    let fine = x.precision == Precision::Fine;
+    for half in 0..t.cols.div_ceil(HALF) {
+        let mut first = 0;
+        while first < t.rows {
+            let n = (t.rows - first).min(4);
+            let p = Pass { half, first, n };
+            // SAFETY: passed on from the caller; the pass is inside the tile.
+            unsafe {
+                match (fine, n) {
+                    (true, 4) => rows_vnni::<4, true>(x, w, t, p, out),
+                    (true, 3) => rows_vnni::<3, true>(x, w, t, p, out),
+                    (true, 2) => rows_vnni::<2, true>(x, w, t, p, out),
+                    (true, _) => rows_vnni::<1, true>(x, w, t, p, out),
+                    (false, 4) => rows_vnni::<4, false>(x, w, t, p, out),
+                    (false, 3) => rows_vnni::<3, false>(x, w, t, p, out),
+                    (false, 2) => rows_vnni::<2, false>(x, w, t, p, out),
+                    (false, _) => rows_vnni::<1, false>(x, w, t, p, out),
+                }
+            }
+            first += n;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+unsafe fn rows_vnni<const R: usize, const FINE: bool>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    p: Pass,
+    out: OutPtr,
+) {
+    const { assert!(R <= ROWS) };
+    let blocks = x.input / BLOCK;
+    let input = x.input;
+    // SAFETY: the offsets of the AVX2 copy's `rows`, which stay inside the tile.
+    unsafe {
+        let codes = w
+            .codes
+            .as_ptr()
+            .add(t.panel * PANEL * input + p.half * HALF * STEP);
+        let scales = w
+            .scales
+            .as_ptr()
+            .add(t.panel * blocks * PANEL + p.half * HALF);
+        let biases = w
+            .biases
+            .as_ptr()
+            .add(t.panel * blocks * PANEL + p.half * HALF);
+        let slot = x.slot();
+        let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
+        let a_steps = x.steps.as_ptr().add((t.first_row + p.first) * blocks);
+        let a_sums = x.sums.as_ptr().add((t.first_row + p.first) * blocks);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for j in 0..blocks {
+            // Two independent chains a row, as in the AVX-512 copy: coarse and fine codes'
+            // where fine, even and odd steps' where not.
+            let mut first = [_mm256_setzero_si256(); R];
+            let mut second = [_mm256_setzero_si256(); R];
+            for s in 0..BLOCK / STEP {
+                let k = j * BLOCK + s * STEP;
+                let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
+                for i in 0..R {
+                    let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                    let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                    if FINE {
+                        first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                        let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
+                        second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, f);
+                    } else if s % 2 == 0 {
+                        first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                    } else {
+                        second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, c);
+                    }
+                }
+            }
+            let sw = _mm256_loadu_ps(scales.add(j * PANEL));
+            let bw = _mm256_loadu_ps(biases.add(j * PANEL));
+            for i in 0..R {
+                let high = if FINE {
+                    _mm256_slli_epi32::<8>(first[i])
+                } else {
+                    first[i]
+                };
+                let dot = _mm256_add_epi32(high, second[i]);
+                accumulate(&mut acc[i], dot, sw, bw, a_steps, a_sums, i * blocks + j);
+            }
+        }
+        store(&acc, t, p, w.out, out);
+    }
+}
+
+/// [`super::activations::quantize_block`] on AVX2: the same operations on 8 values at a time
+/// (multiplies and adds kept apart, as in the portable copy), so the same bits.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quantize_block(
+    values: &[f32; BLOCK],
+    codes: &mut [i8; BLOCK],
+    fine: Option<&mut [i8; BLOCK]>,
+) -> (f32, f32) {
+    // SAFETY: every load and store is inside the 32-value arrays (four quarters of 8).
+    unsafe {
+        let v = [0, 8, 16, 24].map(|at| _mm256_loadu_ps(values.as_ptr().add(at)));
+        let magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        let abs = v.map(|q| _mm256_and_ps(q, magnitude));
+        // The largest magnitude: `max` is exact, so its order does not matter.
+        let m = _mm256_max_ps(_mm256_max_ps(abs[0], abs[1]), _mm256_max_ps(abs[2], abs[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+        let largest = _mm_cvtss_f32(m).max(0.0);
+        let d = largest / 127.0;
+        let inverse = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let round = |r: __m256| {
+            let r = _mm256_sub_ps(
+                _mm256_add_ps(r, _mm256_set1_ps(ROUND)),
+                _mm256_set1_ps(ROUND),
+            );
+            _mm256_min_ps(
+                _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
+                _mm256_set1_ps(127.0),
+            )
+        };
+        let rounded = v.map(|q| round(_mm256_mul_ps(q, _mm256_set1_ps(inverse))));
+        let ints = rounded.map(|r| _mm256_cvtps_epi32(r));
+        store_codes(&ints, codes);
+        let coarse_sum = sum_i32(&ints);
+        let fine_sum = fine.map(|fine| {
+            let fine_inverse = _mm256_set1_ps(inverse * 256.0);
+            let mut fine_ints = [_mm256_setzero_si256(); 4];
+            for q in 0..4 {
+                let error = _mm256_sub_ps(v[q], _mm256_mul_ps(_mm256_set1_ps(d), rounded[q]));
+                fine_ints[q] = _mm256_cvtps_epi32(round(_mm256_mul_ps(error, fine_inverse)));
+            }
+            store_codes(&fine_ints, fine);
+            sum_i32(&fine_ints)
+        });
+        block_sums(d, coarse_sum, fine_sum)
+    }
+}
+
+/// 32 integers in −127..=127 as bytes, in order (the packs saturate, which values in range
+/// never reach; the permute undoes their lane interleaving).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_codes(ints: &[__m256i; 4], codes: &mut [i8; BLOCK]) {
+    let low = _mm256_packs_epi32(ints[0], ints[1]);
+    let high = _mm256_packs_epi32(ints[2], ints[3]);
+    let bytes = _mm256_packs_epi16(low, high);
+    let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: 32 bytes into a 32-byte array.
+    unsafe { _mm256_storeu_si256(codes.as_mut_ptr().cast(), ordered) };
+}
+
+/// The exact sum of 32 small integers (their order does not matter).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn sum_i32(ints: &[__m256i; 4]) -> i32 {
+    let s = _mm256_add_epi32(
+        _mm256_add_epi32(ints[0], ints[1]),
+        _mm256_add_epi32(ints[2], ints[3]),
+    );
+    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
