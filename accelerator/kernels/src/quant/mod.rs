@@ -20,6 +20,10 @@
 //!
 //! `y[m, n] = Σ_j (s[n, j] · d[m, j]) · Σ_{k∈j} q[n, k] c[m, k]  +  Σ_j b[n, j] · d[m, j] Σ_{k∈j} c[m, k]`
 //!
+//! A weight with a scale and bias per 16 inputs (ggml's Q6_K: `parts` 2) has two terms of
+//! each kind per block, one per half, in order (half 0's scale term, its bias term, then half
+//! 1's), the bias terms over each half's quantised sum.
+//!
 //! The inner sums are exact 32-bit integer sums; the outer one runs over blocks in order with
 //! one fused multiply-add per term, so an output's bits depend only on its row of `x` and its
 //! row of `W`, never on how many rows are multiplied together or how the work is split between
@@ -37,7 +41,7 @@ mod tests;
 mod weights;
 
 pub use activations::{Precision, QuantizedRows};
-pub use weights::PackedWeight;
+pub use weights::{PackedWeight, RowParts};
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -237,19 +241,25 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
         let fine = |k: usize| x.tiled[x.at(m, k) + STEP] as i32;
         for r in 0..t.cols {
             let mut acc = 0.0f32;
+            let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
+            let len = BLOCK / w.parts;
             for j in 0..blocks {
-                let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
-                let mut dot: i32 = (j * BLOCK..(j + 1) * BLOCK).map(|k| q(k) * code(k)).sum();
-                if x.precision == Precision::Fine {
-                    dot = (dot << 8)
-                        + (j * BLOCK..(j + 1) * BLOCK)
-                            .map(|k| q(k) * fine(k))
-                            .sum::<i32>();
+                for h in 0..w.parts {
+                    let inputs = j * BLOCK + h * len..j * BLOCK + (h + 1) * len;
+                    let mut dot: i32 = inputs.clone().map(|k| q(k) * code(k)).sum();
+                    if x.precision == Precision::Fine {
+                        dot = (dot << 8) + inputs.map(|k| q(k) * fine(k)).sum::<i32>();
+                    }
+                    let at = ((t.panel * blocks + j) * w.parts + h) * PANEL + r;
+                    let s = w.scales[at] * x.steps[m * blocks + j];
+                    acc = (dot as f32).mul_add(s, acc);
+                    let sum = if w.parts == 1 {
+                        x.sums[m * blocks + j]
+                    } else {
+                        x.half_sums[(m * blocks + j) * 2 + h]
+                    };
+                    acc = w.biases[at].mul_add(sum, acc);
                 }
-                let at = (t.panel * blocks + j) * PANEL + r;
-                let s = w.scales[at] * x.steps[m * blocks + j];
-                acc = (dot as f32).mul_add(s, acc);
-                acc = w.biases[at].mul_add(x.sums[m * blocks + j], acc);
             }
             // SAFETY: (m, panel·16 + r) is inside `[rows, out]`; the caller's contract.
             unsafe { *out.0.add(m * w.out + t.panel * PANEL + r) = acc };
