@@ -1,9 +1,13 @@
-//! A bias-free linear layer whose weight is dense or affine-quantised.
+//! A bias-free linear layer whose weight is dense, affine-quantised (MLX arrays), or already
+//! packed for the native integer products (a GGUF's blocks decoded straight into the packing).
 //!
 //! Loaders of every checkpoint layout build these through the public constructors; the math
 //! only calls [`Linear::forward`] (and, for the tied embedding, [`Linear::rows`] and
 //! [`Linear::forward_transposed`]).
 
+use std::sync::Arc;
+
+use hunch_kernels::quant::PackedWeight;
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{widened, ModelError};
@@ -18,6 +22,13 @@ pub enum Linear {
     },
     /// MLX affine quantisation of `[out, in]`.
     Affine(Affine),
+    /// A weight `[out, in]` packed for the native integer products at load (GGUF's block
+    /// types: docs/checkpoint-layouts.md, "GGUF blocks on the native path"). Its values are
+    /// the packing's own (`PackedWeight::row`), the very float32 values ggml dequantises:
+    /// the native path multiplies it as it is, the embedding's and head's rows are read from
+    /// it, and an MLX product (only where a model loaded for the native path is switched back
+    /// to MLX) widens it for the call.
+    Packed(Arc<PackedWeight>),
 }
 
 /// MLX affine quantisation (mlx-community layout) of a weight `[..., out, in]` (one matrix, or
@@ -109,6 +120,11 @@ impl Linear {
         Linear::Affine(Affine::new(weight, scales, biases, group_size, bits))
     }
 
+    /// A weight packed for the native integer products.
+    pub fn packed(weight: PackedWeight) -> Self {
+        Linear::Packed(Arc::new(weight))
+    }
+
     /// `x · Wᵀ` over the last axis of `x`.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
         self.product(x, true)
@@ -135,6 +151,11 @@ impl Linear {
                     q.bits,
                 )
             }),
+            Linear::Packed(p) => {
+                let all: Vec<u32> = (0..p.out() as u32).collect();
+                let weight = packed_rows(p, &all)?;
+                widened::dense_matmul(x, &weight, transpose)
+            }
         }
     }
 
@@ -148,6 +169,21 @@ impl Linear {
                 let b = q.biases.take_axis(ids, 0)?;
                 Ok(ops::dequantize(&w, &s, &b, q.group_size, q.bits)?)
             }
+            Linear::Packed(p) => {
+                let shape = ids.shape().to_vec();
+                let ids = ids.as_dtype(Dtype::Int32)?;
+                ids.eval()?;
+                let wanted: Vec<u32> = ids
+                    .try_as_slice::<i32>()
+                    .map_err(|_| ModelError::Shape("row ids are not contiguous"))?
+                    .iter()
+                    .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
+                    .collect();
+                let rows = packed_rows(p, &wanted)?;
+                let mut out_shape = shape;
+                out_shape.push(p.input() as i32);
+                Ok(rows.reshape(&out_shape)?)
+            }
         }
     }
 
@@ -156,6 +192,22 @@ impl Linear {
         match self {
             Linear::Dense { weight } => weight.dtype(),
             Linear::Affine(q) => q.scales.dtype(),
+            Linear::Packed(_) => Dtype::Float32,
         }
     }
+}
+
+/// Rows `ids` of a packed weight as a float32 `[ids.len(), in]` array, each row the values the
+/// integer products use.
+fn packed_rows(p: &PackedWeight, ids: &[u32]) -> Result<Array, ModelError> {
+    let input = p.input();
+    let mut values = vec![0.0f32; ids.len() * input];
+    for (row, &id) in values.chunks_exact_mut(input).zip(ids) {
+        p.row(id as usize, row)
+            .map_err(|_| ModelError::Shape("a row id outside a packed weight"))?;
+    }
+    Ok(Array::from_slice(
+        &values,
+        &[ids.len() as i32, input as i32],
+    ))
 }

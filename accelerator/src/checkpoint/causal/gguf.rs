@@ -10,7 +10,7 @@
 use mlx_rs::{Array, Dtype};
 
 use super::{norm_weight, CausalLoadError, CausalWeights};
-use crate::checkpoint::gguf::{FloatDtype, GgufFile, GgufWeight};
+use crate::checkpoint::gguf::{self, FloatDtype, GgmlType, GgufFile, GgufWeight};
 use crate::model::causal::{Activation, Architecture, CausalConfig, RopeScaling, RopeSpec};
 use crate::model::linear::Linear;
 use crate::model::ModelError;
@@ -18,12 +18,30 @@ use crate::model::ModelError;
 pub(super) struct GgufWeights {
     file: GgufFile,
     config: CausalConfig,
+    /// Whether matrices of the block types the integer products take are packed for them at
+    /// load ([`Linear::Packed`]) instead of loaded as MLX arrays: where the model will run on
+    /// the native path with the integer products.
+    pack: bool,
 }
 
 impl GgufWeights {
     pub fn new(file: GgufFile) -> Result<GgufWeights, CausalLoadError> {
         let config = config_from_metadata(&file)?;
-        Ok(GgufWeights { file, config })
+        Ok(GgufWeights {
+            file,
+            config,
+            pack: false,
+        })
+    }
+
+    /// Packs the matrices the integer products take at load from now on (when `pack`).
+    pub fn pack_for_native(&mut self, pack: bool) {
+        self.pack = pack;
+    }
+
+    /// Whether the tensor is a matrix loaded packed.
+    fn packed(&self, t: GgmlType, dims: usize) -> bool {
+        self.pack && dims == 2 && gguf::packs(t)
     }
 
     /// Bytes the tensors take once loaded.
@@ -31,8 +49,17 @@ impl GgufWeights {
         self.file
             .tensors()
             .map(|info| {
-                self.file
-                    .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
+                let packed = self
+                    .packed(info.ggml_type, info.dims.len())
+                    .then(|| {
+                        let (rows, cols) = (info.dims[1], info.dims[0]);
+                        gguf::packed_bytes(info.ggml_type, rows, cols)
+                    })
+                    .flatten();
+                packed.unwrap_or_else(|| {
+                    self.file
+                        .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
+                })
             })
             .sum()
     }
@@ -152,6 +179,39 @@ impl CausalWeights for GgufWeights {
                 ),
             ));
         }
+        let heads = self.permuted_heads(module);
+        if heads.is_some_and(|heads| out % heads != 0 || (out / heads) % 2 != 0) {
+            return Err(self.tensor_error(
+                &name,
+                format!(
+                    "{out} rows do not split into {} heads of rotary pairs",
+                    heads.unwrap_or(0)
+                ),
+            ));
+        }
+        if self.packed(info.ggml_type, info.dims.len()) {
+            // Straight from the blocks into the integer products' packing, llama.cpp's q/k rows
+            // put back as they are packed.
+            let order: Option<Vec<usize>> = heads.map(|heads| {
+                unpermute_order(heads, out)
+                    .into_iter()
+                    .map(|r| r as usize)
+                    .collect()
+            });
+            let packed = self.file.pack(info, order.as_deref())?;
+            return Ok(Linear::packed(packed));
+        }
+        if self.pack && info.ggml_type.is_dequantised() {
+            // Q2_K, Q3_K (and the activation types Q8_1, Q8_K): no exact packing for the
+            // integer products here, so dequantised as on MLX and widened to float32 for the
+            // native path (docs/models.md, "GGUF types").
+            tracing::warn!(
+                tensor = %name,
+                ggml_type = %info.ggml_type,
+                "not a type the integer products take: dequantised and widened to float32 \
+                 (4 bytes a weight)"
+            );
+        }
         let float = float_for(info.ggml_type.affine_bits());
         let mut linear = match self.file.load(&name, float)? {
             GgufWeight::Dense(weight) => Linear::dense(weight),
@@ -163,13 +223,7 @@ impl CausalWeights for GgufWeights {
                 group_size,
             } => Linear::affine(weight, scales, biases, group_size, bits),
         };
-        if let Some(heads) = self.permuted_heads(module) {
-            if out % heads != 0 || (out / heads) % 2 != 0 {
-                return Err(self.tensor_error(
-                    &name,
-                    format!("{out} rows do not split into {heads} heads of rotary pairs"),
-                ));
-            }
+        if let Some(heads) = heads {
             let order = unpermute_order(heads, out);
             let order = Array::from_slice(&order, &[out]);
             let rows = |a: &Array| -> Result<Array, CausalLoadError> {
@@ -184,6 +238,8 @@ impl CausalWeights for GgufWeights {
                     q.group_size,
                     q.bits,
                 ),
+                // Only made above, already in order.
+                packed @ Linear::Packed(_) => packed,
             };
         }
         Ok(linear)
@@ -331,6 +387,10 @@ fn config_from_metadata(file: &GgufFile) -> Result<CausalConfig, CausalLoadError
     config.validate().map_err(bad)?;
     Ok(config)
 }
+
+#[cfg(test)]
+#[path = "gguf_tests.rs"]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {
