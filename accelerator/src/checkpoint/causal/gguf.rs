@@ -7,6 +7,8 @@
 //! RoPE expects (Qwen3 and Gemma 3 files keep that order). Gemma norms are stored with the one of
 //! `1 + w` already added, so they are used as stored.
 
+use std::sync::Arc;
+
 use mlx_rs::{Array, Dtype};
 
 use super::{norm_weight, CausalLoadError, CausalWeights};
@@ -49,17 +51,19 @@ impl GgufWeights {
         self.file
             .tensors()
             .map(|info| {
-                let packed = self
-                    .packed(info.ggml_type, info.dims.len())
-                    .then(|| {
-                        let (rows, cols) = (info.dims[1], info.dims[0]);
-                        gguf::packed_bytes(info.ggml_type, rows, cols)
-                    })
-                    .flatten();
-                packed.unwrap_or_else(|| {
+                let float = || {
                     self.file
                         .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
-                })
+                };
+                if !self.packed(info.ggml_type, info.dims.len()) {
+                    float()
+                } else if gathered(&info.name) {
+                    // Left in the mapping: at most its stored bytes are ever resident.
+                    info.stored_bytes().unwrap_or(0)
+                } else {
+                    let (rows, cols) = (info.dims[1], info.dims[0]);
+                    gguf::packed_bytes(info.ggml_type, rows, cols).unwrap_or_else(float)
+                }
             })
             .sum()
     }
@@ -129,6 +133,12 @@ impl GgufWeights {
     }
 }
 
+/// Whether a tensor is read a few rows at a time (the embedding, the head), so a packed model
+/// keeps it in the mapping (`GgufRows`) rather than packing it.
+fn gathered(name: &str) -> bool {
+    matches!(name, "token_embd.weight" | "output.weight")
+}
+
 /// The float dtype a tensor's load computes in: float32 scales for the affine types (MLX's CPU
 /// kernels run float32 at full speed), float16 for dequantised ones (as MLX's own GGUF loader
 /// does; the products widen it on the CPU).
@@ -189,6 +199,11 @@ impl CausalWeights for GgufWeights {
                 ),
             ));
         }
+        if gathered(&name) && self.packed(info.ggml_type, info.dims.len()) {
+            // Read a chunk's rows and a few label rows at a time: kept in the mapping, each
+            // row dequantised as gathered, so only the rows read are ever in memory.
+            return Ok(Linear::rows_from(Arc::new(self.file.rows(info)?)));
+        }
         if self.packed(info.ggml_type, info.dims.len()) {
             // Straight from the blocks into the integer products' packing, llama.cpp's q/k rows
             // put back as they are packed.
@@ -239,7 +254,7 @@ impl CausalWeights for GgufWeights {
                     q.bits,
                 ),
                 // Only made above, already in order.
-                packed @ Linear::Packed(_) => packed,
+                made @ (Linear::Packed(_) | Linear::Rows(_)) => made,
             };
         }
         Ok(linear)

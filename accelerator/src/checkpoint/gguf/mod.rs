@@ -38,5 +38,5 @@ pub use error::GgufError;
 pub use file::{GgufFile, GgufTensorInfo};
 pub use load::{GgufWeight, GROUP_SIZE};
 pub use meta::MetaValue;
-pub use pack::{packed_bytes, packs};
+pub use pack::{packed_bytes, packs, GgufRows};
 pub use types::{FloatDtype, GgmlType, QK_K};

@@ -13,7 +13,13 @@
 //! - Q6_K: per sub-block of 16, scale `d · sc` (`sc` an int8), bias `−32 · d · sc`, codes the
 //!   stored unsigned 6 bits (ggml subtracts 32 from them).
 
+use std::sync::Arc;
+
 use hunch_kernels::quant::{PackedWeight, RowParts};
+use memmap2::MmapMut;
+
+use crate::model::linear::RowSource;
+use crate::model::ModelError;
 
 use super::error::GgufError;
 use super::file::{GgufFile, GgufTensorInfo};
@@ -146,7 +152,94 @@ fn q6_k(b: &[u8], codes: &mut [u8], scales: &mut [f32], biases: &mut [f32]) {
     }
 }
 
+/// A 2-D tensor's rows over the file's mapping, each dequantised as it is read into the values
+/// its packing would hold (the same decoders, `scale · q + bias` in float32): for the
+/// embedding and the head, whose reads gather a few rows, so only those rows' pages are ever
+/// read into memory.
+#[derive(Debug)]
+pub struct GgufRows {
+    map: Arc<MmapMut>,
+    /// Where the tensor's bytes start in the mapping.
+    start: usize,
+    rows: usize,
+    cols: usize,
+    ggml_type: GgmlType,
+}
+
+impl RowSource for GgufRows {
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.cols)
+    }
+
+    fn row(&self, n: usize, values: &mut [f32]) -> Result<(), ModelError> {
+        let (len, block_bytes, scale_len, decode) =
+            decoder(self.ggml_type).ok_or(ModelError::Shape("a row of an unpacked type"))?;
+        if n >= self.rows || values.len() != self.cols {
+            return Err(ModelError::Shape(
+                "a row outside the tensor, or of another length",
+            ));
+        }
+        let row_bytes = self.cols / len * block_bytes;
+        let bytes = &self.map[self.start + n * row_bytes..][..row_bytes];
+        let (mut codes, mut scales, mut biases) = ([0u8; 256], [0f32; 16], [0f32; 16]);
+        let parts = len / scale_len;
+        for (block, out) in bytes
+            .chunks_exact(block_bytes)
+            .zip(values.chunks_exact_mut(len))
+        {
+            decode(
+                block,
+                &mut codes[..len],
+                &mut scales[..parts],
+                &mut biases[..parts],
+            );
+            for (k, v) in out.iter_mut().enumerate() {
+                let p = k / scale_len;
+                *v = scales[p] * f32::from(codes[k]) + biases[p];
+            }
+        }
+        Ok(())
+    }
+}
+
 impl GgufFile {
+    /// The 2-D tensor `info`'s rows over the mapping ([`GgufRows`]); `Err` as [`GgufFile::pack`].
+    pub fn rows(&self, info: &GgufTensorInfo) -> Result<GgufRows, GgufError> {
+        let (rows, cols) = self.packable(info)?;
+        Ok(GgufRows {
+            map: Arc::clone(&self.map),
+            start: (self.data_start + info.offset) as usize,
+            rows,
+            cols,
+            ggml_type: info.ggml_type,
+        })
+    }
+
+    /// `(rows, cols)` of a 2-D tensor of a type packed here, whose bytes are whole rows of
+    /// blocks.
+    fn packable(&self, info: &GgufTensorInfo) -> Result<(usize, usize), GgufError> {
+        let fail = |why: String| self.tensor_error(info, why);
+        let (len, block_bytes, _, _) = decoder(info.ggml_type)
+            .ok_or_else(|| fail("not a type the integer products take".into()))?;
+        let &[cols, rows] = info.dims.as_slice() else {
+            return Err(fail(format!(
+                "{} dimensions; a packed weight has 2",
+                info.dims.len()
+            )));
+        };
+        let (rows, cols) = (rows as usize, cols as usize);
+        let bytes = self.bytes_of(info);
+        if cols % len != 0 || bytes.len() != rows * (cols / len * block_bytes) {
+            return Err(fail(format!(
+                "{} bytes, not the {} of {rows} rows of {cols} {} values",
+                bytes.len(),
+                rows * (cols / len) * block_bytes,
+                info.ggml_type
+            )));
+        }
+        Ok((rows, cols))
+    }
+
     /// The 2-D tensor `info` (`[out, in]` row-major) packed for the integer products, its row
     /// `n` taken from the file's row `order[n]` where an order is given (llama.cpp's q/k rows
     /// put back). `Err` for a type not packed here, or another shape.
@@ -156,15 +249,9 @@ impl GgufFile {
         order: Option<&[usize]>,
     ) -> Result<PackedWeight, GgufError> {
         let fail = |why: String| self.tensor_error(info, why);
+        let (rows, cols) = self.packable(info)?;
         let (len, block_bytes, scale_len, decode) = decoder(info.ggml_type)
             .ok_or_else(|| fail("not a type the integer products take".into()))?;
-        let &[cols, rows] = info.dims.as_slice() else {
-            return Err(fail(format!(
-                "{} dimensions; a packed weight has 2",
-                info.dims.len()
-            )));
-        };
-        let (rows, cols) = (rows as usize, cols as usize);
         if let Some(order) = order {
             if order.len() != rows || order.iter().any(|&r| r >= rows) {
                 return Err(fail("a row order that is not one of its rows".into()));
@@ -172,14 +259,6 @@ impl GgufFile {
         }
         let bytes = self.bytes_of(info);
         let row_bytes = cols / len * block_bytes;
-        if bytes.len() != rows * row_bytes {
-            return Err(fail(format!(
-                "{} bytes, not the {} of {rows} rows of {cols} {} values",
-                bytes.len(),
-                rows * row_bytes,
-                info.ggml_type
-            )));
-        }
         let packed = PackedWeight::from_rows((rows, cols), scale_len, |n, row: RowParts<'_>| {
             let source = order.map_or(n, |o| o[n]);
             let blocks = bytes[source * row_bytes..][..row_bytes].chunks_exact(block_bytes);
@@ -205,6 +284,7 @@ mod tests {
 
     use super::super::kquants;
     use super::*;
+    use crate::model::linear::RowSource;
 
     /// Pseudo-random bytes (a fixed hash of the index and `seed`).
     fn bytes(n: usize, seed: u32) -> Vec<u8> {
@@ -292,6 +372,15 @@ mod tests {
                 }
             }
             assert_eq!(mismatches, 0, "{t}");
+            // Its rows over the mapping read the same values.
+            let mapped = file.rows(&info).expect("rows");
+            for n in [0, 7, rows - 1] {
+                let mut from_map = vec![0f32; 512];
+                mapped.row(n, &mut from_map).expect("a row");
+                packed.row(n, &mut row).expect("a row");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&from_map), bits(&row), "{t} row {n} over the mapping");
+            }
             // A row order takes the rows it names.
             let order: Vec<usize> = (0..rows).rev().collect();
             let reversed = file.pack(&info, Some(&order)).expect("packs");

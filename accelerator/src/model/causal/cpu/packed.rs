@@ -124,6 +124,12 @@ impl Packed {
                         weight: Arc::clone(p),
                         own: false,
                     }),
+                    Linear::Rows(_) => {
+                        return Err(format!(
+                            "{} is kept as rows to gather, not packed for products",
+                            name()
+                        ))
+                    }
                     Linear::Affine(_) | Linear::Packed(_) => {
                         return Err(format!(
                             "{} is quantised and this CPU has no AVX-512 VNNI for quantised \
@@ -225,7 +231,7 @@ pub(super) fn dense(linear: &Linear) -> Result<&[f32], ModelError> {
         Linear::Dense { weight } => weight
             .try_as_slice::<f32>()
             .map_err(|_| ModelError::Shape("a weight is not contiguous float32")),
-        Linear::Affine(_) | Linear::Packed(_) => {
+        Linear::Affine(_) | Linear::Packed(_) | Linear::Rows(_) => {
             Err(ModelError::Shape("a quantised weight on the native path"))
         }
     }
