@@ -7,7 +7,8 @@
 //! on, as served), then hands the very same token ids to llama-cpp-python for a GGUF file, or
 //! mlx-lm for a folder (`scripts/bench_logits_peer.py`, run by `--peer-python`), which reuses its
 //! KV cache over the common prefix of consecutive sequences. Prints per-question latency (p50 of the warm rounds),
-//! prompt tokens per second, the ratio Hunch / llama.cpp, and the machine.
+//! prompt tokens per second, the ratio Hunch / llama.cpp, the machine, and the resident peak
+//! (`VmHWM`: one engine loaded and reading, as a sidecar holds it) beside the file's size.
 //!
 //!     logits-bench --model M.gguf [--requests 12] [--rounds 3] [--mode isolated|joint]
 //!                  [--chunk 32] [--kernels auto|mlx|native] [--activation-bits 16|8]
@@ -215,6 +216,15 @@ fn machine() -> String {
     )
 }
 
+/// This process's peak resident set (`VmHWM` in `/proc/self/status`), in bytes, where the
+/// system has one.
+fn resident_peak() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 fn main() -> std::process::ExitCode {
     // Before any thread starts: it sets an environment variable OpenBLAS reads when it loads.
     hunch_accelerator::blas::prefer_avx512_openblas();
@@ -272,11 +282,12 @@ fn run() -> Result<(), String> {
     // each later round starts from an empty cache so it pays the same prefills.
     let mut hunch_rounds: Vec<(f64, u64)> = Vec::new();
     for round in 0..=args.rounds {
-        engine = if round == 0 {
-            engine
-        } else {
-            CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?
-        };
+        if round > 0 {
+            // The previous round's model goes first, so two are never held at once: the
+            // resident peak printed below is one engine's, as a sidecar's would be.
+            drop(engine);
+            engine = CausalEngine::load(&args.model, &options).map_err(|e| e.to_string())?;
+        }
         let started = Instant::now();
         let mut computed = 0u64;
         for r in &requests {
@@ -293,6 +304,20 @@ fn run() -> Result<(), String> {
         if round > 0 {
             hunch_rounds.push((started.elapsed().as_secs_f64(), computed));
         }
+    }
+    if let Some(peak) = resident_peak() {
+        let file = std::fs::metadata(&args.model).map_or(0, |m| m.len());
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let ratio = if file > 0 {
+            peak as f64 / file as f64
+        } else {
+            0.0
+        };
+        println!(
+            "memory     : resident peak (VmHWM) {:.0} MiB, the file {:.0} MiB: {ratio:.2}x",
+            mib(peak),
+            mib(file)
+        );
     }
     let hunch_warm: Vec<f64> = hunch_rounds
         .iter()

@@ -1,9 +1,13 @@
-//! A bias-free linear layer whose weight is dense or affine-quantised.
+//! A bias-free linear layer whose weight is dense, affine-quantised (MLX arrays), or already
+//! packed for the native integer products (a GGUF's blocks decoded straight into the packing).
 //!
 //! Loaders of every checkpoint layout build these through the public constructors; the math
 //! only calls [`Linear::forward`] (and, for the tied embedding, [`Linear::rows`] and
 //! [`Linear::forward_transposed`]).
 
+use std::sync::Arc;
+
+use hunch_kernels::quant::PackedWeight;
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{widened, ModelError};
@@ -18,6 +22,37 @@ pub enum Linear {
     },
     /// MLX affine quantisation of `[out, in]`.
     Affine(Affine),
+    /// A weight `[out, in]` packed for the native integer products at load (GGUF's block
+    /// types: docs/checkpoint-layouts.md, "GGUF blocks on the native path"). Its values are
+    /// the packing's own (`PackedWeight::row`), the very float32 values ggml dequantises:
+    /// the native path multiplies it as it is, the embedding's and head's rows are read from
+    /// it, and an MLX product (only where a model loaded for the native path is switched back
+    /// to MLX) widens it for the call.
+    Packed(Arc<PackedWeight>),
+    /// A weight `[out, in]` whose rows stay where the loader found them (a GGUF's mapped blocks)
+    /// and are dequantised as they are gathered: the embedding and the head, whose reads take
+    /// a chunk's rows and a few label rows, so only the pages of the rows read are ever
+    /// resident. A whole product widens it for the call.
+    Rows(Arc<dyn RowSource>),
+}
+
+/// Rows of a weight kept by its loader, each as float32 values.
+pub trait RowSource: Send + Sync + std::fmt::Debug {
+    /// `(out, in)`.
+    fn shape(&self) -> (usize, usize);
+    /// Row `n`'s values into `values` (`in` of them).
+    fn row(&self, n: usize, values: &mut [f32]) -> Result<(), ModelError>;
+}
+
+impl RowSource for PackedWeight {
+    fn shape(&self) -> (usize, usize) {
+        (self.out(), self.input())
+    }
+
+    fn row(&self, n: usize, values: &mut [f32]) -> Result<(), ModelError> {
+        PackedWeight::row(self, n, values)
+            .map_err(|_| ModelError::Shape("a row id outside a packed weight"))
+    }
 }
 
 /// MLX affine quantisation (mlx-community layout) of a weight `[..., out, in]` (one matrix, or
@@ -109,6 +144,16 @@ impl Linear {
         Linear::Affine(Affine::new(weight, scales, biases, group_size, bits))
     }
 
+    /// A weight packed for the native integer products.
+    pub fn packed(weight: PackedWeight) -> Self {
+        Linear::Packed(Arc::new(weight))
+    }
+
+    /// A weight whose rows its loader keeps, dequantised as gathered.
+    pub fn rows_from(source: Arc<dyn RowSource>) -> Self {
+        Linear::Rows(source)
+    }
+
     /// `x · Wᵀ` over the last axis of `x`.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
         self.product(x, true)
@@ -135,6 +180,8 @@ impl Linear {
                     q.bits,
                 )
             }),
+            Linear::Packed(p) => whole(p.as_ref(), x, transpose),
+            Linear::Rows(r) => whole(r.as_ref(), x, transpose),
         }
     }
 
@@ -148,6 +195,8 @@ impl Linear {
                 let b = q.biases.take_axis(ids, 0)?;
                 Ok(ops::dequantize(&w, &s, &b, q.group_size, q.bits)?)
             }
+            Linear::Packed(p) => gathered(p.as_ref(), ids),
+            Linear::Rows(r) => gathered(r.as_ref(), ids),
         }
     }
 
@@ -156,6 +205,43 @@ impl Linear {
         match self {
             Linear::Dense { weight } => weight.dtype(),
             Linear::Affine(q) => q.scales.dtype(),
+            Linear::Packed(_) | Linear::Rows(_) => Dtype::Float32,
         }
     }
+}
+
+/// Rows `ids` (any shape) of a weight kept as rows, `[..., in]` float32.
+fn gathered(source: &dyn RowSource, ids: &Array) -> Result<Array, ModelError> {
+    let shape = ids.shape().to_vec();
+    let ids = ids.as_dtype(Dtype::Int32)?;
+    ids.eval()?;
+    let wanted: Vec<u32> = ids
+        .try_as_slice::<i32>()
+        .map_err(|_| ModelError::Shape("row ids are not contiguous"))?
+        .iter()
+        .map(|&i| u32::try_from(i).unwrap_or(u32::MAX))
+        .collect();
+    let rows = rows_of(source, &wanted)?;
+    let mut out_shape = shape;
+    out_shape.push(source.shape().1 as i32);
+    Ok(rows.reshape(&out_shape)?)
+}
+
+/// `x · Wᵀ` (or `x · W`) with every row of `source` widened for the call.
+fn whole(source: &dyn RowSource, x: &Array, transpose: bool) -> Result<Array, ModelError> {
+    let all: Vec<u32> = (0..source.shape().0 as u32).collect();
+    widened::dense_matmul(x, &rows_of(source, &all)?, transpose)
+}
+
+/// Rows `ids` of `source` as a float32 `[ids.len(), in]` array.
+fn rows_of(source: &dyn RowSource, ids: &[u32]) -> Result<Array, ModelError> {
+    let input = source.shape().1;
+    let mut values = vec![0.0f32; ids.len() * input];
+    for (row, &id) in values.chunks_exact_mut(input).zip(ids) {
+        source.row(id as usize, row)?;
+    }
+    Ok(Array::from_slice(
+        &values,
+        &[ids.len() as i32, input as i32],
+    ))
 }

@@ -63,6 +63,9 @@ pub struct QuantizedRows {
     pub(super) steps: Vec<f32>,
     /// Per row and block: the sum of the block's quantised values (step · Σ integer values).
     pub(super) sums: Vec<f32>,
+    /// Per row, block and half (16 inputs): the half's quantised sum, likewise (for weights
+    /// with a scale per 16 inputs).
+    pub(super) half_sums: Vec<f32>,
     /// The codes as the AVX-512 kernel reads them ([`QuantizedRows::slot`]): per group of
     /// [`ROWS`] rows, per step of 4 inputs, each row's 4 codes (and, at [`Precision::Fine`], its
     /// 4 fine codes: each value's rounding error in 1/256 of its block's step) side by side, so
@@ -121,6 +124,7 @@ impl QuantizedRows {
         let blocks = input / BLOCK;
         self.steps.resize(rows * blocks, 0.0);
         self.sums.resize(rows * blocks, 0.0);
+        self.half_sums.resize(2 * rows * blocks, 0.0);
         let group = self.group_bytes();
         self.tiled.clear();
         self.tiled.resize(rows.div_ceil(ROWS) * group, 0);
@@ -131,11 +135,13 @@ impl QuantizedRows {
             .zip(x.chunks(ROWS * input))
             .zip(self.steps.chunks_mut(ROWS * blocks))
             .zip(self.sums.chunks_mut(ROWS * blocks))
-            .map(|(((tiled, x), steps), sums)| RowGroup {
+            .zip(self.half_sums.chunks_mut(2 * ROWS * blocks))
+            .map(|((((tiled, x), steps), sums), half_sums)| RowGroup {
                 tiled,
                 x,
                 steps,
                 sums,
+                half_sums,
             });
         let threads = crate::threads()
             .min(x.len() / PER_THREAD)
@@ -187,6 +193,7 @@ struct RowGroup<'a> {
     x: &'a [f32],
     steps: &'a mut [f32],
     sums: &'a mut [f32],
+    half_sums: &'a mut [f32],
 }
 
 impl RowGroup<'_> {
@@ -201,6 +208,18 @@ impl RowGroup<'_> {
                 let (step, sum) = block(values, &mut codes, fine_out);
                 self.steps[i * blocks + j] = step;
                 self.sums[i * blocks + j] = sum;
+                // Each half's sum from the codes themselves, in this one portable place, so
+                // every copy of the block's quantisation gives the same bits.
+                for h in 0..2 {
+                    let half = 16 * h..16 * h + 16;
+                    let coarse: i32 = codes[half.clone()].iter().map(|&c| c as i32).sum();
+                    let units = if fine_wanted {
+                        256 * coarse + fine[half].iter().map(|&f| f as i32).sum::<i32>()
+                    } else {
+                        coarse
+                    };
+                    self.half_sums[(i * blocks + j) * 2 + h] = step * units as f32;
+                }
                 // The block's 8 steps of 4 inputs, each into this row's slot of its step.
                 for s in 0..BLOCK / STEP {
                     let at = ((j * BLOCK / STEP + s) * ROWS + i) * slot;

@@ -14,35 +14,41 @@ use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, 
 pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     // SAFETY: passed on from the caller.
     unsafe {
-        if x.precision == Precision::Fine {
-            by_rows::<true>(x, w, t, out)
-        } else {
-            by_rows::<false>(x, w, t, out)
+        match (x.precision == Precision::Fine, w.parts) {
+            (true, 1) => by_rows::<true, 1>(x, w, t, out),
+            (false, 1) => by_rows::<false, 1>(x, w, t, out),
+            (true, _) => by_rows::<true, 2>(x, w, t, out),
+            (false, _) => by_rows::<false, 2>(x, w, t, out),
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn by_rows<const FINE: bool>(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
+unsafe fn by_rows<const FINE: bool, const PARTS: usize>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    out: OutPtr,
+) {
     // SAFETY: passed on from the caller.
     unsafe {
         match t.rows {
-            8 => rows::<8, FINE>(x, w, t, out),
-            7 => rows::<7, FINE>(x, w, t, out),
-            6 => rows::<6, FINE>(x, w, t, out),
-            5 => rows::<5, FINE>(x, w, t, out),
-            4 => rows::<4, FINE>(x, w, t, out),
-            3 => rows::<3, FINE>(x, w, t, out),
-            2 => rows::<2, FINE>(x, w, t, out),
-            _ => rows::<1, FINE>(x, w, t, out),
+            8 => rows::<8, FINE, PARTS>(x, w, t, out),
+            7 => rows::<7, FINE, PARTS>(x, w, t, out),
+            6 => rows::<6, FINE, PARTS>(x, w, t, out),
+            5 => rows::<5, FINE, PARTS>(x, w, t, out),
+            4 => rows::<4, FINE, PARTS>(x, w, t, out),
+            3 => rows::<3, FINE, PARTS>(x, w, t, out),
+            2 => rows::<2, FINE, PARTS>(x, w, t, out),
+            _ => rows::<1, FINE, PARTS>(x, w, t, out),
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn rows<const R: usize, const FINE: bool>(
+unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -52,59 +58,70 @@ unsafe fn rows<const R: usize, const FINE: bool>(
     let blocks = x.input / BLOCK;
     let input = x.input;
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
-    // panel is `PANEL · input` codes and `blocks · PANEL` scales) and inside rows
+    // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales; `PARTS` is the
+    // weight's, passed by `tile`) and inside rows
     // `first_row..first_row + R` of `x` (R ≤ rows left, checked by the caller).
     unsafe {
         let codes = w.codes.as_ptr().add(t.panel * PANEL * input);
-        let scales = w.scales.as_ptr().add(t.panel * blocks * PANEL);
-        let biases = w.biases.as_ptr().add(t.panel * blocks * PANEL);
+        let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
+        let biases = w.biases.as_ptr().add(t.panel * blocks * PARTS * PANEL);
         // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let a_steps = x.steps.as_ptr().add(t.first_row * blocks);
         let a_sums = x.sums.as_ptr().add(t.first_row * blocks);
+        let a_halves = x.half_sums.as_ptr().add(t.first_row * blocks * 2);
         let mut acc = [_mm512_setzero_ps(); R];
+        // Steps of 4 inputs per part (a part: the inputs one scale covers, 32 or 16).
+        let steps = BLOCK / STEP / PARTS;
         for j in 0..blocks {
-            // Two independent chains of sums per row (a `vpdpbusd` waits for the one
-            // before it on the same register): the coarse and fine codes' where fine, the
-            // even and odd steps' where not. The weight load is shared.
-            let mut first = [_mm512_setzero_si512(); R];
-            let mut second = [_mm512_setzero_si512(); R];
-            for s in 0..BLOCK / STEP {
-                let k = j * BLOCK + s * STEP;
-                let wv = _mm512_loadu_si512(codes.add(k * PANEL).cast());
-                for i in 0..R {
-                    let at = a.add((k / STEP * ROWS + i) * slot);
-                    let four = at.cast::<i32>().read_unaligned();
-                    let four = _mm512_set1_epi32(four);
-                    if FINE {
-                        first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                        let f = at.add(STEP).cast::<i32>().read_unaligned();
-                        second[i] = _mm512_dpbusd_epi32(second[i], wv, _mm512_set1_epi32(f));
-                    } else if s % 2 == 0 {
-                        first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                    } else {
-                        second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
+            for h in 0..PARTS {
+                // Two independent chains of sums per row (a `vpdpbusd` waits for the one
+                // before it on the same register): the coarse and fine codes' where fine, the
+                // even and odd steps' where not. The weight load is shared.
+                let mut first = [_mm512_setzero_si512(); R];
+                let mut second = [_mm512_setzero_si512(); R];
+                for s in 0..steps {
+                    let k = j * BLOCK + (h * steps + s) * STEP;
+                    let wv = _mm512_loadu_si512(codes.add(k * PANEL).cast());
+                    for i in 0..R {
+                        let at = a.add((k / STEP * ROWS + i) * slot);
+                        let four = at.cast::<i32>().read_unaligned();
+                        let four = _mm512_set1_epi32(four);
+                        if FINE {
+                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
+                            let f = at.add(STEP).cast::<i32>().read_unaligned();
+                            second[i] = _mm512_dpbusd_epi32(second[i], wv, _mm512_set1_epi32(f));
+                        } else if s % 2 == 0 {
+                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
+                        } else {
+                            second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
+                        }
                     }
                 }
-            }
-            let mut dots = [_mm512_setzero_si512(); R];
-            for i in 0..R {
-                // Fine: 256·coarse + fine; else the two halves' sum.
-                let high = if FINE {
-                    _mm512_slli_epi32::<8>(first[i])
-                } else {
-                    first[i]
-                };
-                dots[i] = _mm512_add_epi32(high, second[i]);
-            }
-            let sw = _mm512_loadu_ps(scales.add(j * PANEL));
-            let bw = _mm512_loadu_ps(biases.add(j * PANEL));
-            for i in 0..R {
-                let s = _mm512_mul_ps(sw, _mm512_set1_ps(*a_steps.add(i * blocks + j)));
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[i]), s, acc[i]);
-                let sum = _mm512_set1_ps(*a_sums.add(i * blocks + j));
-                acc[i] = _mm512_fmadd_ps(bw, sum, acc[i]);
+                let mut dots = [_mm512_setzero_si512(); R];
+                for i in 0..R {
+                    // Fine: 256·coarse + fine; else the two halves' sum.
+                    let high = if FINE {
+                        _mm512_slli_epi32::<8>(first[i])
+                    } else {
+                        first[i]
+                    };
+                    dots[i] = _mm512_add_epi32(high, second[i]);
+                }
+                let part = (j * PARTS + h) * PANEL;
+                let sw = _mm512_loadu_ps(scales.add(part));
+                let bw = _mm512_loadu_ps(biases.add(part));
+                for i in 0..R {
+                    let s = _mm512_mul_ps(sw, _mm512_set1_ps(*a_steps.add(i * blocks + j)));
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[i]), s, acc[i]);
+                    let sum = if PARTS == 1 {
+                        *a_sums.add(i * blocks + j)
+                    } else {
+                        *a_halves.add((i * blocks + j) * 2 + h)
+                    };
+                    acc[i] = _mm512_fmadd_ps(bw, _mm512_set1_ps(sum), acc[i]);
+                }
             }
         }
         let mask: __mmask16 = if t.cols >= PANEL {

@@ -24,6 +24,10 @@
 //!
 //! `y[m, n] = Σ_j (s[n, j] · d[m, j]) · Σ_{k∈j} q[n, k] c[m, k]  +  Σ_j b[n, j] · d[m, j] Σ_{k∈j} c[m, k]`
 //!
+//! A weight with a scale and bias per 16 inputs (ggml's Q6_K: `parts` 2) has two terms of
+//! each kind per block, one per half, in order (half 0's scale term, its bias term, then half
+//! 1's), the bias terms over each half's quantised sum.
+//!
 //! The inner sums are exact 32-bit integer sums; the outer one runs over blocks in order with
 //! one fused multiply-add per term, so an output's bits depend only on its row of `x` and its
 //! row of `W`, never on how many rows are multiplied together or how the work is split between
@@ -50,7 +54,7 @@ pub use isa::{
     available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
     ISA_VARIABLE,
 };
-pub use weights::PackedWeight;
+pub use weights::{PackedWeight, RowParts};
 
 use std::fmt;
 
@@ -100,6 +104,11 @@ fn tile_fn(isa: QuantIsa) -> Option<TileFn> {
         #[allow(unreachable_patterns)]
         _ => return None,
     })
+}
+
+/// Whether `isa`'s tile multiplies weights with a scale and bias per 16 inputs (`parts` 2).
+fn takes_halves(isa: QuantIsa) -> bool {
+    matches!(isa, QuantIsa::Portable | QuantIsa::Avx512Vnni)
 }
 
 /// The copy of [`activations::quantize_block`] that goes with `isa` (the same bits as the
@@ -179,6 +188,13 @@ pub fn matmul_with(
     y: &mut [f32],
 ) -> Result<(), QuantError> {
     let tile = tile_fn(isa).ok_or(QuantError::Isa(isa))?;
+    // Weights with a scale per 16 inputs (Q6_K) run on the copies that implement the second
+    // term per block; elsewhere on the portable copy, whose bits every copy gives.
+    let tile = if w.parts > 1 && !takes_halves(isa) {
+        portable_tile as TileFn
+    } else {
+        tile
+    };
     if x.input != w.input {
         return Err(QuantError::Shape(
             "activations and weight have different inputs",
@@ -277,19 +293,25 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
         let fine = |k: usize| x.tiled[x.at(m, k) + STEP] as i32;
         for r in 0..t.cols {
             let mut acc = 0.0f32;
+            let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
+            let len = BLOCK / w.parts;
             for j in 0..blocks {
-                let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
-                let mut dot: i32 = (j * BLOCK..(j + 1) * BLOCK).map(|k| q(k) * code(k)).sum();
-                if x.precision == Precision::Fine {
-                    dot = (dot << 8)
-                        + (j * BLOCK..(j + 1) * BLOCK)
-                            .map(|k| q(k) * fine(k))
-                            .sum::<i32>();
+                for h in 0..w.parts {
+                    let inputs = j * BLOCK + h * len..j * BLOCK + (h + 1) * len;
+                    let mut dot: i32 = inputs.clone().map(|k| q(k) * code(k)).sum();
+                    if x.precision == Precision::Fine {
+                        dot = (dot << 8) + inputs.map(|k| q(k) * fine(k)).sum::<i32>();
+                    }
+                    let at = ((t.panel * blocks + j) * w.parts + h) * PANEL + r;
+                    let s = w.scales[at] * x.steps[m * blocks + j];
+                    acc = (dot as f32).mul_add(s, acc);
+                    let sum = if w.parts == 1 {
+                        x.sums[m * blocks + j]
+                    } else {
+                        x.half_sums[(m * blocks + j) * 2 + h]
+                    };
+                    acc = w.biases[at].mul_add(sum, acc);
                 }
-                let at = (t.panel * blocks + j) * PANEL + r;
-                let s = w.scales[at] * x.steps[m * blocks + j];
-                acc = (dot as f32).mul_add(s, acc);
-                acc = w.biases[at].mul_add(x.sums[m * blocks + j], acc);
             }
             // SAFETY: (m, panel·16 + r) is inside `[rows, out]`; the caller's contract.
             unsafe { *out.0.add(m * w.out + t.panel * PANEL + r) = acc };

@@ -496,3 +496,109 @@ fn the_expected_copy_runs_here() {
         cpu_features().join(" ")
     );
 }
+
+/// A weight with a scale and bias per 16 inputs (Q6_K's layout: codes 0..63, bias −32 ×
+/// scale), from rows.
+fn halves_case(
+    out: usize,
+    input: usize,
+    seed: u64,
+) -> (PackedWeight, impl Fn(usize, usize) -> f64) {
+    let mut r = stream(seed);
+    let codes: Vec<u8> = (0..out * input)
+        .map(|_| ((r() * 0.5 + 0.5) * 63.0).round() as u8)
+        .collect();
+    // As GGUF's: an f16-sized scale (11 bits) times an int8 one, exact in float32.
+    let scales: Vec<f32> = (0..out * input / 16)
+        .map(|_| ((r() * 2047.0) as i32 * (r() * 127.0) as i32) as f32 / (1 << 26) as f32)
+        .collect();
+    let w = PackedWeight::from_rows((out, input), 16, |n, row| {
+        row.codes
+            .copy_from_slice(&codes[n * input..(n + 1) * input]);
+        for (p, (s, b)) in row.scales.iter_mut().zip(row.biases.iter_mut()).enumerate() {
+            *s = scales[n * input / 16 + p];
+            *b = -32.0 * *s;
+        }
+    })
+    .expect("packs");
+    let weight = move |n: usize, k: usize| {
+        let s = scales[(n * input + k) / 16] as f64;
+        s * codes[n * input + k] as f64 - 32.0 * s
+    };
+    (w, weight)
+}
+
+#[test]
+fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_everywhere() {
+    let (out, input, rows) = (37, 128, 11);
+    let (w, weight) = halves_case(out, input, 23);
+    assert_eq!(w.scale_len(), 16);
+    // The row read back is the weight's own values (exact here: the products are exact).
+    let mut values = vec![0.0f32; input];
+    for n in [0, 16, 36] {
+        w.row(n, &mut values).expect("a row");
+        for (k, v) in values.iter().enumerate() {
+            assert_eq!(*v as f64, weight(n, k), "row {n} input {k}");
+        }
+    }
+    let x = activations(rows, input, 29);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for (precision, steps) in [(Precision::Coarse, 254.0), (Precision::Fine, 254.0 * 256.0)] {
+        let y = product(&x, rows, &w, precision);
+        for m in 0..rows {
+            for n in 0..out {
+                let terms = (0..input).map(|k| x[m * input + k] as f64 * weight(n, k));
+                let exact: f64 = terms.clone().sum();
+                let magnitude: f64 = terms.map(f64::abs).sum();
+                let bound: f64 = (0..input)
+                    .map(|k| {
+                        let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
+                        let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+                        largest as f64 / steps * weight(n, k).abs()
+                    })
+                    .sum::<f64>()
+                    + 1e-6 * magnitude
+                    + 1e-7;
+                let got = y[m * out + n] as f64;
+                assert!(
+                    (got - exact).abs() <= bound,
+                    "{precision:?} [{m}, {n}]: {got} against {exact} (bound {bound})"
+                );
+            }
+        }
+        // Alone or together, and the portable copy: the same bits.
+        for m in [0, 8, 10] {
+            let alone = product(&x[m * input..(m + 1) * input], 1, &w, precision);
+            assert_eq!(bits(&alone), bits(&y[m * out..(m + 1) * out]), "row {m}");
+        }
+        let mut q = QuantizedRows::default();
+        q.quantize(&x, rows, precision).expect("quantizes");
+        let mut slow = QuantizedRows::default();
+        slow.quantize_on(&x, rows, precision, quantize_block)
+            .expect("quantizes");
+        assert_eq!(
+            bits(&slow.half_sums),
+            bits(&q.half_sums),
+            "{precision:?} half sums"
+        );
+        let mut portable = vec![0.0f32; rows * out];
+        let ptr = OutPtr(portable.as_mut_ptr());
+        for panel in 0..out.div_ceil(PANEL) {
+            for first_row in (0..rows).step_by(ROWS) {
+                let tile = Tile {
+                    panel,
+                    first_row,
+                    rows: (rows - first_row).min(ROWS),
+                    cols: (out - panel * PANEL).min(PANEL),
+                };
+                // SAFETY: a single thread writes inside `portable` ([rows, out]).
+                unsafe { portable_tile(&q, &w, tile, ptr) };
+            }
+        }
+        assert_eq!(bits(&portable), bits(&y), "{precision:?} portable");
+    }
+    assert!(matches!(
+        PackedWeight::from_rows((2, 64), 8, |_, _| {}),
+        Err(QuantError::Group { .. })
+    ));
+}

@@ -7,16 +7,27 @@ use super::{QuantError, BLOCK, PANEL, STEP};
 pub struct PackedWeight {
     pub(super) out: usize,
     pub(super) input: usize,
+    /// Scales (and biases) per row and block of 32 inputs: 1, or 2 where each half of a
+    /// block (16 inputs) has its own (ggml's Q6_K).
+    pub(super) parts: usize,
     /// Per panel, per step of 4 inputs: 16 rows × 4 codes (`PANEL · input` bytes a panel).
     pub(super) codes: Vec<u8>,
-    /// Per panel, per block: 16 rows' scales.
+    /// Per panel, per block, per part: 16 rows' scales.
     pub(super) scales: Vec<f32>,
-    /// Per panel, per block: 16 rows' biases.
+    /// Per panel, per block, per part: 16 rows' biases.
     pub(super) biases: Vec<f32>,
     /// The largest code (from the codes themselves): the copies whose byte products saturate
     /// or are signed (AVX2's `vpmaddubsw`, NEON's `sdot`) take a cheaper exact route where the
     /// codes are small.
     pub(super) code_max: u8,
+}
+
+/// One row of a weight as [`PackedWeight::from_rows`] asks for it: its codes (`input`), and
+/// its scales and biases (one per `scale_len` inputs), all to be filled.
+pub struct RowParts<'a> {
+    pub codes: &'a mut [u8],
+    pub scales: &'a mut [f32],
+    pub biases: &'a mut [f32],
 }
 
 impl PackedWeight {
@@ -69,29 +80,80 @@ impl PackedWeight {
                 "scales or biases and [out, input / group] disagree",
             ));
         }
+        Self::from_rows((out, input), BLOCK, |n, row| {
+            for (k, c) in row.codes.iter_mut().enumerate() {
+                *c = code(n, k);
+            }
+            for j in 0..input / BLOCK {
+                row.scales[j] = scales[n * groups + j * BLOCK / group];
+                row.biases[j] = biases[n * groups + j * BLOCK / group];
+            }
+        })
+    }
+
+    /// From rows filled one at a time by `fill(n, row)`: codes (any byte), and a scale and a
+    /// bias per `scale_len` inputs, 32 (one per block) or 16 (two per block, Q6_K's
+    /// sub-blocks). Only one row's parts exist unpacked at a time, so a loader can decode its
+    /// file's blocks straight into the packing.
+    pub fn from_rows(
+        (out, input): (usize, usize),
+        scale_len: usize,
+        mut fill: impl FnMut(usize, RowParts<'_>),
+    ) -> Result<Self, QuantError> {
+        if input == 0 || !input.is_multiple_of(BLOCK) {
+            return Err(QuantError::Group {
+                group: scale_len,
+                input,
+            });
+        }
+        let parts = match scale_len {
+            BLOCK => 1,
+            16 => 2,
+            _ => {
+                return Err(QuantError::Group {
+                    group: scale_len,
+                    input,
+                })
+            }
+        };
         let panels = out.div_ceil(PANEL);
         let blocks = input / BLOCK;
         // Rows past `out` in the last panel stay zero (codes, scales and biases): they add
         // nothing and are never stored.
         let mut codes = vec![0u8; panels * PANEL * input];
-        let mut packed_scales = vec![0.0f32; panels * blocks * PANEL];
-        let mut packed_biases = vec![0.0f32; panels * blocks * PANEL];
+        let mut packed_scales = vec![0.0f32; panels * blocks * parts * PANEL];
+        let mut packed_biases = vec![0.0f32; panels * blocks * parts * PANEL];
+        let mut row_codes = vec![0u8; input];
+        let mut row_scales = vec![0.0f32; blocks * parts];
+        let mut row_biases = vec![0.0f32; blocks * parts];
         for n in 0..out {
+            row_codes.fill(0);
+            row_scales.fill(0.0);
+            row_biases.fill(0.0);
+            fill(
+                n,
+                RowParts {
+                    codes: &mut row_codes,
+                    scales: &mut row_scales,
+                    biases: &mut row_biases,
+                },
+            );
             let (panel, row) = (n / PANEL, n % PANEL);
             let base = panel * PANEL * input;
-            for k in 0..input {
-                codes[base + (k / STEP) * PANEL * STEP + row * STEP + k % STEP] = code(n, k);
+            for (k, &c) in row_codes.iter().enumerate() {
+                codes[base + (k / STEP) * PANEL * STEP + row * STEP + k % STEP] = c;
             }
-            for j in 0..blocks {
-                let at = (panel * blocks + j) * PANEL + row;
-                packed_scales[at] = scales[n * groups + j * BLOCK / group];
-                packed_biases[at] = biases[n * groups + j * BLOCK / group];
+            for p in 0..blocks * parts {
+                let at = (panel * blocks * parts + p) * PANEL + row;
+                packed_scales[at] = row_scales[p];
+                packed_biases[at] = row_biases[p];
             }
         }
         let code_max = codes.iter().copied().max().unwrap_or(0);
         Ok(PackedWeight {
             out,
             input,
+            parts,
             code_max,
             codes,
             scales: packed_scales,
@@ -107,7 +169,34 @@ impl PackedWeight {
         self.input
     }
 
-    /// Bytes it holds (one per weight, eight per row and block of 32).
+    /// Inputs per scale: 32, or 16.
+    pub fn scale_len(&self) -> usize {
+        BLOCK / self.parts
+    }
+
+    /// Row `n`'s values as the products use them, `scale · code + bias` in float32 (the
+    /// product `scale · code` is exact for every layout the loaders make: GGUF's scales have at
+    /// most 18 significant bits and its codes at most 8, so this is one rounding, of the sum,
+    /// the same one ggml's dequantisers make). `values` has `input` entries.
+    pub fn row(&self, n: usize, values: &mut [f32]) -> Result<(), QuantError> {
+        if n >= self.out || values.len() != self.input {
+            return Err(QuantError::Shape(
+                "a row outside the weight, or of another length",
+            ));
+        }
+        let (panel, row) = (n / PANEL, n % PANEL);
+        let base = panel * PANEL * self.input;
+        let blocks = self.input / BLOCK;
+        let len = BLOCK / self.parts;
+        for (k, v) in values.iter_mut().enumerate() {
+            let q = self.codes[base + (k / STEP) * PANEL * STEP + row * STEP + k % STEP];
+            let at = (panel * blocks * self.parts + k / len) * PANEL + row;
+            *v = self.scales[at] * f32::from(q) + self.biases[at];
+        }
+        Ok(())
+    }
+
+    /// Bytes it holds (one per weight, and eight per row and scale: per block of 32, or of 16).
     pub fn bytes(&self) -> usize {
         self.codes.len() + 4 * (self.scales.len() + self.biases.len())
     }

@@ -7,10 +7,12 @@
 //! RoPE expects (Qwen3 and Gemma 3 files keep that order). Gemma norms are stored with the one of
 //! `1 + w` already added, so they are used as stored.
 
+use std::sync::Arc;
+
 use mlx_rs::Array;
 
 use super::{norm_weight, CausalLoadError, CausalWeights};
-use crate::checkpoint::gguf::{FloatDtype, GgufFile, GgufWeight};
+use crate::checkpoint::gguf::{self, FloatDtype, GgmlType, GgufFile, GgufWeight};
 use crate::model::causal::{Architecture, CausalConfig};
 use crate::model::linear::Linear;
 use crate::model::ModelError;
@@ -18,6 +20,10 @@ use crate::model::ModelError;
 pub(super) struct GgufWeights {
     file: GgufFile,
     config: CausalConfig,
+    /// Whether matrices of the block types the integer products take are packed for them at
+    /// load ([`Linear::Packed`]) instead of loaded as MLX arrays: where the model will run on
+    /// the native path with the integer products.
+    pack: bool,
 }
 
 impl GgufWeights {
@@ -25,7 +31,21 @@ impl GgufWeights {
     /// harmless.
     pub fn new(file: GgufFile, ignored: &[String]) -> Result<GgufWeights, CausalLoadError> {
         let config = super::gguf_config::config_from_metadata(&file, ignored)?;
-        Ok(GgufWeights { file, config })
+        Ok(GgufWeights {
+            file,
+            config,
+            pack: false,
+        })
+    }
+
+    /// Packs the matrices the integer products take at load from now on (when `pack`).
+    pub fn pack_for_native(&mut self, pack: bool) {
+        self.pack = pack;
+    }
+
+    /// Whether the tensor is a matrix loaded packed.
+    fn packed(&self, t: GgmlType, dims: usize) -> bool {
+        self.pack && dims == 2 && gguf::packs(t)
     }
 
     /// Bytes the tensors take once loaded.
@@ -33,8 +53,19 @@ impl GgufWeights {
         self.file
             .tensors()
             .map(|info| {
-                self.file
-                    .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
+                let float = || {
+                    self.file
+                        .resident_bytes(info, float_for(info.ggml_type.affine_bits()))
+                };
+                if !self.packed(info.ggml_type, info.dims.len()) {
+                    float()
+                } else if gathered(&info.name) {
+                    // Left in the mapping: at most its stored bytes are ever resident.
+                    info.stored_bytes().unwrap_or(0)
+                } else {
+                    let (rows, cols) = (info.dims[1], info.dims[0]);
+                    gguf::packed_bytes(info.ggml_type, rows, cols).unwrap_or_else(float)
+                }
             })
             .sum()
     }
@@ -110,6 +141,12 @@ impl GgufWeights {
     }
 }
 
+/// Whether a tensor is read a few rows at a time (the embedding, the head), so a packed model
+/// keeps it in the mapping (`GgufRows`) rather than packing it.
+fn gathered(name: &str) -> bool {
+    matches!(name, "token_embd.weight" | "output.weight")
+}
+
 /// The float dtype a tensor's load computes in: float32 scales for the affine types (MLX's CPU
 /// kernels run float32 at full speed), float16 for dequantised ones (as MLX's own GGUF loader
 /// does; the products widen it on the CPU).
@@ -160,6 +197,44 @@ impl CausalWeights for GgufWeights {
                 ),
             ));
         }
+        let heads = self.permuted_heads(module);
+        if heads.is_some_and(|heads| out % heads != 0 || (out / heads) % 2 != 0) {
+            return Err(self.tensor_error(
+                &name,
+                format!(
+                    "{out} rows do not split into {} heads of rotary pairs",
+                    heads.unwrap_or(0)
+                ),
+            ));
+        }
+        if gathered(&name) && self.packed(info.ggml_type, info.dims.len()) {
+            // Read a chunk's rows and a few label rows at a time: kept in the mapping, each
+            // row dequantised as gathered, so only the rows read are ever in memory.
+            return Ok(Linear::rows_from(Arc::new(self.file.rows(info)?)));
+        }
+        if self.packed(info.ggml_type, info.dims.len()) {
+            // Straight from the blocks into the integer products' packing, llama.cpp's q/k rows
+            // put back as they are packed.
+            let order: Option<Vec<usize>> = heads.map(|heads| {
+                unpermute_order(heads, out)
+                    .into_iter()
+                    .map(|r| r as usize)
+                    .collect()
+            });
+            let packed = self.file.pack(info, order.as_deref())?;
+            return Ok(Linear::packed(packed));
+        }
+        if self.pack && info.ggml_type.is_dequantised() {
+            // Q2_K, Q3_K (and the activation types Q8_1, Q8_K): no exact packing for the
+            // integer products here, so dequantised as on MLX and widened to float32 for the
+            // native path (docs/models.md, "GGUF types").
+            tracing::warn!(
+                tensor = %name,
+                ggml_type = %info.ggml_type,
+                "not a type the integer products take: dequantised and widened to float32 \
+                 (4 bytes a weight)"
+            );
+        }
         let float = float_for(info.ggml_type.affine_bits());
         let mut linear = match self.file.load(&name, float)? {
             GgufWeight::Dense(weight) => Linear::dense(weight),
@@ -171,13 +246,7 @@ impl CausalWeights for GgufWeights {
                 group_size,
             } => Linear::affine(weight, scales, biases, group_size, bits),
         };
-        if let Some(heads) = self.permuted_heads(module) {
-            if out % heads != 0 || (out / heads) % 2 != 0 {
-                return Err(self.tensor_error(
-                    &name,
-                    format!("{out} rows do not split into {heads} heads of rotary pairs"),
-                ));
-            }
+        if let Some(heads) = heads {
             let order = unpermute_order(heads, out);
             let order = Array::from_slice(&order, &[out]);
             let rows = |a: &Array| -> Result<Array, CausalLoadError> {
@@ -192,6 +261,8 @@ impl CausalWeights for GgufWeights {
                     q.group_size,
                     q.bits,
                 ),
+                // Only made above, already in order.
+                made @ (Linear::Packed(_) | Linear::Rows(_)) => made,
             };
         }
         Ok(linear)
@@ -255,6 +326,10 @@ impl CausalWeights for GgufWeights {
         norm_weight(stored, false)
     }
 }
+
+#[cfg(test)]
+#[path = "gguf_tests.rs"]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {

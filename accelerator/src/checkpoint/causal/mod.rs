@@ -175,8 +175,9 @@ pub fn load_model_for(
     })?;
     let (model, weight_bytes) = match &format {
         CausalFormat::Gguf => {
-            let weights = gguf::GgufWeights::new(GgufFile::open(path)?, ignored)?;
+            let mut weights = gguf::GgufWeights::new(GgufFile::open(path)?, ignored)?;
             let dense = affine.dense_for(weights.config(), kernels);
+            weights.pack_for_native(!dense && packs_for_native(kernels));
             let model = build(path, weights.config().clone(), &weights, dense)?;
             (
                 model,
@@ -194,6 +195,21 @@ pub fn load_model_for(
         }
     };
     Ok((model, format, weight_bytes))
+}
+
+/// Whether a GGUF's block-quantised matrices are packed for the native integer products at
+/// load (and so never exist as MLX arrays): where prompt chunks will run on the native path
+/// (`auto` on MLX's CPU backend, or `native`) and the integer products will run them (fast
+/// here, or `native` asks for them anyway: `cpu::prepare`'s rule). Elsewhere (`mlx`, another
+/// backend) they load as MLX arrays, the K-quants dequantised (docs/models.md, "GGUF types").
+fn packs_for_native(kernels: CausalKernels) -> bool {
+    match kernels {
+        CausalKernels::Mlx => false,
+        CausalKernels::Native => true,
+        CausalKernels::Auto => {
+            hunch_kernels::quant::fast() && crate::model::widened::cpu_backend().unwrap_or(false)
+        }
+    }
 }
 
 /// What a checkpoint layout gives the builder, by Hugging Face module name

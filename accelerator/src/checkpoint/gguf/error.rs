@@ -29,8 +29,9 @@ pub enum GgufError {
     },
     #[error(
         "{path}: tensor {name} is stored as {ggml_type}, which this reader cannot load \
-         (it loads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and Q2_K to Q8_K); \
-         re-quantise the model to one of those, e.g. Q4_K_M or Q8_0"
+         (it loads F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, and \
+         Q2_K, Q3_K, Q8_1 and Q8_K dequantised to float); re-quantise the model to one of \
+         those, e.g. Q4_K_M or Q8_0"
     )]
     Unsupported {
         path: PathBuf,

@@ -21,6 +21,9 @@ const MAX_DIMS: u32 = 4;
 /// How deep arrays of arrays may nest: no converter writes more than one level, and a crafted
 /// file must not exhaust the stack.
 const MAX_NESTING: u32 = 8;
+/// The fewest bytes a tensor info takes: a name's length (8), a dim count (4), one dim (8), a
+/// type (4) and an offset (8).
+const MIN_INFO_BYTES: u64 = 32;
 
 /// Where one tensor lives in the data section, as the file describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,9 +144,43 @@ impl GgufFile {
         };
         let mut infos = Vec::new();
         let mut by_name = BTreeMap::new();
-        for _ in 0..tensor_count {
+        // A tensor info takes at least a name's length, a dim count, a dim, a type and an
+        // offset: a count the rest of the file cannot hold is refused before any is read.
+        let left = (r.bytes.len() - r.at) as u64;
+        if tensor_count > left / MIN_INFO_BYTES {
+            return Err(r.fail_at(
+                16,
+                format!(
+                    "truncated: the header claims {tensor_count} tensors, whose infos alone \
+                     would take at least {} bytes; {left} are left in the file",
+                    tensor_count.saturating_mul(MIN_INFO_BYTES)
+                ),
+            ));
+        }
+        for index in 0..tensor_count {
             let start = r.at;
-            let info = r.tensor_info()?;
+            let info = r.tensor_info().map_err(|e| match e {
+                GgufError::Format { path, offset, why } => GgufError::Format {
+                    path,
+                    offset,
+                    why: format!(
+                        "the header claims {tensor_count} tensors; the info of tensor \
+                         {} of them does not read: {why}",
+                        index + 1
+                    ),
+                },
+                other => other,
+            })?;
+            if info.offset % alignment != 0 {
+                return Err(r.fail_at(
+                    start as u64,
+                    format!(
+                        "tensor {} starts at data offset {}, not a multiple of the file's \
+                         alignment {alignment}",
+                        info.name, info.offset
+                    ),
+                ));
+            }
             if by_name.insert(info.name.clone(), infos.len()).is_some() {
                 return Err(r.fail_at(start as u64, format!("tensor {} twice", info.name)));
             }
@@ -162,7 +199,37 @@ impl GgufFile {
         for info in &file.infos {
             file.check_extent(info)?;
         }
+        file.check_overlaps()?;
         Ok(file)
+    }
+
+    /// Refuses tensors whose bytes run into the next tensor's: the size its type and shape
+    /// give it is not the room the file left it (a damaged or hand-edited header; loading it
+    /// would read another tensor's bytes as its own).
+    fn check_overlaps(&self) -> Result<(), GgufError> {
+        let mut by_offset: Vec<&GgufTensorInfo> = self.infos.iter().collect();
+        by_offset.sort_by_key(|info| info.offset);
+        for pair in by_offset.windows(2) {
+            let (this, next) = (pair[0], pair[1]);
+            // Unknown types have no size to check (they are refused when loaded).
+            let Some(size) = this.stored_bytes() else {
+                continue;
+            };
+            if this.offset.saturating_add(size) > next.offset {
+                return Err(self.tensor_error(
+                    this,
+                    format!(
+                        "as {} of shape {:?} it takes {size} bytes, which run into tensor {} \
+                         at data offset {}: its byte length does not match its type and shape",
+                        this.ggml_type,
+                        this.shape(),
+                        next.name,
+                        next.offset
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a tensor whose bytes are not all in the file, or whose rows do not split into
@@ -212,6 +279,34 @@ impl GgufFile {
         let size = info.stored_bytes().unwrap_or(0) as usize;
         let start = (self.data_start + info.offset) as usize;
         &self.map[start..start + size]
+    }
+
+    /// Gives the pages that lie wholly inside `info`'s bytes back to the kernel (they were read
+    /// into memory by the load; what was made of them holds no reference to them). The
+    /// mapping stays valid: a later read of those bytes reads them from the file again, the
+    /// same bytes, since no one writes into a tensor that was packed. Pages shared with a
+    /// neighbouring tensor stay.
+    pub(super) fn release(&self, info: &GgufTensorInfo) {
+        let bytes = self.bytes_of(info);
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let Ok(page) = usize::try_from(page) else {
+            return;
+        };
+        if page == 0 {
+            return;
+        }
+        let start = (bytes.as_ptr() as usize).div_ceil(page) * page;
+        let end = (bytes.as_ptr() as usize + bytes.len()) / page * page;
+        if end > start {
+            // SAFETY: [start, end) is whole pages inside this file's private mapping, which
+            // lives as long as `self`; MADV_DONTNEED on a private file mapping drops the pages
+            // and later accesses read the file again. Nothing holds a write into them (see
+            // above), so nothing is lost. A failure only leaves the pages resident.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -91,7 +91,7 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
 /// Q4_K's and Q5_K's 12 bytes of eight 6-bit scales and eight 6-bit mins. Sub-blocks 0–3 take
 /// the low six bits of bytes 0–3 (scales) and 4–7 (mins); sub-blocks 4–7 take a nibble of bytes
 /// 8–11 (low: scale, high: min) with the top two bits of bytes 0–3 (scales) or 4–7 (mins).
-fn scales_and_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn scales_and_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut m = [0u8; 8];
     for j in 0..4 {
@@ -105,7 +105,7 @@ fn scales_and_mins(p: &[u8]) -> ([u8; 8], [u8; 8]) {
 
 /// The low four bits of Q4_K's and Q5_K's element `e`: in each 64-element chunk `c`, the low
 /// nibbles of bytes `32c..32c + 32` then their high nibbles.
-fn nibble(qs: &[u8], e: usize) -> u8 {
+pub(super) fn nibble(qs: &[u8], e: usize) -> u8 {
     let (c, h, l) = (e / 64, (e / 32) % 2, e % 32);
     (qs[32 * c + l] >> (4 * h)) & 0x0F
 }

@@ -6,6 +6,8 @@
 //! - `blocks`: Q4_0, Q4_1 and Q8_0 repacked exactly into MLX's affine layout (group 32), and
 //!   Q5_0, Q5_1 and Q8_1 dequantised;
 //! - `kquants`: Q2_K to Q8_K dequantised;
+//! - `pack`: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K decoded straight into the native
+//!   integer products' packing ([`GgufFile::pack`]), for a model served on the native path;
 //! - `float`: the element types dequantised tensors are written in, and ggml's f16 scales;
 //! - `load`: the arrays of one tensor ([`GgufFile::load`]) and what they will take
 //!   ([`GgufFile::resident_bytes`]).
@@ -22,15 +24,19 @@ mod float;
 mod kquants;
 mod load;
 mod meta;
+mod pack;
 mod types;
 
 #[cfg(test)]
+pub(crate) mod quantise;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod writer;
+pub(crate) mod writer;
 
 pub use error::GgufError;
 pub use file::{GgufFile, GgufTensorInfo};
 pub use load::{GgufWeight, GROUP_SIZE};
 pub use meta::MetaValue;
+pub use pack::{packed_bytes, packs, GgufRows};
 pub use types::{FloatDtype, GgmlType, QK_K};

@@ -253,3 +253,95 @@ fn is_gguf_reads_only_the_magic() {
     assert!(!GgufFile::is_gguf(&path));
     assert!(!GgufFile::is_gguf(&dir.path().join("absent")));
 }
+
+/// A Q4_K `[2, 256]` matrix's bytes (two super-blocks of 144 bytes).
+fn q4_k_bytes() -> Vec<u8> {
+    (0..2 * 144).map(|i| (i * 37 % 251) as u8).collect()
+}
+
+#[test]
+fn broken_files_are_refused_naming_the_tensor_and_the_cause() {
+    // A tensor given fewer bytes than its type and shape need: they run into the next one's
+    // (the file long enough that they do not run past its end).
+    let short = Writer::new()
+        .tensor("short.weight", &[256, 2], 12, vec![0; 144])
+        .tensor("next.weight", &[512], 8, vec![0; 16 * 34]);
+    let e = error_of(&short.bytes());
+    assert!(
+        e.contains("tensor short.weight (Q4_K")
+            && e.contains("288 bytes")
+            && e.contains("run into tensor next.weight")
+            && e.contains("does not match its type and shape"),
+        "{e}"
+    );
+
+    // Truncated inside a K-quant tensor's bytes.
+    let whole = Writer::new().tensor("k.weight", &[256, 2], 12, q4_k_bytes());
+    let bytes = whole.bytes();
+    let e = error_of(&bytes[..bytes.len() - 100]);
+    assert!(
+        e.contains("tensor k.weight (Q4_K") && e.contains("the file is truncated"),
+        "{e}"
+    );
+
+    // A header that claims more tensors than it holds: one more than written, and far more.
+    let two = Writer::new()
+        .tensor("a.weight", &[32], 8, vec![0; 34])
+        .tensor("b.weight", &[32], 8, vec![0; 34]);
+    let mut more = two.bytes();
+    more[8..16].copy_from_slice(&3u64.to_le_bytes());
+    let e = error_of(&more);
+    assert!(
+        e.contains("the header claims 3 tensors") && e.contains("tensor 3 of them"),
+        "{e}"
+    );
+    let mut absurd = two.bytes();
+    absurd[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let e = error_of(&absurd);
+    assert!(
+        e.contains("the header claims 1099511627776 tensors") && e.contains("truncated"),
+        "{e}"
+    );
+
+    // An offset that breaks the file's alignment.
+    let mut misaligned = Writer::new()
+        .tensor("a.weight", &[32], 8, vec![0; 34])
+        .bytes();
+    // The offset is the info's last 8 bytes: name length 8 + "a.weight" 8 + dims 4 + 8 + type 4.
+    let at = 4 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4;
+    misaligned[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
+    let e = error_of(&misaligned);
+    assert!(
+        e.contains("tensor a.weight starts at data offset 3") && e.contains("alignment 32"),
+        "{e}"
+    );
+}
+
+#[test]
+fn types_without_a_loader_are_refused_naming_the_tensor_the_type_and_what_is_supported() {
+    // IQ2_XXS (16), TQ2_0 (35), MXFP4 (39): sizes known, so the file opens and lists them.
+    let w = Writer::new()
+        .tensor("iq.weight", &[256], 16, vec![0; 66])
+        .tensor("tq.weight", &[256], 35, vec![0; 66])
+        .tensor("mx.weight", &[32], 39, vec![0; 17]);
+    let (_dir, file) = open(&w);
+    let file = file.expect("opens");
+    for (name, ty) in [
+        ("iq.weight", "IQ2_XXS"),
+        ("tq.weight", "TQ2_0"),
+        ("mx.weight", "MXFP4"),
+    ] {
+        let e = file
+            .load(name, FloatDtype::F16)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains(&format!("tensor {name} is stored as {ty}"))
+                && e.contains("Q4_K, Q5_K and Q6_K"),
+            "{e}"
+        );
+        let info = file.tensor(name).expect("listed").clone();
+        let e = file.pack(&info, None).expect_err("not packed").to_string();
+        assert!(e.contains(name) && e.contains(ty), "{e}");
+    }
+}

@@ -7,7 +7,10 @@
 //! The repacking is what the native path adds to a quantised model's memory: one byte per
 //! weight and eight per row and block of 32 inputs (1.25 bytes a weight, against 4 for float32
 //! widened at load); the checkpoint's own packed arrays stay loaded for the MLX path and the
-//! embedding rows.
+//! embedding rows. A GGUF loaded for the native path comes packed already
+//! ([`Linear::Packed`]): the model holds that one copy, shared here, and nothing else.
+
+use std::sync::Arc;
 
 use mlx_rs::Dtype;
 
@@ -68,8 +71,12 @@ impl Projection {
 
 /// A projection prepared for the native path where the loaded weight is not float32.
 enum Prepared {
-    /// An affine weight repacked for the integer products.
-    Int8(PackedWeight),
+    /// An affine weight repacked for the integer products (the native path's own copy), or
+    /// the loader's packing shared (`own` false: the checkpoint's bytes count it already).
+    Int8 {
+        weight: Arc<PackedWeight>,
+        own: bool,
+    },
     /// A bfloat16 or float16 weight widened to float32 once (4 bytes a weight beside the 2 the
     /// checkpoint keeps), for the BLAS's `sgemm`.
     Widened(Vec<f32>),
@@ -109,10 +116,21 @@ impl Packed {
                 let name = || format!("layer {i} {}", which.name());
                 let linear = which.of(layer);
                 *slot = match linear {
-                    Linear::Affine(q) if int8 => Some(Prepared::Int8(
-                        repack(q).map_err(|e| format!("{}: {e}", name()))?,
-                    )),
-                    Linear::Affine(_) => {
+                    Linear::Affine(q) if int8 => Some(Prepared::Int8 {
+                        weight: Arc::new(repack(q).map_err(|e| format!("{}: {e}", name()))?),
+                        own: true,
+                    }),
+                    Linear::Packed(p) if int8 => Some(Prepared::Int8 {
+                        weight: Arc::clone(p),
+                        own: false,
+                    }),
+                    Linear::Rows(_) => {
+                        return Err(format!(
+                            "{} is kept as rows to gather, not packed for products",
+                            name()
+                        ))
+                    }
+                    Linear::Affine(_) | Linear::Packed(_) => {
                         return Err(format!(
                             "{} is quantised and the integer products have no SIMD copy for \
                              this CPU (AVX2 or NEON at least; `native` runs the portable one)",
@@ -153,7 +171,7 @@ impl Packed {
 
     /// Whether any projection runs on the integer products.
     pub fn any(&self) -> bool {
-        self.prepared().any(|p| matches!(p, Prepared::Int8(_)))
+        self.prepared().any(|p| matches!(p, Prepared::Int8 { .. }))
     }
 
     /// Whether every projection runs on the integer products (each output row's bits then
@@ -164,7 +182,7 @@ impl Packed {
                 .layers
                 .iter()
                 .flatten()
-                .all(|p| matches!(p, Some(Prepared::Int8(_))))
+                .all(|p| matches!(p, Some(Prepared::Int8 { .. })))
     }
 
     /// Whether any projection was widened from bf16/f16.
@@ -176,11 +194,13 @@ impl Packed {
         self.layers.iter().flatten().flatten()
     }
 
-    /// Bytes the prepared weights hold.
+    /// Bytes the prepared weights hold beside the checkpoint's (a packing shared with the
+    /// loader is the checkpoint's).
     pub fn bytes(&self) -> usize {
         self.prepared()
             .map(|p| match p {
-                Prepared::Int8(w) => w.bytes(),
+                Prepared::Int8 { weight, own: true } => weight.bytes(),
+                Prepared::Int8 { own: false, .. } => 0,
                 Prepared::Widened(v) => 4 * v.len(),
             })
             .sum()
@@ -198,7 +218,7 @@ impl Packed {
             .get(index)
             .and_then(|l| l[which as usize].as_ref());
         match packed {
-            Some(Prepared::Int8(p)) => Ok(Operand::Int8(p, self.precision)),
+            Some(Prepared::Int8 { weight, .. }) => Ok(Operand::Int8(weight, self.precision)),
             Some(Prepared::Widened(v)) => Ok(Operand::Dense(v)),
             None => Ok(Operand::Dense(dense(which.of(layer))?)),
         }
@@ -211,7 +231,9 @@ pub(super) fn dense(linear: &Linear) -> Result<&[f32], ModelError> {
         Linear::Dense { weight } => weight
             .try_as_slice::<f32>()
             .map_err(|_| ModelError::Shape("a weight is not contiguous float32")),
-        Linear::Affine(_) => Err(ModelError::Shape("a quantised weight on the native path")),
+        Linear::Affine(_) | Linear::Packed(_) | Linear::Rows(_) => {
+            Err(ModelError::Shape("a quantised weight on the native path"))
+        }
     }
 }
 
