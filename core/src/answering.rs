@@ -14,6 +14,7 @@
 use crate::answer::Answer;
 use crate::cache::AnswerCache;
 use crate::caching::CachingReader;
+use crate::debias::DebiasingReader;
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
@@ -30,12 +31,15 @@ pub struct AnswerSettings {
 }
 
 impl AnswerSettings {
-    /// The reader questions are asked through: `inner`, behind the answer cache when it is on.
+    /// The reader questions are asked through: `inner`, behind the answer cache when it is on,
+    /// behind the prior and order remedies a request asks for ([`DebiasingReader`]; above the
+    /// cache, so each of their extra reads is cached like any other).
     pub fn reader(&self, inner: Arc<dyn Reader>) -> Arc<dyn Reader> {
-        match &self.cache {
+        let cached = match &self.cache {
             Some(cache) => Arc::new(CachingReader::new(inner, cache.clone())),
             None => inner,
-        }
+        };
+        Arc::new(DebiasingReader::new(cached))
     }
 }
 

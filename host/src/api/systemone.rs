@@ -119,6 +119,16 @@ async fn decide(
     if request.options.draws.is_none() {
         request.options.draws = model_draws;
     }
+    // The prior and order remedies likewise (docs/read.md): the request's, the model's, else
+    // none. They ride in the read options, so the decision's record names them and a replay
+    // reproduces them.
+    let (model_prior, model_order) = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&model_name))
+        .map_or((None, None), |m| m.debias_settings(&model_name));
+    request.options.prior = request.x_prior.or(model_prior).unwrap_or_default();
+    request.options.order = request.x_order.or(model_order).unwrap_or_default();
     let questions = model_questions.unwrap_or(state.answering.questions);
     let model: Arc<dyn Reader> = Arc::new(gated);
     // The answer cache sits below the decision's recorder, so a recorded read holds every

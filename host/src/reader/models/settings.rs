@@ -12,6 +12,8 @@
 //! sidecar_args = ["--canvas-cap", "32"]
 //! questions = "joint"       # isolated or joint, when a request does not say (x_questions)
 //! draws = 4                 # noise draws per read, when a request does not say (x_draws)
+//! prior = "divide"          # divide or none, when a request does not say (x_prior)
+//! order = "reversed_average" # as_given, reversed_average or cyclic_average (x_order)
 //! ```
 //!
 //! One file per directory rather than one beside each model: a model may be a single `.gguf`
@@ -23,7 +25,7 @@
 //! key by key, so an unknown key or a bad value is one error naming the key, whichever way it
 //! came. Pure: reading the files is [`read_file`]; the manager applies what it returns.
 
-use hunch_core::QuestionMode;
+use hunch_core::{OrderMode, PriorMode, QuestionMode};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +68,8 @@ pub struct ModelSettings {
     pub sidecar_args: Vec<String>,
     pub questions: Option<QuestionMode>,
     pub draws: Option<u32>,
+    pub prior: Option<PriorMode>,
+    pub order: Option<OrderMode>,
 }
 
 /// A key of a model's settings that could not be taken.
@@ -83,8 +87,24 @@ fn field(key: &str, message: impl Into<String>) -> FieldError {
     }
 }
 
+/// A mode named by a string among `names` (`prior`, `order`).
+fn mode<M>(key: &str, value: &Value, names: &[&str]) -> Result<M, FieldError>
+where
+    M: std::str::FromStr<Err = hunch_core::UnknownMode>,
+{
+    let expected = || {
+        let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        format!("expected {}, got {value}", names.join(" or "))
+    };
+    value
+        .as_str()
+        .ok_or_else(|| field(key, expected()))?
+        .parse()
+        .map_err(|_| field(key, expected()))
+}
+
 /// The keys a model's table may hold.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 10] = [
     "aliases",
     "pinned",
     "ttl",
@@ -93,6 +113,8 @@ pub const KEYS: [&str; 8] = [
     "sidecar_args",
     "questions",
     "draws",
+    "prior",
+    "order",
 ];
 
 impl ModelSettings {
@@ -154,6 +176,8 @@ impl ModelSettings {
                             })?,
                     )
                 }
+                "prior" => s.prior = Some(mode(key, value, PriorMode::NAMES)?),
+                "order" => s.order = Some(mode(key, value, OrderMode::NAMES)?),
                 other => {
                     return Err(field(
                         other,
@@ -200,6 +224,12 @@ impl ModelSettings {
         }
         if let Some(d) = self.draws {
             out.insert("draws".into(), d.into());
+        }
+        if let Some(p) = self.prior {
+            out.insert("prior".into(), p.as_str().into());
+        }
+        if let Some(o) = self.order {
+            out.insert("order".into(), o.as_str().into());
         }
         Value::Object(out)
     }
