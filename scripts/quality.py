@@ -527,8 +527,10 @@ def write_suite(path: Path, cases, rows, head: dict, min_n: int, description: st
     with (path / "cases.jsonl").open("w", encoding="utf-8") as f:
         for c in cases:
             f.write(json.dumps(case_json(c), ensure_ascii=False) + "\n")
-    plan_head = dict(head, cases=[c.id for c in cases],
-                     relations=sorted({r["relation"] for r in rows}))
+    # The plan keeps every relation of the suite it came from: jevbench builds trials of its own
+    # for a relation a plan does not list, so a relation without rows here must still be listed
+    # (it then has no tests, rather than fresh ones).
+    plan_head = dict(head, cases=[c.id for c in cases])
     raw = "\n".join(json.dumps(x, ensure_ascii=False) for x in [plan_head, *rows]) + "\n"
     # mtime 0: the same rows give the same bytes, so the manifest's hash is reproducible.
     with open(path / "tests.jsonl.gz", "wb") as f:
@@ -569,7 +571,7 @@ class Counting:
         return out
 
 
-def dimension_scores(result: dict) -> dict:
+def dimension_scores(result: dict, min_n: int = 5) -> dict:
     """Overall and per-dimension scores with 95% bootstrap intervals over cases, computed as
     jevbench's own `scores` computes the overall one (same judging, same aggregation)."""
     from collections import defaultdict
@@ -579,7 +581,7 @@ def dimension_scores(result: dict) -> dict:
     from jevbench.relations import REGISTRY
     from jevbench.score import _aggregate, _judge, _test_target, scores
 
-    official = scores(result, bootstrap=0)
+    official = scores(result, bootstrap=0, min_n=min_n)
     tests = defaultdict(list)
     for o in result["outcomes"]:
         if o["relation"] in REGISTRY:
@@ -627,11 +629,12 @@ def jevbench_part(url: str | None, model: str, suite: Path, progress: Progress, 
     def run(backend, name):
         return jb.evaluate(backend, suite=str(suite), cache=None, name=name)
 
+    min_n = int(json.loads((suite / "manifest.json").read_text()).get("min_n", 5))
     out = {}
     for kind in ("coherent", "biased"):
         progress.stage = f"jevbench fake:{kind}"
         report = run(jb.fake(kind), f"fake:{kind}")
-        out[f"fake:{kind}"] = (dimension_scores(report.result), report.result)
+        out[f"fake:{kind}"] = (dimension_scores(report.result, min_n), report.result)
     progress.stage = "jevbench model"
     backend = Counting(jb.systemone(url + "/v1/systemone", model=model, timeout=600), progress)
     started = time.monotonic()
@@ -640,7 +643,7 @@ def jevbench_part(url: str | None, model: str, suite: Path, progress: Progress, 
     result = report.result
     (work / "jevbench-model.json").write_text(json.dumps(result))
     errors = [json.dumps(e)[:400] for e in result.get("errors", [])] + backend.failures
-    return {"model": dimension_scores(result), "ceiling": out["fake:coherent"][0], "floor": out["fake:biased"][0],
+    return {"model": dimension_scores(result, min_n), "ceiling": out["fake:coherent"][0], "floor": out["fake:biased"][0],
             "requests": result.get("requests", 0), "errors": errors, "seconds": seconds,
             "backend_down": result.get("backend_down"), "truncated": result.get("truncated_by_budget")}
 
@@ -667,7 +670,7 @@ def markdown(doc: dict) -> str:
         L += [f"## JevBench ({doc['suite']['jevbench']}, {jb['model']['cases']} cases"
               f"{', trimmed: a demonstration, not a result' if doc['suite'].get('jevbench_trimmed') else ''})", "",
               "| | model | floor (fake:biased) | ceiling (fake:coherent) |", "|---|---|---|---|",
-              f"| overall | {fmt(doc['score'])} | {fmt(doc['floor']['score'])} | {fmt(doc['ceiling']['score'])} |"]
+              f"| overall | {fmt(doc['score'])} | {fmt(doc['floor'])} | {fmt(doc['ceiling'])} |"]
         for d, e in doc["dimensions"].items():
             L.append(f"| {d} {e.get('title', '')} | {fmt(e)} | {fmt(doc['floor']['dimensions'][d])} | "
                      f"{fmt(doc['ceiling']['dimensions'][d])} |")
@@ -805,8 +808,10 @@ def measure(args, url, models, remedies, skip, hunch, out: Path, work: Path) -> 
         errors += [f"jevbench: {e}" for e in jb["errors"]]
         doc["score"] = jb["model"]["score"]
         doc["dimensions"] = jb["model"]["dimensions"]
-        doc["floor"] = jb["floor"]
-        doc["ceiling"] = jb["ceiling"]
+        # Each an estimate of its own ({"value", "low", "high"}: the overall score) with its
+        # dimensions beside it.
+        doc["floor"] = dict(jb["floor"]["score"], dimensions=jb["floor"]["dimensions"])
+        doc["ceiling"] = dict(jb["ceiling"]["score"], dimensions=jb["ceiling"]["dimensions"])
     doc["labelled"] = {}
     for r in remedies:
         part = labelled_part(url, args.model, r, items, hunch, progress, work)
