@@ -14,7 +14,7 @@
 use crate::answer::Answer;
 use crate::cache::AnswerCache;
 use crate::caching::CachingReader;
-use crate::debias::DebiasingReader;
+use crate::debias::{DebiasingReader, OrderMode, PriorMode};
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
@@ -28,6 +28,11 @@ use std::sync::Arc;
 pub struct AnswerSettings {
     pub questions: QuestionMode,
     pub cache: Option<Arc<AnswerCache>>,
+    /// The prior remedy when a request (or a model's settings) does not choose one
+    /// (docs/read.md, "Prior correction and order debiasing").
+    pub prior: PriorMode,
+    /// The order remedy likewise.
+    pub order: OrderMode,
 }
 
 impl AnswerSettings {
@@ -50,6 +55,8 @@ impl Default for AnswerSettings {
         AnswerSettings {
             questions: QuestionMode::Isolated,
             cache: None,
+            prior: PriorMode::None,
+            order: OrderMode::AsGiven,
         }
     }
 }

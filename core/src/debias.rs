@@ -211,7 +211,10 @@ pub fn divide(p: &[f64], q: &[f64]) -> Vec<f64> {
 /// prior read in the same order when there is one): each restored to the options' order, divided
 /// by its prior, then averaged.
 pub fn combine(reads: &[Vec<f64>], priors: Option<&[Vec<f64>]>, orders: &[Vec<usize>]) -> Vec<f64> {
-    let n = orders.first().map_or(0, Vec::len).max(reads.first().map_or(0, Vec::len));
+    let n = orders
+        .first()
+        .map_or(0, Vec::len)
+        .max(reads.first().map_or(0, Vec::len));
     let mut sum = vec![0.0; n];
     for (i, (read, order)) in reads.iter().zip(orders).enumerate() {
         let p = restored(read, order);
@@ -290,7 +293,10 @@ impl Reader for DebiasingReader {
                     .iter()
                     .map(|&i| {
                         let slot = &slots[i];
-                        reordered(&request.questions[slot.question], &orders[slot.question][slot.order])
+                        reordered(
+                            &request.questions[slot.question],
+                            &orders[slot.question][slot.order],
+                        )
                     })
                     .collect();
                 let outcome = self
@@ -326,8 +332,14 @@ impl Reader for DebiasingReader {
         }
         let distributions = (0..request.questions.len())
             .map(|q| {
-                let mine: Vec<usize> = (0..slots.len()).filter(|&i| slots[i].question == q).collect();
-                let of = |s: usize| mine.iter().map(|&i| reads[s][i].clone()).collect::<Vec<_>>();
+                let mine: Vec<usize> = (0..slots.len())
+                    .filter(|&i| slots[i].question == q)
+                    .collect();
+                let of = |s: usize| {
+                    mine.iter()
+                        .map(|&i| reads[s][i].clone())
+                        .collect::<Vec<_>>()
+                };
                 let priors = (states.len() > 1).then(|| of(1));
                 LabelDistribution(combine(&of(0), priors.as_deref(), &orders[q]))
             })

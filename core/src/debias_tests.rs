@@ -110,7 +110,12 @@ fn noul() -> Question {
     }
 }
 
-fn request(state: &str, questions: Vec<Question>, prior: PriorMode, order: OrderMode) -> ReadRequest {
+fn request(
+    state: &str,
+    questions: Vec<Question>,
+    prior: PriorMode,
+    order: OrderMode,
+) -> ReadRequest {
     ReadRequest {
         state: state.into(),
         questions,
@@ -134,21 +139,40 @@ async fn a_biased_readers_prior_is_divided_out_exactly() {
     let q = choice(&["red", "green", "blue"]);
     // Raw: the first position wins although the state names "blue".
     let raw = reader
-        .read(request("it is blue", vec![q.clone()], PriorMode::None, OrderMode::AsGiven))
+        .read(request(
+            "it is blue",
+            vec![q.clone()],
+            PriorMode::None,
+            OrderMode::AsGiven,
+        ))
         .await
         .unwrap();
     assert!(raw.distributions[0].0[0] > raw.distributions[0].0[2]);
     let fixed = reader
-        .read(request("it is blue", vec![q.clone()], PriorMode::Divide, OrderMode::AsGiven))
+        .read(request(
+            "it is blue",
+            vec![q.clone()],
+            PriorMode::Divide,
+            OrderMode::AsGiven,
+        ))
         .await
         .unwrap();
     // The evidence alone: [1, 1, 4] / 6.
-    assert!(close(&fixed.distributions[0].0, &[1.0 / 6.0, 1.0 / 6.0, 4.0 / 6.0]));
+    assert!(close(
+        &fixed.distributions[0].0,
+        &[1.0 / 6.0, 1.0 / 6.0, 4.0 / 6.0]
+    ));
     let asked = inner.asked();
-    assert_eq!(asked.len(), 3, "one read passed through, then the state and the prior");
+    assert_eq!(
+        asked.len(),
+        3,
+        "one read passed through, then the state and the prior"
+    );
     assert_eq!(asked[2].state, PRIOR_STATE);
     // The model's reader never sees the remedies.
-    assert!(asked.iter().all(|r| r.options.prior.is_none() && r.options.order.is_as_given()));
+    assert!(asked
+        .iter()
+        .all(|r| r.options.prior.is_none() && r.options.order.is_as_given()));
     // The costs of both reads are counted.
     assert_eq!(fixed.usage.input_tokens, 20);
     assert_eq!(fixed.stats.reads, 2);
@@ -160,12 +184,22 @@ async fn a_nouls_prior_is_divided_out_as_odds() {
     // About "N/A" the model says yes at 0.8; about a state with no evidence the same: corrected
     // to an even answer. With evidence (odds ×4) the corrected answer is 4 : 1.
     let even = reader
-        .read(request("nothing here", vec![noul()], PriorMode::Divide, OrderMode::ReversedAverage))
+        .read(request(
+            "nothing here",
+            vec![noul()],
+            PriorMode::Divide,
+            OrderMode::ReversedAverage,
+        ))
         .await
         .unwrap();
     assert!(close(&even.distributions[0].0, &[0.5, 0.5]));
     let yes = reader
-        .read(request("say yes", vec![noul()], PriorMode::Divide, OrderMode::AsGiven))
+        .read(request(
+            "say yes",
+            vec![noul()],
+            PriorMode::Divide,
+            OrderMode::AsGiven,
+        ))
         .await
         .unwrap();
     assert!(close(&yes.distributions[0].0, &[0.8, 0.2]));
@@ -177,14 +211,23 @@ async fn reversed_averaging_maps_each_read_back_to_its_options_names() {
     let reader = DebiasingReader::new(inner.clone());
     let q = choice(&["red", "green", "blue"]);
     let out = reader
-        .read(request("nothing", vec![q], PriorMode::None, OrderMode::ReversedAverage))
+        .read(request(
+            "nothing",
+            vec![q],
+            PriorMode::None,
+            OrderMode::ReversedAverage,
+        ))
         .await
         .unwrap();
     // As given red is at position 0 (0.6), reversed at position 2 (0.1): the mean 0.35 is red's,
     // and blue gets the mirror image; green stays in the middle both times.
     assert!(close(&out.distributions[0].0, &[0.35, 0.3, 0.35]));
     let asked = inner.asked();
-    assert_eq!(asked.len(), 1, "both orders of an isolated question in one read");
+    assert_eq!(
+        asked.len(),
+        1,
+        "both orders of an isolated question in one read"
+    );
     let QuestionKind::Choice { options } = &asked[0].questions[1].kind else {
         panic!("not a choice");
     };
@@ -198,7 +241,12 @@ async fn cyclic_averaging_of_a_position_only_reader_is_uniform_and_bounded() {
     let reader = DebiasingReader::new(inner.clone());
     let q = choice(&["a", "b", "c", "d"]);
     let out = reader
-        .read(request("none", vec![q], PriorMode::None, OrderMode::CyclicAverage))
+        .read(request(
+            "none",
+            vec![q],
+            PriorMode::None,
+            OrderMode::CyclicAverage,
+        ))
         .await
         .unwrap();
     // Every option sat at every position once: the bias averages out.
@@ -206,7 +254,10 @@ async fn cyclic_averaging_of_a_position_only_reader_is_uniform_and_bounded() {
     assert_eq!(inner.asked()[0].questions.len(), 4);
     // Ten options read in four shifts, spread evenly (0, 2, 5, 7), never ten.
     let ten = choice(&["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]);
-    let shifts: Vec<usize> = orders(&ten, OrderMode::CyclicAverage).iter().map(|o| o[0]).collect();
+    let shifts: Vec<usize> = orders(&ten, OrderMode::CyclicAverage)
+        .iter()
+        .map(|o| o[0])
+        .collect();
     assert_eq!(shifts, [0, 2, 5, 7]);
     assert_eq!(orders(&noul(), OrderMode::CyclicAverage).len(), 1);
 }
@@ -217,10 +268,18 @@ async fn both_remedies_together_divide_each_order_by_its_own_prior() {
     let reader = DebiasingReader::new(inner.clone());
     let q = choice(&["red", "green", "blue"]);
     let out = reader
-        .read(request("it is green", vec![q, noul()], PriorMode::Divide, OrderMode::ReversedAverage))
+        .read(request(
+            "it is green",
+            vec![q, noul()],
+            PriorMode::Divide,
+            OrderMode::ReversedAverage,
+        ))
         .await
         .unwrap();
-    assert!(close(&out.distributions[0].0, &[1.0 / 6.0, 4.0 / 6.0, 1.0 / 6.0]));
+    assert!(close(
+        &out.distributions[0].0,
+        &[1.0 / 6.0, 4.0 / 6.0, 1.0 / 6.0]
+    ));
     assert!(close(&out.distributions[1].0, &[0.5, 0.5]));
     // Isolated: one read about the state and one about "N/A", each with 3 questions.
     let asked = inner.asked();
@@ -254,9 +313,9 @@ impl Reader for RefusesReversed {
         "refuses"
     }
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        let at = request.questions.iter().position(|q| {
-            matches!(&q.kind, QuestionKind::Choice { options } if options[0].name == "blue")
-        });
+        let at = request.questions.iter().position(
+            |q| matches!(&q.kind, QuestionKind::Choice { options } if options[0].name == "blue"),
+        );
         match at {
             Some(question) => Err(ReadError::InvalidQuestion {
                 question,
@@ -282,15 +341,24 @@ async fn an_error_about_an_extra_read_names_the_requests_question() {
         ))
         .await
         .unwrap_err();
-    assert!(matches!(err, ReadError::InvalidQuestion { question: 1, .. }), "{err:?}");
+    assert!(
+        matches!(err, ReadError::InvalidQuestion { question: 1, .. }),
+        "{err:?}"
+    );
 }
 
 #[test]
 fn modes_parse_their_names_and_refuse_others_by_name() {
     assert_eq!("divide".parse::<PriorMode>(), Ok(PriorMode::Divide));
-    assert_eq!("cyclic_average".parse::<OrderMode>(), Ok(OrderMode::CyclicAverage));
+    assert_eq!(
+        "cyclic_average".parse::<OrderMode>(),
+        Ok(OrderMode::CyclicAverage)
+    );
     let err = "reverse".parse::<OrderMode>().unwrap_err().to_string();
-    assert!(err.contains("`reverse`") && err.contains("`reversed_average`"), "{err}");
+    assert!(
+        err.contains("`reverse`") && err.contains("`reversed_average`"),
+        "{err}"
+    );
     // Absent from a read request's JSON when off, so the sidecar's wire is unchanged.
     let text = serde_json::to_string(&crate::ReadOptions::default()).unwrap();
     assert!(!text.contains("prior") && !text.contains("order"), "{text}");

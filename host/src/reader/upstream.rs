@@ -105,9 +105,19 @@ pub fn wire_request(model: &str, request: &ReadRequest) -> Value {
         seed,
         draws,
         questions: mode,
+        prior,
+        order,
     } = &request.options;
     let mut body = json!({"model": model, "state": request.state, "questions": questions,
                           "x_questions": mode.as_str()});
+    // Remedies reach an upstream only where no debiasing reader took them out first (below
+    // one, its reads are plain): the upstream then applies them itself.
+    if !prior.is_none() {
+        body["x_prior"] = json!(prior.as_str());
+    }
+    if !order.is_as_given() {
+        body["x_order"] = json!(order.as_str());
+    }
     if let Some(seed) = seed {
         body["x_seed"] = json!(seed);
     }

@@ -478,6 +478,8 @@ dtype = "bfloat16"
 sidecar_args = ["--canvas-cap", "32"]
 questions = "joint"
 draws = 4
+prior = "divide"
+order = "cyclic_average"
 
 [models.small]
 ttl = 90
@@ -495,6 +497,8 @@ ttl = 90
                 sidecar_args: vec!["--canvas-cap".into(), "32".into()],
                 questions: Some(QuestionMode::Joint),
                 draws: Some(4),
+                prior: Some(PriorMode::Divide),
+                order: Some(OrderMode::CyclicAverage),
             }
         );
         assert_eq!(
@@ -526,6 +530,9 @@ ttl = 90
             (json!({"questions": "both"}), "questions"),
             (json!({"draws": 0}), "draws"),
             (json!({"draws": 65}), "draws"),
+            (json!({"prior": "subtract"}), "prior"),
+            (json!({"prior": true}), "prior"),
+            (json!({"order": "reversed"}), "order"),
             (json!({"aliases": "one"}), "aliases"),
             (json!({"aliases": ["a b"]}), "aliases"),
             (json!({"pinned": "yes"}), "pinned"),
