@@ -229,9 +229,10 @@ def trim_items(items: list[dict], budget: int | None) -> list[dict]:
     groups: dict = {}
     for it in items:
         groups.setdefault((it["question"], it["split"]), {}).setdefault(json.dumps(it["answer"]), []).append(it)
-    # Within a group, round-robin over the answers; across groups, round-robin too.
+    # Within a group, round-robin over the answers; across groups, round-robin too, the held-out
+    # groups first (so a small budget still asks every question once).
     queues = []
-    for by_answer in groups.values():
+    for _, by_answer in sorted(groups.items(), key=lambda kv: kv[0][1] != "held_out"):
         lists = list(by_answer.values())
         q = [x for tier in range(max(map(len, lists))) for l in lists if tier < len(l) for x in [l[tier]]]
         queues.append(q)

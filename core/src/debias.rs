@@ -140,12 +140,9 @@ impl std::str::FromStr for OrderMode {
 /// question's option `p[j]`. A noul has no options to reorder (its labels are the reader's
 /// own scale), so it is read as given.
 pub fn orders(question: &Question, mode: OrderMode) -> Vec<Vec<usize>> {
-    let n = match &question.kind {
-        QuestionKind::Noul { .. } => 1,
-        _ => question.label_count(),
-    };
+    let n = question.label_count();
     let identity: Vec<usize> = (0..n).collect();
-    if n < 2 {
+    if n < 2 || matches!(question.kind, QuestionKind::Noul { .. }) {
         return vec![identity];
     }
     match mode {
