@@ -741,6 +741,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hunch", help="the hunch binary (default $HUNCH_BIN, target/release/hunch, PATH)")
     ap.add_argument("--serve-arg", action="append", default=[], help="an argument for the hunch serve "
                     "this script starts (repeatable)")
+    ap.add_argument("--no-answer-cache", action="store_true", help="start hunch serve without its answer "
+                    "cache (on by default here: the remedies' common reads are then read once; off, each "
+                    "remedy's seconds per item are its own cost)")
     args = ap.parse_args(argv)
     remedies = [r for r in args.remedies.split(",") if r]
     unknown = [r for r in remedies if r not in REMEDIES]
@@ -763,7 +766,8 @@ def main(argv=None) -> int:
             print(f"quality: starting {hunch} serve on the default model", file=sys.stderr)
             # The answer cache makes the remedies' shared reads (and repeated runs) cheap; it
             # never changes an answer (docs/read.md, "The answer cache").
-            server = Server(hunch, ["--answer-cache-mb", "64", *args.serve_arg], out / "server.log")
+            cache = [] if args.no_answer_cache else ["--answer-cache-mb", "64"]
+            server = Server(hunch, [*cache, *args.serve_arg], out / "server.log")
             url = server.url
         models = check_reachable(url)
         return measure(args, url, models, remedies, skip, hunch, out, work)
