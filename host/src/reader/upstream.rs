@@ -398,6 +398,8 @@ mod tests {
                 seed: Some(7),
                 draws: Some(3),
                 questions: hunch_core::QuestionMode::Isolated,
+                prior: hunch_core::PriorMode::Divide,
+                order: hunch_core::OrderMode::ReversedAverage,
             },
             ..request.clone()
         };
@@ -406,6 +408,13 @@ mod tests {
             (&body["x_questions"], &body["x_seed"], &body["x_draws"]),
             (&json!("isolated"), &json!(7), &json!(3))
         );
+        // A remedy still in the read (no debiasing reader took it out) goes to the upstream;
+        // none is never sent.
+        assert_eq!(
+            (&body["x_prior"], &body["x_order"]),
+            (&json!("divide"), &json!("reversed_average"))
+        );
+        assert!(wire_request("m", &request).get("x_prior").is_none());
         let d = distribution(&choice, &json!({"type": "choice", "choice": "c", "confidence": 9, "probabilities": {"c": 0.75, "a b": 0.25}})).unwrap();
         assert_eq!(d.0, vec![0.25, 0.75]);
         let d = distribution(&noul, &json!({"type": "noul", "noul": 0.25})).unwrap();
