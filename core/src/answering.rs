@@ -14,6 +14,7 @@
 use crate::answer::Answer;
 use crate::cache::AnswerCache;
 use crate::caching::CachingReader;
+use crate::debias::{DebiasingReader, OrderMode, PriorMode};
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
@@ -27,15 +28,23 @@ use std::sync::Arc;
 pub struct AnswerSettings {
     pub questions: QuestionMode,
     pub cache: Option<Arc<AnswerCache>>,
+    /// The prior remedy when a request (or a model's settings) does not choose one
+    /// (docs/read.md, "Prior correction and order debiasing").
+    pub prior: PriorMode,
+    /// The order remedy likewise.
+    pub order: OrderMode,
 }
 
 impl AnswerSettings {
-    /// The reader questions are asked through: `inner`, behind the answer cache when it is on.
+    /// The reader questions are asked through: `inner`, behind the answer cache when it is on,
+    /// behind the prior and order remedies a request asks for ([`DebiasingReader`]; above the
+    /// cache, so each of their extra reads is cached like any other).
     pub fn reader(&self, inner: Arc<dyn Reader>) -> Arc<dyn Reader> {
-        match &self.cache {
+        let cached = match &self.cache {
             Some(cache) => Arc::new(CachingReader::new(inner, cache.clone())),
             None => inner,
-        }
+        };
+        Arc::new(DebiasingReader::new(cached))
     }
 }
 
@@ -46,6 +55,8 @@ impl Default for AnswerSettings {
         AnswerSettings {
             questions: QuestionMode::Isolated,
             cache: None,
+            prior: PriorMode::None,
+            order: OrderMode::AsGiven,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod caching;
 pub mod calibration;
 pub mod date;
+pub mod debias;
 pub mod duration;
 pub mod protocol;
 pub mod question;
@@ -23,6 +24,7 @@ pub use answer::{Answer, AnswerError};
 pub use answering::{answer_set, AnswerSettings, AnsweredSet, AskedQuestion, SetError};
 pub use cache::{AnswerCache, CacheKey, CacheStats};
 pub use caching::CachingReader;
+pub use debias::{DebiasingReader, OrderMode, PriorMode, UnknownMode};
 pub use question::{
     ChoiceOption, Question, QuestionError, QuestionId, QuestionKind, QuestionLimits,
     MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS,

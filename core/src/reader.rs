@@ -2,6 +2,7 @@
 //! distributions". The raw System One API and the policy runtime both call it; the accelerator
 //! sidecar and an upstream System One server implement it.
 
+use crate::debias::{OrderMode, PriorMode};
 use crate::question::{Question, QuestionLimits};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -30,6 +31,13 @@ pub struct ReadOptions {
     /// host that does not know the field always got. Hunch's host always sends it.
     #[serde(default)]
     pub questions: QuestionMode,
+    /// Whether the question's prior (its distribution about a content-free state) is divided
+    /// out (`x_prior`). Taken out by [`crate::DebiasingReader`] before the model's reader.
+    #[serde(default, skip_serializing_if = "PriorMode::is_none")]
+    pub prior: PriorMode,
+    /// In which orders the options are read and averaged (`x_order`); likewise.
+    #[serde(default, skip_serializing_if = "OrderMode::is_as_given")]
+    pub order: OrderMode,
 }
 
 /// How the questions of one request are read (docs/read.md, "Isolated and joint reads").

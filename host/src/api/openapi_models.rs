@@ -36,7 +36,9 @@ fn settings_schema() -> Value {
         "dtype": {"enum": ["auto", "float32", "bfloat16"], "description": "The sidecar's --dtype, from its next load."},
         "sidecar_args": {"type": "array", "items": {"type": "string"}, "description": "More sidecar arguments, after the server's --sidecar-arg ones, from its next load."},
         "questions": {"enum": ["isolated", "joint"], "description": "The question mode of a /v1/systemone request that sends no x_questions."},
-        "draws": {"type": "integer", "minimum": 1, "maximum": 64, "description": "Noise draws per read for a /v1/systemone request that sends no x_draws."}
+        "draws": {"type": "integer", "minimum": 1, "maximum": 64, "description": "Noise draws per read for a /v1/systemone request that sends no x_draws."},
+        "prior": {"enum": ["divide", "none"], "description": "The prior remedy of a /v1/systemone request that sends no x_prior (docs/read.md)."},
+        "order": {"enum": ["as_given", "reversed_average", "cyclic_average"], "description": "The order remedy of a /v1/systemone request that sends no x_order (docs/read.md)."}
     }})
 }
 

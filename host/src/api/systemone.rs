@@ -29,6 +29,10 @@ pub const IGNORED_FIELDS_HEADER: &str = "x-hunch-ignored-fields";
 pub const ANSWER_CACHE_HITS_HEADER: &str = "x-hunch-answer-cache-hits";
 /// The question mode the answers were read in: `isolated` or `joint`.
 pub const QUESTIONS_HEADER: &str = "x-hunch-questions";
+/// The prior remedy the answers were computed with (`none` or `divide`; docs/read.md).
+pub const PRIOR_HEADER: &str = "x-hunch-prior";
+/// The order remedy likewise (`as_given`, `reversed_average`, `cyclic_average`).
+pub const ORDER_HEADER: &str = "x-hunch-order";
 /// The id of the calibration the answers were computed with; absent when they are raw
 /// (docs/calibration.md). `hunch batch` keeps it in its output, so a fit can tell raw from
 /// calibrated answers.
@@ -119,6 +123,22 @@ async fn decide(
     if request.options.draws.is_none() {
         request.options.draws = model_draws;
     }
+    // The prior and order remedies likewise (docs/read.md): the request's, the model's, else
+    // the server's. They ride in the read options, so the decision's record names them and a replay
+    // reproduces them.
+    let (model_prior, model_order) = state
+        .models
+        .as_ref()
+        .filter(|m| m.manages(&model_name))
+        .map_or((None, None), |m| m.debias_settings(&model_name));
+    request.options.prior = request
+        .x_prior
+        .or(model_prior)
+        .unwrap_or(state.answering.prior);
+    request.options.order = request
+        .x_order
+        .or(model_order)
+        .unwrap_or(state.answering.order);
     let questions = model_questions.unwrap_or(state.answering.questions);
     let model: Arc<dyn Reader> = Arc::new(gated);
     // The answer cache sits below the decision's recorder, so a recorded read holds every
@@ -172,6 +192,14 @@ async fn decide(
     headers.insert(
         QUESTIONS_HEADER,
         HeaderValue::from_static(answered.mode.as_str()),
+    );
+    headers.insert(
+        PRIOR_HEADER,
+        HeaderValue::from_static(request.options.prior.as_str()),
+    );
+    headers.insert(
+        ORDER_HEADER,
+        HeaderValue::from_static(request.options.order.as_str()),
     );
     if let Some(c) = &seen.calibration {
         if let Ok(v) = HeaderValue::from_str(&c.id) {
@@ -590,6 +618,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_remedies_asked_are_read_reported_and_answers_keep_the_option_names() {
+        // The stub answers [0.8, 0.2] to every read: a pure position bias.
+        let reader = std::sync::Arc::new(stub(Ok(vec![vec![0.8, 0.2], vec![0.8, 0.2]])));
+        let url = serve_with(reader.clone(), AnswerSettings::default()).await;
+        let body = json!({"model": "jev-latest", "state": "s", "x_prior": "divide",
+                          "x_order": "reversed_average",
+                          "questions": {"pick": {"type": "choice", "criteria": {"x": null, "y": null}}}});
+        let response = post_body(&url, &body).await;
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()[PRIOR_HEADER], "divide");
+        assert_eq!(response.headers()[ORDER_HEADER], "reversed_average");
+        let b: Value = response.json().await.unwrap();
+        assert_eq!(
+            b["answers"]["pick"]["probabilities"],
+            json!({"x": 0.5, "y": 0.5})
+        );
+        assert_eq!(b["answers"]["pick"]["choice"], "x");
+        let asked = reader.asked.lock().unwrap().clone();
+        // One read about the state, one about "N/A", each with both orders; the model's reader
+        // never sees the remedies.
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[1].state, hunch_core::debias::PRIOR_STATE);
+        let hunch_core::QuestionKind::Choice { options } = &asked[0].questions[1].kind else {
+            panic!("not a choice");
+        };
+        assert_eq!(options[0].name, "y");
+        assert!(asked
+            .iter()
+            .all(|r| r.options.prior.is_none() && r.options.order.is_as_given()));
+        // Without them: the server's default (none), said so.
+        let url = serve_with(
+            std::sync::Arc::new(stub_with(ReadStats::default())),
+            AnswerSettings::default(),
+        )
+        .await;
+        let plain = post(&url).await;
+        assert_eq!(plain.headers()[PRIOR_HEADER], "none");
+        assert_eq!(plain.headers()[ORDER_HEADER], "as_given");
+        // A name that is not a remedy is a 422 naming the field.
+        let bad = post_body(
+            &url,
+            &json!({"model": "jev-latest", "state": "s", "x_order": "reverse",
+            "questions": {"q": {"type": "noul", "instructions": "?"}}}),
+        )
+        .await;
+        assert_eq!(bad.status(), 422);
+        let detail: Value = bad.json().await.unwrap();
+        assert_eq!(
+            detail["detail"][0]["loc"],
+            json!(["body", "x_order"]),
+            "{detail}"
+        );
+    }
+
+    #[tokio::test]
     async fn unknown_fields_are_named_and_the_mode_and_cache_hits_are_reported() {
         let reader = std::sync::Arc::new(stub_with(ReadStats::default()));
         let cache = std::sync::Arc::new(hunch_core::AnswerCache::new(1 << 20));
@@ -598,6 +681,7 @@ mod tests {
             AnswerSettings {
                 questions: hunch_core::QuestionMode::Isolated,
                 cache: Some(cache),
+                ..AnswerSettings::default()
             },
         )
         .await;

@@ -5,7 +5,8 @@
 use super::error::{ApiError, FieldError, LocPart};
 use hunch_core::text::render_value;
 use hunch_core::{
-    ChoiceOption, Question, QuestionId, QuestionKind, QuestionLimits, QuestionMode, ReadOptions,
+    ChoiceOption, OrderMode, PriorMode, Question, QuestionId, QuestionKind, QuestionLimits,
+    QuestionMode, ReadOptions,
 };
 use jsonschema::error::ValidationErrorKind;
 use serde_json::{Map, Value};
@@ -23,6 +24,8 @@ const KNOWN_FIELDS: &[&str] = &[
     "x_seed",
     "x_draws",
     "x_questions",
+    "x_prior",
+    "x_order",
     "x_calibration",
     "x_keep_alive",
 ];
@@ -45,6 +48,10 @@ pub struct SystemOneRequest {
     pub options: ReadOptions,
     /// `x_questions`, when sent.
     pub x_questions: Option<QuestionMode>,
+    /// `x_prior`, when sent (else the model's setting, else none).
+    pub x_prior: Option<PriorMode>,
+    /// `x_order`, when sent (else the model's setting, else as given).
+    pub x_order: Option<OrderMode>,
     /// `"x_calibration": "off"`: answer from the raw distributions even when the server has a
     /// calibration.
     pub calibration_off: bool,
@@ -291,6 +298,15 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         .get("x_questions")
         .and_then(Value::as_str)
         .and_then(|m| m.parse().ok());
+    // Likewise: the schema admits only their names.
+    let x_prior = body
+        .get("x_prior")
+        .and_then(Value::as_str)
+        .and_then(|m| m.parse().ok());
+    let x_order = body
+        .get("x_order")
+        .and_then(Value::as_str)
+        .and_then(|m| m.parse().ok());
 
     // The schema admits only "on" and "off".
     let calibration_off = body.get("x_calibration").and_then(Value::as_str) == Some("off");
@@ -336,6 +352,8 @@ fn typed(value: &Value) -> Result<SystemOneRequest, ApiError> {
         questions,
         options,
         x_questions,
+        x_prior,
+        x_order,
         calibration_off,
         keep_alive,
         ignored_fields,

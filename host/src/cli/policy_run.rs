@@ -357,7 +357,7 @@ async fn run_inner(args: &RunArgs) -> Result<RunOutcome, PolicyRunError> {
     let recording = RecordingReader::new(Arc::new(reader), log.clone(), false);
     let answering = hunch_core::AnswerSettings {
         questions: args.questions,
-        cache: None,
+        ..hunch_core::AnswerSettings::default()
     };
     // No server here: only the policy's own calibration (its `NAME.toml`) applies.
     let calibration = loaded.policy.calibration.reads_with(None);

@@ -142,6 +142,16 @@ pub struct ServeArgs {
     /// `questions`]
     #[arg(long, value_name = "isolated|joint")]
     pub questions: Option<hunch_core::QuestionMode>,
+    /// The prior remedy of requests that send no `x_prior` (and of policies' reads): `none`
+    /// (default) or `divide` (each question also read about "N/A", that distribution divided
+    /// out; docs/read.md). A model's `prior` in hunch-models.toml wins over it. [env HUNCH_PRIOR,
+    /// TOML `prior`]
+    #[arg(long, value_name = "none|divide")]
+    pub prior: Option<hunch_core::PriorMode>,
+    /// The order remedy likewise (`x_order`): `as_given` (default), `reversed_average` or
+    /// `cyclic_average` (docs/read.md). [env HUNCH_ORDER, TOML `order`]
+    #[arg(long, value_name = "as_given|reversed_average|cyclic_average")]
+    pub order: Option<hunch_core::OrderMode>,
     /// Answer cache size in MiB: isolated answers kept by model, state, question and seed
     /// settings, served without a read. 0 (default) = off. [env HUNCH_ANSWER_CACHE_MB, TOML
     /// `answer_cache_mb`]

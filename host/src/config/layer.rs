@@ -74,6 +74,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "console_decisions",
     ),
     ("--questions", "HUNCH_QUESTIONS", "questions"),
+    ("--prior", "HUNCH_PRIOR", "prior"),
+    ("--order", "HUNCH_ORDER", "order"),
     (
         "--answer-cache-mb",
         "HUNCH_ANSWER_CACHE_MB",
@@ -164,6 +166,10 @@ pub struct Layer {
     pub console_decisions: Option<usize>,
     /// `isolated` or `joint`.
     pub questions: Option<hunch_core::QuestionMode>,
+    /// `divide` or `none`.
+    pub prior: Option<hunch_core::PriorMode>,
+    /// `as_given`, `reversed_average` or `cyclic_average`.
+    pub order: Option<hunch_core::OrderMode>,
     pub answer_cache_mb: Option<u64>,
     pub policy_pool: Option<u32>,
     pub policy_shadow_runs: Option<usize>,
@@ -308,6 +314,8 @@ impl Layer {
             admin_key: args.admin_key.clone(),
             console_decisions: args.console_decisions,
             questions: args.questions,
+            prior: args.prior,
+            order: args.order,
             answer_cache_mb: args.answer_cache_mb,
             policy_pool: args.policy_pool,
             policy_shadow_runs: args.policy_shadow_runs,
@@ -429,6 +437,18 @@ impl Layer {
                         .map_err(|e| ConfigError::Invalid(format!("HUNCH_QUESTIONS: {e}")))
                 })
                 .transpose()?,
+            prior: var("HUNCH_PRIOR")
+                .map(|v| {
+                    v.parse()
+                        .map_err(|e| ConfigError::Invalid(format!("HUNCH_PRIOR: {e}")))
+                })
+                .transpose()?,
+            order: var("HUNCH_ORDER")
+                .map(|v| {
+                    v.parse()
+                        .map_err(|e| ConfigError::Invalid(format!("HUNCH_ORDER: {e}")))
+                })
+                .transpose()?,
             answer_cache_mb: number("HUNCH_ANSWER_CACHE_MB", var("HUNCH_ANSWER_CACHE_MB"))?,
             policy_pool: number("HUNCH_POLICY_POOL", var("HUNCH_POLICY_POOL"))?,
             policy_shadow_runs: number(
@@ -515,6 +535,8 @@ impl Layer {
             admin_key,
             console_decisions,
             questions,
+            prior,
+            order,
             answer_cache_mb,
             policy_pool,
             policy_shadow_runs,

@@ -88,6 +88,9 @@ pub struct Settings {
     pub console_decisions: usize,
     /// The default question mode (`--questions`).
     pub questions: hunch_core::QuestionMode,
+    /// The default remedies (`--prior`, `--order`).
+    pub prior: hunch_core::PriorMode,
+    pub order: hunch_core::OrderMode,
     /// Answer cache bound in bytes (`--answer-cache-mb`); 0 = off.
     pub answer_cache_bytes: u64,
     /// The policy engine: pool, shadow share and ceilings.
@@ -352,6 +355,8 @@ impl Settings {
             questions: layer
                 .questions
                 .unwrap_or(hunch_core::QuestionMode::Isolated),
+            prior: layer.prior.unwrap_or_default(),
+            order: layer.order.unwrap_or_default(),
             answer_cache_bytes: layer.answer_cache_mb.unwrap_or(0).saturating_mul(1 << 20),
             policy_engine: PolicyEngineSettings::from_layer(
                 layer.policy_pool,

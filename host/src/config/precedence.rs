@@ -224,6 +224,20 @@ const CASES: &[Case] = &[
         values: &[v("\"joint\"", "isolated", &["--questions", "joint"])],
     },
     Case {
+        flag: "--prior",
+        context: &[],
+        values: &[v("\"divide\"", "none", &["--prior", "divide"])],
+    },
+    Case {
+        flag: "--order",
+        context: &[],
+        values: &[v(
+            "\"cyclic_average\"",
+            "reversed_average",
+            &["--order", "cyclic_average"],
+        )],
+    },
+    Case {
         flag: "--answer-cache-mb",
         context: &[],
         values: &[v("1", "2", &["--answer-cache-mb", "3"])],

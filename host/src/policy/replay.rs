@@ -281,12 +281,12 @@ async fn replay_one(
     let reader = Arc::new(BookReader::new(&model_name, ReadBook::new(&reads), model));
     // The candidate asks in the mode the decision was recorded in (so its reads match the
     // record), without an answer cache: replay answers from the log.
+    // Likewise the prior and order remedies it was recorded with.
+    let first = e.reads.first().map(|r| &r.options);
     let answering = AnswerSettings {
-        questions: e
-            .reads
-            .first()
-            .map(|r| r.options.questions)
-            .unwrap_or_default(),
+        questions: first.map(|o| o.questions).unwrap_or_default(),
+        prior: first.map(|o| o.prior).unwrap_or_default(),
+        order: first.map(|o| o.order).unwrap_or_default(),
         cache: None,
     };
     let outcome = policy

@@ -105,9 +105,19 @@ pub fn wire_request(model: &str, request: &ReadRequest) -> Value {
         seed,
         draws,
         questions: mode,
+        prior,
+        order,
     } = &request.options;
     let mut body = json!({"model": model, "state": request.state, "questions": questions,
                           "x_questions": mode.as_str()});
+    // Remedies reach an upstream only where no debiasing reader took them out first (below
+    // one, its reads are plain): the upstream then applies them itself.
+    if !prior.is_none() {
+        body["x_prior"] = json!(prior.as_str());
+    }
+    if !order.is_as_given() {
+        body["x_order"] = json!(order.as_str());
+    }
     if let Some(seed) = seed {
         body["x_seed"] = json!(seed);
     }
@@ -388,6 +398,8 @@ mod tests {
                 seed: Some(7),
                 draws: Some(3),
                 questions: hunch_core::QuestionMode::Isolated,
+                prior: hunch_core::PriorMode::Divide,
+                order: hunch_core::OrderMode::ReversedAverage,
             },
             ..request.clone()
         };
@@ -396,6 +408,13 @@ mod tests {
             (&body["x_questions"], &body["x_seed"], &body["x_draws"]),
             (&json!("isolated"), &json!(7), &json!(3))
         );
+        // A remedy still in the read (no debiasing reader took it out) goes to the upstream;
+        // none is never sent.
+        assert_eq!(
+            (&body["x_prior"], &body["x_order"]),
+            (&json!("divide"), &json!("reversed_average"))
+        );
+        assert!(wire_request("m", &request).get("x_prior").is_none());
         let d = distribution(&choice, &json!({"type": "choice", "choice": "c", "confidence": 9, "probabilities": {"c": 0.75, "a b": 0.25}})).unwrap();
         assert_eq!(d.0, vec![0.25, 0.75]);
         let d = distribution(&noul, &json!({"type": "noul", "noul": 0.25})).unwrap();

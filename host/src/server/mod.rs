@@ -356,6 +356,8 @@ pub async fn serve_until(
     .map_err(anyhow::Error::msg)?
     .with_answering(hunch_core::AnswerSettings {
         questions: settings.questions,
+        prior: settings.prior,
+        order: settings.order,
         cache: (settings.answer_cache_bytes > 0).then(|| {
             std::sync::Arc::new(hunch_core::AnswerCache::new(
                 usize::try_from(settings.answer_cache_bytes).unwrap_or(usize::MAX),

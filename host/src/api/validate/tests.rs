@@ -1,4 +1,3 @@
-
 use super::*;
 use serde_json::json;
 
@@ -350,6 +349,21 @@ fn extensions_are_checked() {
         json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}, "x_questions": "joint"}),
     );
     assert_eq!(joint.x_questions, Some(QuestionMode::Joint));
+    assert_eq!((joint.x_prior, joint.x_order), (None, None));
+    let remedies = ok(
+        json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}},
+               "x_prior": "divide", "x_order": "cyclic_average"}),
+    );
+    assert_eq!(remedies.x_prior, Some(hunch_core::PriorMode::Divide));
+    assert_eq!(remedies.x_order, Some(hunch_core::OrderMode::CyclicAverage));
+    assert!(remedies.ignored_fields.is_empty());
+    for (field, bad) in [("x_prior", json!("subtract")), ("x_order", json!(2))] {
+        let mut body = json!({"model": "m", "state": "s", "questions": {"q": {"type": "noul", "instructions": "?"}}});
+        body[field] = bad;
+        let errors = rejected(body);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].0, format!("body.{field}"));
+    }
 }
 
 #[test]

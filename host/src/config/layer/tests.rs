@@ -15,6 +15,8 @@ fn sample(env: &str) -> &'static str {
         "HUNCH_REQUEST_TIMEOUT" | "HUNCH_SHUTDOWN_GRACE" | "HUNCH_DRAIN_DELAY" => "2.5",
         "HUNCH_NO_DEMO" | "HUNCH_DEMO" => "1",
         "HUNCH_QUESTIONS" => "joint",
+        "HUNCH_PRIOR" => "divide",
+        "HUNCH_ORDER" => "cyclic_average",
         "HUNCH_ANSWER_CACHE_MB" => "64",
         "HUNCH_MEMORY_LIMIT" | "HUNCH_POLICY_MAX_MEMORY" | "HUNCH_MEMORY_BUDGET" => "48M",
         "HUNCH_POLICY_MAX_STACK" => "1M",
@@ -40,6 +42,8 @@ fn every_variable_and_every_key_sets_its_setting() {
             "aliases" => "{ fast = \"a\" }".to_string(),
             "no_demo" | "demo" => "true".to_string(),
             "questions" => "\"joint\"".to_string(),
+            "prior" => "\"divide\"".to_string(),
+            "order" => "\"reversed_average\"".to_string(),
             "answer_cache_mb" => "64".to_string(),
             "memory_limit" | "policy_max_memory" | "policy_max_stack" | "memory_budget" => {
                 "\"48M\"".to_string()

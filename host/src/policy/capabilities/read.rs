@@ -275,8 +275,12 @@ async fn answer_policy_set(
             question: a.question.clone(),
         })
         .collect();
+    // The server's remedies (a policy has no per-request say): in the options, so the
+    // decision's record names them and a replay reproduces them.
     let options = ReadOptions {
         questions: answering.questions,
+        prior: answering.prior,
+        order: answering.order,
         ..ReadOptions::default()
     };
     let answered = match &reader {
@@ -625,7 +629,7 @@ mod tests {
         let (c, reader) = with(Strict::new());
         let mut c = c.with_answering(AnswerSettings {
             questions: hunch_core::QuestionMode::Joint,
-            cache: None,
+            ..AnswerSettings::default()
         });
         c.read_sets(vec![set(vec![noul("a")])]).await.unwrap();
         let (mut d, isolated) = with(Strict::new());
@@ -693,6 +697,7 @@ mod tests {
         let settings = AnswerSettings {
             questions: hunch_core::QuestionMode::Isolated,
             cache: Some(cache.clone()),
+            ..AnswerSettings::default()
         };
         let reader = settings.reader(Arc::new(Fixed(vec![0.9, 0.1])));
         let calibration = Arc::new(c);

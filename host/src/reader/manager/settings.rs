@@ -292,6 +292,18 @@ impl ModelManager {
             .get(name)
             .map_or((None, None), |s| (s.settings.questions, s.settings.draws))
     }
+
+    /// The prior and order remedies `name` answers with when a request does not say (`x_prior`,
+    /// `x_order`).
+    pub fn debias_settings(
+        &self,
+        name: &str,
+    ) -> (Option<hunch_core::PriorMode>, Option<hunch_core::OrderMode>) {
+        self.lock()
+            .models
+            .get(name)
+            .map_or((None, None), |s| (s.settings.prior, s.settings.order))
+    }
 }
 
 /// Puts `new` on `slot`: a changed TTL counts from its last use at once; pinning keeps it (and

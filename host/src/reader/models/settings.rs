@@ -16,6 +16,8 @@
 //!                           # --ignore-config-key; docs/models.md, "Configs")
 //! chat_template = "chatml"  # a chat model's template where its checkpoint has none
 //!                           # (built-in chatml, llama3, gemma, or a Jinja file's path)
+//! prior = "divide"          # divide or none, when a request does not say (x_prior)
+//! order = "reversed_average" # as_given, reversed_average or cyclic_average (x_order)
 //! ```
 //!
 //! One file per directory rather than one beside each model: a model may be a single `.gguf`
@@ -27,7 +29,7 @@
 //! key by key, so an unknown key or a bad value is one error naming the key, whichever way it
 //! came. Pure: reading the files is [`read_file`]; the manager applies what it returns.
 
-use hunch_core::QuestionMode;
+use hunch_core::{OrderMode, PriorMode, QuestionMode};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,6 +78,8 @@ pub struct ModelSettings {
     /// The chat template a chat model is read with instead of its own (the sidecar's
     /// `--chat-template`: a built-in name or a Jinja file's path).
     pub chat_template: Option<String>,
+    pub prior: Option<PriorMode>,
+    pub order: Option<OrderMode>,
 }
 
 /// A key of a model's settings that could not be taken.
@@ -93,8 +97,24 @@ fn field(key: &str, message: impl Into<String>) -> FieldError {
     }
 }
 
+/// A mode named by a string among `names` (`prior`, `order`).
+fn mode<M>(key: &str, value: &Value, names: &[&str]) -> Result<M, FieldError>
+where
+    M: std::str::FromStr<Err = hunch_core::UnknownMode>,
+{
+    let expected = || {
+        let names: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        format!("expected {}, got {value}", names.join(" or "))
+    };
+    value
+        .as_str()
+        .ok_or_else(|| field(key, expected()))?
+        .parse()
+        .map_err(|_| field(key, expected()))
+}
+
 /// The keys a model's table may hold.
-pub const KEYS: [&str; 10] = [
+pub const KEYS: [&str; 12] = [
     "aliases",
     "pinned",
     "ttl",
@@ -105,6 +125,8 @@ pub const KEYS: [&str; 10] = [
     "draws",
     "ignore_config_keys",
     "chat_template",
+    "prior",
+    "order",
 ];
 
 impl ModelSettings {
@@ -178,6 +200,8 @@ impl ModelSettings {
                             })?,
                     )
                 }
+                "prior" => s.prior = Some(mode(key, value, PriorMode::NAMES)?),
+                "order" => s.order = Some(mode(key, value, OrderMode::NAMES)?),
                 other => {
                     return Err(field(
                         other,
@@ -233,6 +257,12 @@ impl ModelSettings {
         }
         if let Some(t) = &self.chat_template {
             out.insert("chat_template".into(), t.clone().into());
+        }
+        if let Some(p) = self.prior {
+            out.insert("prior".into(), p.as_str().into());
+        }
+        if let Some(o) = self.order {
+            out.insert("order".into(), o.as_str().into());
         }
         Value::Object(out)
     }
@@ -491,6 +521,8 @@ questions = "joint"
 draws = 4
 ignore_config_keys = ["attn_zoom"]
 chat_template = "chatml"
+prior = "divide"
+order = "cyclic_average"
 
 [models.small]
 ttl = 90
@@ -510,6 +542,8 @@ ttl = 90
                 draws: Some(4),
                 ignore_config_keys: vec!["attn_zoom".into()],
                 chat_template: Some("chatml".into()),
+                prior: Some(PriorMode::Divide),
+                order: Some(OrderMode::CyclicAverage),
             }
         );
         assert_eq!(
@@ -541,6 +575,9 @@ ttl = 90
             (json!({"questions": "both"}), "questions"),
             (json!({"draws": 0}), "draws"),
             (json!({"draws": 65}), "draws"),
+            (json!({"prior": "subtract"}), "prior"),
+            (json!({"prior": true}), "prior"),
+            (json!({"order": "reversed"}), "order"),
             (json!({"aliases": "one"}), "aliases"),
             (json!({"aliases": ["a b"]}), "aliases"),
             (json!({"pinned": "yes"}), "pinned"),
