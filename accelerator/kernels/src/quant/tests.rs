@@ -92,6 +92,21 @@ fn product(x: &[f32], rows: usize, w: &PackedWeight, precision: Precision) -> Ve
     y
 }
 
+/// How far a product of the activations `row` with a weight row (`weight(k)`) may be from the
+/// exact one: each activation is off by at most half a step (max |x| / 254 of its block, 256
+/// times less when fine: `steps`), times |W|; and float32 sums (`magnitude`: Σ |x·W|).
+fn rounding_bound(row: &[f32], steps: f64, weight: impl Fn(usize) -> f64, magnitude: f64) -> f64 {
+    (0..row.len())
+        .map(|k| {
+            let block = &row[k / BLOCK * BLOCK..][..BLOCK];
+            let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            largest as f64 / steps * weight(k).abs()
+        })
+        .sum::<f64>()
+        + 1e-6 * magnitude
+        + 1e-7
+}
+
 #[test]
 fn products_agree_with_float64_within_the_activations_rounding() {
     for (precision, steps) in [(Precision::Coarse, 254.0), (Precision::Fine, 254.0 * 256.0)] {
@@ -106,17 +121,8 @@ fn products_agree_with_float64_within_the_activations_rounding() {
                     let terms = (0..input).map(|k| x[m * input + k] as f64 * c.weight(n, k));
                     let exact: f64 = terms.clone().sum();
                     let magnitude: f64 = terms.map(f64::abs).sum();
-                    // Each activation is off by at most half a step (max |x| / 254 of its
-                    // block, 256 times less when fine), times |W|; and float32 sums.
-                    let bound: f64 = (0..input)
-                        .map(|k| {
-                            let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
-                            let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-                            largest as f64 / steps * c.weight(n, k).abs()
-                        })
-                        .sum::<f64>()
-                        + 1e-6 * magnitude
-                        + 1e-7;
+                    let row = &x[m * input..(m + 1) * input];
+                    let bound = rounding_bound(row, steps, |k| c.weight(n, k), magnitude);
                     let got = y[m * out + n] as f64;
                     worst = worst.max((got - exact).abs() / bound);
                     assert!(
@@ -308,15 +314,8 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
                 let terms = (0..input).map(|k| x[m * input + k] as f64 * weight(n, k));
                 let exact: f64 = terms.clone().sum();
                 let magnitude: f64 = terms.map(f64::abs).sum();
-                let bound: f64 = (0..input)
-                    .map(|k| {
-                        let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
-                        let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-                        largest as f64 / steps * weight(n, k).abs()
-                    })
-                    .sum::<f64>()
-                    + 1e-6 * magnitude
-                    + 1e-7;
+                let row = &x[m * input..(m + 1) * input];
+                let bound = rounding_bound(row, steps, |k| weight(n, k), magnitude);
                 let got = y[m * out + n] as f64;
                 assert!(
                     (got - exact).abs() <= bound,
