@@ -92,6 +92,26 @@ fn product(x: &[f32], rows: usize, w: &PackedWeight, precision: Precision) -> Ve
     y
 }
 
+/// `x · Wᵀ` on the portable copy of the kernel, tile by tile, on this thread.
+fn portable_product(x: &QuantizedRows, w: &PackedWeight) -> Vec<f32> {
+    let (rows, out) = (x.rows(), w.out());
+    let mut y = vec![0.0f32; rows * out];
+    let ptr = OutPtr(y.as_mut_ptr());
+    for panel in 0..out.div_ceil(PANEL) {
+        for first_row in (0..rows).step_by(ROWS) {
+            let tile = Tile {
+                panel,
+                first_row,
+                rows: (rows - first_row).min(ROWS),
+                cols: (out - panel * PANEL).min(PANEL),
+            };
+            // SAFETY: a single thread writes inside `y` ([rows, out]).
+            unsafe { portable_tile(x, w, tile, ptr) };
+        }
+    }
+    y
+}
+
 /// How far a product of the activations `row` with a weight row (`weight(k)`) may be from the
 /// exact one: each activation is off by at most half a step (max |x| / 254 of its block, 256
 /// times less when fine: `steps`), times |W|; and float32 sums (`magnitude`: Σ |x·W|).
@@ -164,20 +184,7 @@ fn a_row_gets_the_same_bits_alone_in_any_tile_and_on_the_portable_copy() {
         assert_eq!(slow.tiled, q.tiled, "{precision:?} codes");
         assert_eq!(bits(&slow.steps), bits(&q.steps), "{precision:?} steps");
         assert_eq!(bits(&slow.sums), bits(&q.sums), "{precision:?} sums");
-        let mut portable = vec![0.0f32; rows * 40];
-        let out = OutPtr(portable.as_mut_ptr());
-        for panel in 0..40usize.div_ceil(PANEL) {
-            for first_row in (0..rows).step_by(ROWS) {
-                let tile = Tile {
-                    panel,
-                    first_row,
-                    rows: (rows - first_row).min(ROWS),
-                    cols: (40 - panel * PANEL).min(PANEL),
-                };
-                // SAFETY: a single thread writes inside `portable` ([rows, 40]).
-                unsafe { portable_tile(&q, &w, tile, out) };
-            }
-        }
+        let portable = portable_product(&q, &w);
         assert_eq!(bits(&portable), bits(&together), "{precision:?}");
     }
 }
@@ -338,20 +345,7 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
             bits(&q.half_sums),
             "{precision:?} half sums"
         );
-        let mut portable = vec![0.0f32; rows * out];
-        let ptr = OutPtr(portable.as_mut_ptr());
-        for panel in 0..out.div_ceil(PANEL) {
-            for first_row in (0..rows).step_by(ROWS) {
-                let tile = Tile {
-                    panel,
-                    first_row,
-                    rows: (rows - first_row).min(ROWS),
-                    cols: (out - panel * PANEL).min(PANEL),
-                };
-                // SAFETY: a single thread writes inside `portable` ([rows, out]).
-                unsafe { portable_tile(&q, &w, tile, ptr) };
-            }
-        }
+        let portable = portable_product(&q, &w);
         assert_eq!(bits(&portable), bits(&y), "{precision:?} portable");
     }
     assert!(matches!(
