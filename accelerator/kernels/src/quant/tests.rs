@@ -93,6 +93,41 @@ fn product(x: &[f32], rows: usize, w: &PackedWeight, precision: Precision) -> Ve
     y
 }
 
+/// `x · Wᵀ` on the portable copy of the kernel, tile by tile, on this thread.
+fn portable_product(x: &QuantizedRows, w: &PackedWeight) -> Vec<f32> {
+    let (rows, out) = (x.rows(), w.out());
+    let mut y = vec![0.0f32; rows * out];
+    let ptr = OutPtr(y.as_mut_ptr());
+    for panel in 0..out.div_ceil(PANEL) {
+        for first_row in (0..rows).step_by(ROWS) {
+            let tile = Tile {
+                panel,
+                first_row,
+                rows: (rows - first_row).min(ROWS),
+                cols: (out - panel * PANEL).min(PANEL),
+            };
+            // SAFETY: a single thread writes inside `y` ([rows, out]).
+            unsafe { portable_tile(x, w, tile, ptr) };
+        }
+    }
+    y
+}
+
+/// How far a product of the activations `row` with a weight row (`weight(k)`) may be from the
+/// exact one: each activation is off by at most half a step (max |x| / 254 of its block, 256
+/// times less when fine: `steps`), times |W|; and float32 sums (`magnitude`: Σ |x·W|).
+fn rounding_bound(row: &[f32], steps: f64, weight: impl Fn(usize) -> f64, magnitude: f64) -> f64 {
+    (0..row.len())
+        .map(|k| {
+            let block = &row[k / BLOCK * BLOCK..][..BLOCK];
+            let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            largest as f64 / steps * weight(k).abs()
+        })
+        .sum::<f64>()
+        + 1e-6 * magnitude
+        + 1e-7
+}
+
 #[test]
 fn products_agree_with_float64_within_the_activations_rounding() {
     for (precision, steps) in [(Precision::Coarse, 254.0), (Precision::Fine, 254.0 * 256.0)] {
@@ -107,17 +142,8 @@ fn products_agree_with_float64_within_the_activations_rounding() {
                     let terms = (0..input).map(|k| x[m * input + k] as f64 * c.weight(n, k));
                     let exact: f64 = terms.clone().sum();
                     let magnitude: f64 = terms.map(f64::abs).sum();
-                    // Each activation is off by at most half a step (max |x| / 254 of its
-                    // block, 256 times less when fine), times |W|; and float32 sums.
-                    let bound: f64 = (0..input)
-                        .map(|k| {
-                            let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
-                            let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-                            largest as f64 / steps * c.weight(n, k).abs()
-                        })
-                        .sum::<f64>()
-                        + 1e-6 * magnitude
-                        + 1e-7;
+                    let row = &x[m * input..(m + 1) * input];
+                    let bound = rounding_bound(row, steps, |k| c.weight(n, k), magnitude);
                     let got = y[m * out + n] as f64;
                     worst = worst.max((got - exact).abs() / bound);
                     assert!(
@@ -159,20 +185,7 @@ fn a_row_gets_the_same_bits_alone_in_any_tile_and_on_the_portable_copy() {
         assert_eq!(slow.tiled, q.tiled, "{precision:?} codes");
         assert_eq!(bits(&slow.steps), bits(&q.steps), "{precision:?} steps");
         assert_eq!(bits(&slow.sums), bits(&q.sums), "{precision:?} sums");
-        let mut portable = vec![0.0f32; rows * 40];
-        let out = OutPtr(portable.as_mut_ptr());
-        for panel in 0..40usize.div_ceil(PANEL) {
-            for first_row in (0..rows).step_by(ROWS) {
-                let tile = Tile {
-                    panel,
-                    first_row,
-                    rows: (rows - first_row).min(ROWS),
-                    cols: (40 - panel * PANEL).min(PANEL),
-                };
-                // SAFETY: a single thread writes inside `portable` ([rows, 40]).
-                unsafe { portable_tile(&q, &w, tile, out) };
-            }
-        }
+        let portable = portable_product(&q, &w);
         assert_eq!(bits(&portable), bits(&together), "{precision:?}");
     }
 }
@@ -550,15 +563,8 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
                 let terms = (0..input).map(|k| x[m * input + k] as f64 * weight(n, k));
                 let exact: f64 = terms.clone().sum();
                 let magnitude: f64 = terms.map(f64::abs).sum();
-                let bound: f64 = (0..input)
-                    .map(|k| {
-                        let block = &x[m * input + k / BLOCK * BLOCK..][..BLOCK];
-                        let largest = block.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-                        largest as f64 / steps * weight(n, k).abs()
-                    })
-                    .sum::<f64>()
-                    + 1e-6 * magnitude
-                    + 1e-7;
+                let row = &x[m * input..(m + 1) * input];
+                let bound = rounding_bound(row, steps, |k| weight(n, k), magnitude);
                 let got = y[m * out + n] as f64;
                 assert!(
                     (got - exact).abs() <= bound,
@@ -581,20 +587,7 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
             bits(&q.half_sums),
             "{precision:?} half sums"
         );
-        let mut portable = vec![0.0f32; rows * out];
-        let ptr = OutPtr(portable.as_mut_ptr());
-        for panel in 0..out.div_ceil(PANEL) {
-            for first_row in (0..rows).step_by(ROWS) {
-                let tile = Tile {
-                    panel,
-                    first_row,
-                    rows: (rows - first_row).min(ROWS),
-                    cols: (out - panel * PANEL).min(PANEL),
-                };
-                // SAFETY: a single thread writes inside `portable` ([rows, out]).
-                unsafe { portable_tile(&q, &w, tile, ptr) };
-            }
-        }
+        let portable = portable_product(&q, &w);
         assert_eq!(bits(&portable), bits(&y), "{precision:?} portable");
     }
     assert!(matches!(

@@ -166,18 +166,9 @@ fn q8_k(b: &[u8], out: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::quantise::bytes;
     use super::*;
     use half::{bf16, f16};
-
-    /// Pseudo-random bytes (a fixed hash of the index and `seed`).
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32 ^ seed.wrapping_mul(40503)).wrapping_mul(2654435761);
-                (h >> 11) as u8
-            })
-            .collect()
-    }
 
     fn half(x: f32) -> Vec<u8> {
         f16::from_f32(x).to_bits().to_le_bytes().to_vec()

@@ -280,21 +280,12 @@ impl GgufFile {
 
 #[cfg(test)]
 mod tests {
+    use super::super::quantise::bytes;
     use half::f16;
 
     use super::super::kquants;
     use super::*;
     use crate::model::linear::RowSource;
-
-    /// Pseudo-random bytes (a fixed hash of the index and `seed`).
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        (0..n)
-            .map(|i| {
-                let h = (i as u32 ^ seed.wrapping_mul(40503)).wrapping_mul(2654435761);
-                (h >> 11) as u8
-            })
-            .collect()
-    }
 
     /// A block of `t` of random bytes with its f16 fields set to finite values of both signs
     /// and several magnitudes (random bytes there could be NaN or infinite, which no quantiser

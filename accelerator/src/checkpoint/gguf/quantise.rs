@@ -11,6 +11,16 @@ fn half(x: f32) -> [u8; 2] {
     f16::from_f32(x).to_bits().to_le_bytes()
 }
 
+/// Pseudo-random bytes (a fixed hash of the index and `seed`): blocks' fields for tests.
+pub fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32 ^ seed.wrapping_mul(40503)).wrapping_mul(2654435761);
+            (h >> 11) as u8
+        })
+        .collect()
+}
+
 /// `x` (a whole number of blocks of `t`) as `t`'s blocks; `None` for a type not written here.
 pub fn quantise(t: GgmlType, x: &[f32]) -> Option<Vec<u8>> {
     let (len, _) = t.block()?;
