@@ -108,7 +108,10 @@ fn tile_fn(isa: QuantIsa) -> Option<TileFn> {
 
 /// Whether `isa`'s tile multiplies weights with a scale and bias per 16 inputs (`parts` 2).
 fn takes_halves(isa: QuantIsa) -> bool {
-    matches!(isa, QuantIsa::Portable | QuantIsa::Avx512Vnni)
+    matches!(
+        isa,
+        QuantIsa::Portable | QuantIsa::Avx512Vnni | QuantIsa::AvxVnni | QuantIsa::Avx2
+    )
 }
 
 /// The copy of [`activations::quantize_block`] that goes with `isa` (the same bits as the
