@@ -106,14 +106,6 @@ fn tile_fn(isa: QuantIsa) -> Option<TileFn> {
     })
 }
 
-/// Whether `isa`'s tile multiplies weights with a scale and bias per 16 inputs (`parts` 2).
-fn takes_halves(isa: QuantIsa) -> bool {
-    matches!(
-        isa,
-        QuantIsa::Portable | QuantIsa::Avx512Vnni | QuantIsa::AvxVnni | QuantIsa::Avx2
-    )
-}
-
 /// The copy of [`activations::quantize_block`] that goes with `isa` (the same bits as the
 /// portable one), or `None` where this CPU lacks it.
 fn block_fn(isa: QuantIsa) -> Option<activations::BlockFn> {
@@ -191,13 +183,6 @@ pub fn matmul_with(
     y: &mut [f32],
 ) -> Result<(), QuantError> {
     let tile = tile_fn(isa).ok_or(QuantError::Isa(isa))?;
-    // Weights with a scale per 16 inputs (Q6_K) run on the copies that implement the second
-    // term per block; elsewhere on the portable copy, whose bits every copy gives.
-    let tile = if w.parts > 1 && !takes_halves(isa) {
-        portable_tile as TileFn
-    } else {
-        tile
-    };
     if x.input != w.input {
         return Err(QuantError::Shape(
             "activations and weight have different inputs",
