@@ -26,7 +26,8 @@
 //!
 //! A weight with a scale and bias per 16 inputs (ggml's Q6_K: `parts` 2) has two terms of
 //! each kind per block, one per half, in order (half 0's scale term, its bias term, then half
-//! 1's), the bias terms over each half's quantised sum.
+//! 1's), the bias terms over each half's quantised sum. Every copy multiplies both layouts with
+//! its own instructions (each half's integer sums apart, then its two terms).
 //!
 //! The inner sums are exact 32-bit integer sums; the outer one runs over blocks in order with
 //! one fused multiply-add per term, so an output's bits depend only on its row of `x` and its
