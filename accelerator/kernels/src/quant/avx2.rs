@@ -14,12 +14,14 @@
 //!   `16·Σ h·c + Σ l·c`.
 //!
 //! A pair is then at most 2·15·128 = 3,840 in magnitude (no saturation), and each 16-bit lane
-//! sums a block's 8 steps, 16 products: at most 16·15·128 = 30,720 < 32,767 (no wrap either).
+//! sums a block's 8 steps, 16 products: at most 16·15·128 = 30,720 < 32,767 (no wrap either;
+//! a weight with a scale per 16 inputs sums each half's 4 steps apart, 8 products a lane).
 //! `vpmaddwd` against ones (or sixteens for `h`) adds a row's two lanes into 32 bits: the
-//! block's exact integer sum, |Σ q·c| ≤ 32·255·128 < 2^21, so `256·coarse + fine` fits 32 bits
-//! too. Exact integer sums in any order are the portable copy's sums; the float part below is
-//! its operations in its order (`vfmadd` is `mul_add`), so every output has its bits
-//! (`tests.rs` checks it with codes 255 against activations ±127).
+//! block's (or the half's) exact integer sum, |Σ q·c| ≤ 32·255·128 < 2^21, so `256·coarse +
+//! fine` fits 32 bits too. Exact integer sums in any order are the portable copy's sums; the
+//! float part below is its operations in its order (`vfmadd` is `mul_add`, and a weight with
+//! two parts a block takes half 0's two terms, then half 1's), so every output has its bits
+//! (`tests.rs` checks it with codes 255 against activations ±127, one scale a block or two).
 //!
 //! `vpdpbusd` (AVX-VNNI) sums four products into 32 bits without saturation: exact as it is.
 
@@ -51,11 +53,15 @@ pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: Out
             let p = Pass { half, first, n };
             // SAFETY: passed on from the caller; the pass is inside the tile.
             unsafe {
-                match (fine, wide) {
-                    (true, true) => by_rows::<true, true>(x, w, t, p, out),
-                    (true, false) => by_rows::<true, false>(x, w, t, p, out),
-                    (false, true) => by_rows::<false, true>(x, w, t, p, out),
-                    (false, false) => by_rows::<false, false>(x, w, t, p, out),
+                match (fine, wide, w.parts) {
+                    (true, true, 1) => by_rows::<true, true, 1>(x, w, t, p, out),
+                    (true, false, 1) => by_rows::<true, false, 1>(x, w, t, p, out),
+                    (false, true, 1) => by_rows::<false, true, 1>(x, w, t, p, out),
+                    (false, false, 1) => by_rows::<false, false, 1>(x, w, t, p, out),
+                    (true, true, _) => by_rows::<true, true, 2>(x, w, t, p, out),
+                    (true, false, _) => by_rows::<true, false, 2>(x, w, t, p, out),
+                    (false, true, _) => by_rows::<false, true, 2>(x, w, t, p, out),
+                    (false, false, _) => by_rows::<false, false, 2>(x, w, t, p, out),
                 }
             }
             first += n;
@@ -73,7 +79,7 @@ struct Pass {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn by_rows<const FINE: bool, const WIDE: bool>(
+unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -83,10 +89,10 @@ unsafe fn by_rows<const FINE: bool, const WIDE: bool>(
     // SAFETY: passed on from the caller.
     unsafe {
         match p.n {
-            4 => rows::<4, FINE, WIDE>(x, w, t, p, out),
-            3 => rows::<3, FINE, WIDE>(x, w, t, p, out),
-            2 => rows::<2, FINE, WIDE>(x, w, t, p, out),
-            _ => rows::<1, FINE, WIDE>(x, w, t, p, out),
+            4 => rows::<4, FINE, WIDE, PARTS>(x, w, t, p, out),
+            3 => rows::<3, FINE, WIDE, PARTS>(x, w, t, p, out),
+            2 => rows::<2, FINE, WIDE, PARTS>(x, w, t, p, out),
+            _ => rows::<1, FINE, WIDE, PARTS>(x, w, t, p, out),
         }
     }
 }
@@ -105,7 +111,7 @@ fn block_sum<const WIDE: bool>(l: __m256i, h: __m256i) -> __m256i {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool>(
+unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool, const PARTS: usize>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -116,8 +122,9 @@ unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool>(
     let blocks = x.input / BLOCK;
     let input = x.input;
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
-    // panel is `PANEL · input` codes and `blocks · PANEL` scales; a half is the first or last
-    // 8 of each 16) and inside rows `first_row + first..+ R` of `x` (inside the tile).
+    // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales, `PARTS` the
+    // weight's, passed by `tile`; a half is the first or last 8 of each 16) and inside rows
+    // `first_row + first..+ R` of `x` (inside the tile).
     unsafe {
         let codes = w
             .codes
@@ -126,85 +133,121 @@ unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool>(
         let scales = w
             .scales
             .as_ptr()
-            .add(t.panel * blocks * PANEL + p.half * HALF);
+            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
         let biases = w
             .biases
             .as_ptr()
-            .add(t.panel * blocks * PANEL + p.half * HALF);
+            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
-        let a_steps = x.steps.as_ptr().add((t.first_row + p.first) * blocks);
-        let a_sums = x.sums.as_ptr().add((t.first_row + p.first) * blocks);
+        let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
         let nibble = _mm256_set1_epi8(0x0F);
         let zero = _mm256_setzero_si256();
         let mut acc = [_mm256_setzero_ps(); R];
+        // Steps of 4 inputs per part (a part: the inputs one scale covers, 32 or 16).
+        let steps = BLOCK / STEP / PARTS;
         for j in 0..blocks {
-            // 16-bit sums of the low (or only) and high nibbles, coarse and fine codes.
-            let (mut lo, mut hi) = ([zero; R], [zero; R]);
-            let (mut fine_lo, mut fine_hi) = ([zero; R], [zero; R]);
-            for s in 0..BLOCK / STEP {
-                let k = j * BLOCK + s * STEP;
-                let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
-                let (wl, wh) = if WIDE {
-                    (
-                        _mm256_and_si256(wv, nibble),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
-                    )
-                } else {
-                    (wv, zero)
-                };
-                for i in 0..R {
-                    let at = a.add((k / STEP * ROWS + p.first + i) * slot);
-                    let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
-                    lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
-                    if WIDE {
-                        hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
-                    }
-                    if FINE {
-                        let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
-                        fine_lo[i] = _mm256_add_epi16(fine_lo[i], _mm256_maddubs_epi16(wl, f));
+            for h in 0..PARTS {
+                // 16-bit sums of the low (or only) and high nibbles, coarse and fine codes.
+                let (mut lo, mut hi) = ([zero; R], [zero; R]);
+                let (mut fine_lo, mut fine_hi) = ([zero; R], [zero; R]);
+                for s in 0..steps {
+                    let k = j * BLOCK + (h * steps + s) * STEP;
+                    let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
+                    let (wl, wh) = if WIDE {
+                        (
+                            _mm256_and_si256(wv, nibble),
+                            _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
+                        )
+                    } else {
+                        (wv, zero)
+                    };
+                    for i in 0..R {
+                        let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                        let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                        lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
                         if WIDE {
-                            fine_hi[i] = _mm256_add_epi16(fine_hi[i], _mm256_maddubs_epi16(wh, f));
+                            hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
+                        }
+                        if FINE {
+                            let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
+                            fine_lo[i] = _mm256_add_epi16(fine_lo[i], _mm256_maddubs_epi16(wl, f));
+                            if WIDE {
+                                fine_hi[i] =
+                                    _mm256_add_epi16(fine_hi[i], _mm256_maddubs_epi16(wh, f));
+                            }
                         }
                     }
                 }
-            }
-            let sw = _mm256_loadu_ps(scales.add(j * PANEL));
-            let bw = _mm256_loadu_ps(biases.add(j * PANEL));
-            for i in 0..R {
-                let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
-                if FINE {
-                    let fine = block_sum::<WIDE>(fine_lo[i], fine_hi[i]);
-                    dot = _mm256_add_epi32(_mm256_slli_epi32::<8>(dot), fine);
+                let part = (j * PARTS + h) * PANEL;
+                let sw = _mm256_loadu_ps(scales.add(part));
+                let bw = _mm256_loadu_ps(biases.add(part));
+                for i in 0..R {
+                    let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
+                    if FINE {
+                        let fine = block_sum::<WIDE>(fine_lo[i], fine_hi[i]);
+                        dot = _mm256_add_epi32(_mm256_slli_epi32::<8>(dot), fine);
+                    }
+                    let (step, sum) = rows.terms::<PARTS>(i, j, h);
+                    accumulate(&mut acc[i], dot, sw, bw, step, sum);
                 }
-                accumulate(&mut acc[i], dot, sw, bw, a_steps, a_sums, i * blocks + j);
             }
         }
         store(&acc, t, p, w.out, out);
     }
 }
 
-/// `acc += dot · (sw · step) ; acc += bw · sum`, as the portable copy does.
-///
-/// # Safety
-/// `steps` and `sums` hold `at`.
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn accumulate(
-    acc: &mut __m256,
-    dot: __m256i,
-    sw: __m256,
-    bw: __m256,
+/// A pass's rows of activation steps and quantised sums (per block, or per half block where
+/// the weight has two parts a block).
+#[derive(Clone, Copy)]
+struct Rows {
     steps: *const f32,
     sums: *const f32,
-    at: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let s = _mm256_mul_ps(sw, _mm256_set1_ps(*steps.add(at)));
-        *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, *acc);
-        *acc = _mm256_fmadd_ps(bw, _mm256_set1_ps(*sums.add(at)), *acc);
+    blocks: usize,
+}
+
+impl Rows {
+    /// From row `first` of `x` on; `PARTS` the weight's.
+    ///
+    /// # Safety
+    /// Row `first` is one of `x`'s.
+    #[inline(always)]
+    unsafe fn new<const PARTS: usize>(x: &QuantizedRows, first: usize) -> Self {
+        let blocks = x.input / BLOCK;
+        // SAFETY: row `first` starts inside each of the three arrays.
+        unsafe {
+            Rows {
+                steps: x.steps.as_ptr().add(first * blocks),
+                sums: if PARTS == 1 {
+                    x.sums.as_ptr().add(first * blocks)
+                } else {
+                    x.half_sums.as_ptr().add(first * blocks * 2)
+                },
+                blocks,
+            }
+        }
     }
+
+    /// Row `i`'s step of block `j` and the quantised sum of its part `h`, as the portable copy
+    /// reads them.
+    ///
+    /// # Safety
+    /// Row `i` of the pass is one of `x`'s, `j` one of its blocks, `h < PARTS`.
+    #[inline(always)]
+    unsafe fn terms<const PARTS: usize>(self, i: usize, j: usize, h: usize) -> (f32, f32) {
+        let at = i * self.blocks + j;
+        // SAFETY: the caller's contract.
+        unsafe { (*self.steps.add(at), *self.sums.add(at * PARTS + h)) }
+    }
+}
+
+/// `acc += dot · (sw · step) ; acc += bw · sum`, as the portable copy does.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn accumulate(acc: &mut __m256, dot: __m256i, sw: __m256, bw: __m256, step: f32, sum: f32) {
+    let s = _mm256_mul_ps(sw, _mm256_set1_ps(step));
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, *acc);
+    *acc = _mm256_fmadd_ps(bw, _mm256_set1_ps(sum), *acc);
 }
 
 /// The pass's rows of sums into `out`, only the columns inside `w.out`.
@@ -246,15 +289,11 @@ pub(super) unsafe fn tile_vnni(x: &QuantizedRows, w: &PackedWeight, t: Tile, out
             let p = Pass { half, first, n };
             // SAFETY: passed on from the caller; the pass is inside the tile.
             unsafe {
-                match (fine, n) {
-                    (true, 4) => rows_vnni::<4, true>(x, w, t, p, out),
-                    (true, 3) => rows_vnni::<3, true>(x, w, t, p, out),
-                    (true, 2) => rows_vnni::<2, true>(x, w, t, p, out),
-                    (true, _) => rows_vnni::<1, true>(x, w, t, p, out),
-                    (false, 4) => rows_vnni::<4, false>(x, w, t, p, out),
-                    (false, 3) => rows_vnni::<3, false>(x, w, t, p, out),
-                    (false, 2) => rows_vnni::<2, false>(x, w, t, p, out),
-                    (false, _) => rows_vnni::<1, false>(x, w, t, p, out),
+                match (fine, w.parts) {
+                    (true, 1) => by_rows_vnni::<true, 1>(x, w, t, p, out),
+                    (false, 1) => by_rows_vnni::<false, 1>(x, w, t, p, out),
+                    (true, _) => by_rows_vnni::<true, 2>(x, w, t, p, out),
+                    (false, _) => by_rows_vnni::<false, 2>(x, w, t, p, out),
                 }
             }
             first += n;
@@ -264,7 +303,27 @@ pub(super) unsafe fn tile_vnni(x: &QuantizedRows, w: &PackedWeight, t: Tile, out
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
 #[inline]
-unsafe fn rows_vnni<const R: usize, const FINE: bool>(
+unsafe fn by_rows_vnni<const FINE: bool, const PARTS: usize>(
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    p: Pass,
+    out: OutPtr,
+) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match p.n {
+            4 => rows_vnni::<4, FINE, PARTS>(x, w, t, p, out),
+            3 => rows_vnni::<3, FINE, PARTS>(x, w, t, p, out),
+            2 => rows_vnni::<2, FINE, PARTS>(x, w, t, p, out),
+            _ => rows_vnni::<1, FINE, PARTS>(x, w, t, p, out),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,avxvnni")]
+#[inline]
+unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -283,48 +342,52 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool>(
         let scales = w
             .scales
             .as_ptr()
-            .add(t.panel * blocks * PANEL + p.half * HALF);
+            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
         let biases = w
             .biases
             .as_ptr()
-            .add(t.panel * blocks * PANEL + p.half * HALF);
+            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
-        let a_steps = x.steps.as_ptr().add((t.first_row + p.first) * blocks);
-        let a_sums = x.sums.as_ptr().add((t.first_row + p.first) * blocks);
+        let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
         let mut acc = [_mm256_setzero_ps(); R];
+        let steps = BLOCK / STEP / PARTS;
         for j in 0..blocks {
-            // Two independent chains a row, as in the AVX-512 copy: coarse and fine codes'
-            // where fine, even and odd steps' where not.
-            let mut first = [_mm256_setzero_si256(); R];
-            let mut second = [_mm256_setzero_si256(); R];
-            for s in 0..BLOCK / STEP {
-                let k = j * BLOCK + s * STEP;
-                let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
-                for i in 0..R {
-                    let at = a.add((k / STEP * ROWS + p.first + i) * slot);
-                    let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
-                    if FINE {
-                        first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
-                        let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
-                        second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, f);
-                    } else if s % 2 == 0 {
-                        first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
-                    } else {
-                        second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, c);
+            for h in 0..PARTS {
+                // Two independent chains a row, as in the AVX-512 copy: coarse and fine codes'
+                // where fine, even and odd steps' where not.
+                let mut first = [_mm256_setzero_si256(); R];
+                let mut second = [_mm256_setzero_si256(); R];
+                for s in 0..steps {
+                    let k = j * BLOCK + (h * steps + s) * STEP;
+                    let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
+                    for i in 0..R {
+                        let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                        let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                        if FINE {
+                            first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                            let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
+                            second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, f);
+                        } else if s % 2 == 0 {
+                            first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                        } else {
+                            second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, c);
+                        }
                     }
                 }
-            }
-            let sw = _mm256_loadu_ps(scales.add(j * PANEL));
-            let bw = _mm256_loadu_ps(biases.add(j * PANEL));
-            for i in 0..R {
-                let high = if FINE {
-                    _mm256_slli_epi32::<8>(first[i])
-                } else {
-                    first[i]
-                };
-                let dot = _mm256_add_epi32(high, second[i]);
-                accumulate(&mut acc[i], dot, sw, bw, a_steps, a_sums, i * blocks + j);
+                let part = (j * PARTS + h) * PANEL;
+                let sw = _mm256_loadu_ps(scales.add(part));
+                let bw = _mm256_loadu_ps(biases.add(part));
+                for i in 0..R {
+                    let high = if FINE {
+                        _mm256_slli_epi32::<8>(first[i])
+                    } else {
+                        first[i]
+                    };
+                    let dot = _mm256_add_epi32(high, second[i]);
+                    let (step, sum) = rows.terms::<PARTS>(i, j, h);
+                    accumulate(&mut acc[i], dot, sw, bw, step, sum);
+                }
             }
         }
         store(&acc, t, p, w.out, out);

@@ -26,7 +26,8 @@
 //!
 //! A weight with a scale and bias per 16 inputs (ggml's Q6_K: `parts` 2) has two terms of
 //! each kind per block, one per half, in order (half 0's scale term, its bias term, then half
-//! 1's), the bias terms over each half's quantised sum.
+//! 1's), the bias terms over each half's quantised sum. Every copy multiplies both layouts with
+//! its own instructions (each half's integer sums apart, then its two terms).
 //!
 //! The inner sums are exact 32-bit integer sums; the outer one runs over blocks in order with
 //! one fused multiply-add per term, so an output's bits depend only on its row of `x` and its
@@ -106,11 +107,6 @@ fn tile_fn(isa: QuantIsa) -> Option<TileFn> {
     })
 }
 
-/// Whether `isa`'s tile multiplies weights with a scale and bias per 16 inputs (`parts` 2).
-fn takes_halves(isa: QuantIsa) -> bool {
-    matches!(isa, QuantIsa::Portable | QuantIsa::Avx512Vnni)
-}
-
 /// The copy of [`activations::quantize_block`] that goes with `isa` (the same bits as the
 /// portable one), or `None` where this CPU lacks it.
 fn block_fn(isa: QuantIsa) -> Option<activations::BlockFn> {
@@ -188,13 +184,6 @@ pub fn matmul_with(
     y: &mut [f32],
 ) -> Result<(), QuantError> {
     let tile = tile_fn(isa).ok_or(QuantError::Isa(isa))?;
-    // Weights with a scale per 16 inputs (Q6_K) run on the copies that implement the second
-    // term per block; elsewhere on the portable copy, whose bits every copy gives.
-    let tile = if w.parts > 1 && !takes_halves(isa) {
-        portable_tile as TileFn
-    } else {
-        tile
-    };
     if x.input != w.input {
         return Err(QuantError::Shape(
             "activations and weight have different inputs",

@@ -10,7 +10,8 @@
 //!   into 32-bit lanes, and `addp` a row's two lanes: exact.
 //! - dotprod: `sdot` multiplies *signed* bytes into 32-bit sums, exactly. Codes up to 127 are
 //!   the same as signed bytes; larger ones (8-bit weights) go in as `q − 128` (the top bit
-//!   flipped) and the block gets `128 · Σ c` back, `Σ c` from one more `sdot` against ones.
+//!   flipped) and the block gets `128 · Σ c` back, `Σ c` from one more `sdot` against ones
+//!   (per half, over the half's codes, where the weight has a scale per 16 inputs).
 //! - i8mm: `usdot` multiplies unsigned by signed bytes, like `vpdpbusd`: exact as it is.
 //!
 //! The intrinsics of `sdot` and `usdot` are not stable Rust yet, so those two instructions are
@@ -67,6 +68,12 @@ impl Codes {
     }
 }
 
+/// The first input of step `s` of part `h` (of `PARTS`) of block `j`.
+#[inline(always)]
+fn part_input<const PARTS: usize>(j: usize, h: usize, s: usize) -> usize {
+    j * BLOCK + (h * (BLOCK / STEP / PARTS) + s) * STEP
+}
+
 /// `acc += Σ_4 a·b` per 32-bit lane, signed bytes (`sdot`).
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
@@ -101,21 +108,26 @@ fn usdot(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
     acc
 }
 
-/// Block `j`'s sums on plain NEON (products widened to 16 bits).
+/// Block `j`'s (part `h`'s) sums on plain NEON (products widened to 16 bits).
 ///
 /// # Safety
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn dots_neon<const R: usize, const FINE: bool>(c: Codes, j: usize, _wide: bool) -> Dots<R> {
+unsafe fn dots_neon<const R: usize, const FINE: bool, const PARTS: usize>(
+    c: Codes,
+    j: usize,
+    h: usize,
+    _wide: bool,
+) -> Dots<R> {
     let zero = vdupq_n_s32(0);
     // Per row, per half register: rows (2h, 2h + 1)'s pairs of products, two lanes a row.
     let mut coarse = [[zero; 8]; R];
     let mut finer = [[zero; 8]; R];
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP {
-            let k = j * BLOCK + s * STEP;
+        for s in 0..BLOCK / STEP / PARTS {
+            let k = part_input::<PARTS>(j, h, s);
             let wv = c.weights(k);
             let mut w16 = [vdupq_n_s16(0); 8];
             for g in 0..4 {
@@ -151,29 +163,30 @@ unsafe fn dots_neon<const R: usize, const FINE: bool>(c: Codes, j: usize, _wide:
     dots
 }
 
-/// Block `j`'s sums with `sdot` (codes above 127 offset by −128, and corrected).
+/// Block `j`'s (part `h`'s) sums with `sdot` (codes above 127 offset by −128, and corrected).
 ///
 /// # Safety
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn dots_dotprod<const R: usize, const FINE: bool>(
+unsafe fn dots_dotprod<const R: usize, const FINE: bool, const PARTS: usize>(
     c: Codes,
     j: usize,
+    h: usize,
     wide: bool,
 ) -> Dots<R> {
     let zero = vdupq_n_s32(0);
     let mut coarse = [[zero; 4]; R];
     let mut finer = [[zero; 4]; R];
-    // Where wide, Σ c (and Σ fine) of the block's codes in every lane.
+    // Where wide, Σ c (and Σ fine) of the block's (part's) codes in every lane.
     let mut sums = [zero; R];
     let mut fine_sums = [zero; R];
     let flip = vdupq_n_u8(0x80);
     let ones = vdupq_n_s8(1);
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP {
-            let k = j * BLOCK + s * STEP;
+        for s in 0..BLOCK / STEP / PARTS {
+            let k = part_input::<PARTS>(j, h, s);
             let wv = c
                 .weights(k)
                 .map(|w| vreinterpretq_s8_u8(if wide { veorq_u8(w, flip) } else { w }));
@@ -215,20 +228,25 @@ unsafe fn dots_dotprod<const R: usize, const FINE: bool>(
     dots
 }
 
-/// Block `j`'s sums with `usdot`.
+/// Block `j`'s (part `h`'s) sums with `usdot`.
 ///
 /// # Safety
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon,i8mm")]
 #[inline]
-unsafe fn dots_i8mm<const R: usize, const FINE: bool>(c: Codes, j: usize, _wide: bool) -> Dots<R> {
+unsafe fn dots_i8mm<const R: usize, const FINE: bool, const PARTS: usize>(
+    c: Codes,
+    j: usize,
+    h: usize,
+    _wide: bool,
+) -> Dots<R> {
     let zero = vdupq_n_s32(0);
     let mut coarse = [[zero; 4]; R];
     let mut finer = [[zero; 4]; R];
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP {
-            let k = j * BLOCK + s * STEP;
+        for s in 0..BLOCK / STEP / PARTS {
+            let k = part_input::<PARTS>(j, h, s);
             let wv = c.weights(k);
             for i in 0..R {
                 let a = c.activation(k, i, false);
@@ -256,7 +274,8 @@ unsafe fn dots_i8mm<const R: usize, const FINE: bool>(c: Codes, j: usize, _wide:
 }
 
 /// `pub(super) unsafe fn $tile`: one tile, `$pass` rows at a time, each block's integer sums
-/// from `$dots`, then the portable copy's float operations in its order.
+/// (each half's, where the weight has a scale per 16 inputs) from `$dots`, then the portable
+/// copy's float operations in its order.
 macro_rules! tile_copy {
     ($(#[$doc:meta])* $tile:ident, $features:literal, $dots:ident, $pass:literal) => {
         $(#[$doc])*
@@ -267,7 +286,7 @@ macro_rules! tile_copy {
         pub(super) unsafe fn $tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn rows<const R: usize, const FINE: bool>(
+            unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
                 x: &QuantizedRows,
                 w: &PackedWeight,
                 t: Tile,
@@ -276,8 +295,10 @@ macro_rules! tile_copy {
             ) {
                 let blocks = x.input / BLOCK;
                 let wide = w.code_max > 127;
-                // SAFETY: every offset stays inside the panel's codes, scales and biases and
-                // inside rows `first_row + first..+ R` of `x` (inside the tile).
+                // SAFETY: every offset stays inside the panel's codes, scales and biases (the
+                // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales, `PARTS`
+                // the weight's) and inside rows `first_row + first..+ R` of `x` (inside the
+                // tile).
                 unsafe {
                     let c = Codes {
                         w: w.codes.as_ptr().add(t.panel * PANEL * x.input),
@@ -285,20 +306,29 @@ macro_rules! tile_copy {
                         slot: x.slot(),
                         first,
                     };
-                    let scales = w.scales.as_ptr().add(t.panel * blocks * PANEL);
-                    let biases = w.biases.as_ptr().add(t.panel * blocks * PANEL);
+                    let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
+                    let biases = w.biases.as_ptr().add(t.panel * blocks * PARTS * PANEL);
                     let row = (t.first_row + first) * blocks;
+                    // Each part's quantised sum: the block's, or its half's.
+                    let sums = if PARTS == 1 {
+                        x.sums.as_ptr().add(row)
+                    } else {
+                        x.half_sums.as_ptr().add(row * 2)
+                    };
                     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
                     for j in 0..blocks {
-                        let dots = $dots::<R, FINE>(c, j, wide);
-                        for i in 0..R {
-                            let step = vdupq_n_f32(*x.steps.as_ptr().add(row + i * blocks + j));
-                            let sum = vdupq_n_f32(*x.sums.as_ptr().add(row + i * blocks + j));
-                            for g in 0..4 {
-                                let at = j * PANEL + g * QUARTER;
-                                let s = vmulq_f32(vld1q_f32(scales.add(at)), step);
-                                let a = vfmaq_f32(acc[i][g], vcvtq_f32_s32(dots[i][g]), s);
-                                acc[i][g] = vfmaq_f32(a, vld1q_f32(biases.add(at)), sum);
+                        for h in 0..PARTS {
+                            let dots = $dots::<R, FINE, PARTS>(c, j, h, wide);
+                            for i in 0..R {
+                                let at = i * blocks + j;
+                                let step = vdupq_n_f32(*x.steps.as_ptr().add(row + at));
+                                let sum = vdupq_n_f32(*sums.add(at * PARTS + h));
+                                for g in 0..4 {
+                                    let part = (j * PARTS + h) * PANEL + g * QUARTER;
+                                    let s = vmulq_f32(vld1q_f32(scales.add(part)), step);
+                                    let a = vfmaq_f32(acc[i][g], vcvtq_f32_s32(dots[i][g]), s);
+                                    acc[i][g] = vfmaq_f32(a, vld1q_f32(biases.add(part)), sum);
+                                }
                             }
                         }
                     }
@@ -306,16 +336,21 @@ macro_rules! tile_copy {
                 }
             }
             let fine = x.precision == Precision::Fine;
+            let halves = w.parts > 1;
             let mut first = 0;
             while first < t.rows {
                 let n = (t.rows - first).min($pass);
                 // SAFETY: passed on from the caller; the pass is inside the tile.
                 unsafe {
-                    match (fine, n) {
-                        (true, 1) => rows::<1, true>(x, w, t, first, out),
-                        (true, _) => rows::<$pass, true>(x, w, t, first, out),
-                        (false, 1) => rows::<1, false>(x, w, t, first, out),
-                        (false, _) => rows::<$pass, false>(x, w, t, first, out),
+                    match (fine, halves, n) {
+                        (true, false, 1) => rows::<1, true, 1>(x, w, t, first, out),
+                        (true, false, _) => rows::<$pass, true, 1>(x, w, t, first, out),
+                        (false, false, 1) => rows::<1, false, 1>(x, w, t, first, out),
+                        (false, false, _) => rows::<$pass, false, 1>(x, w, t, first, out),
+                        (true, true, 1) => rows::<1, true, 2>(x, w, t, first, out),
+                        (true, true, _) => rows::<$pass, true, 2>(x, w, t, first, out),
+                        (false, true, 1) => rows::<1, false, 2>(x, w, t, first, out),
+                        (false, true, _) => rows::<$pass, false, 2>(x, w, t, first, out),
                     }
                 }
                 first += n;

@@ -314,20 +314,46 @@ fn assert_copy_matches_portable(
             bits_of(&slow.sums),
             "{isa} {precision:?} {what}: sums"
         );
-        let mut y = vec![f32::NAN; rows * w.out()];
-        matmul_with(isa, &slow, w, &mut y).expect("multiplies");
+        assert_eq!(
+            bits_of(&fast.half_sums),
+            bits_of(&slow.half_sums),
+            "{isa} {precision:?} {what}: half sums"
+        );
         let mut reference = vec![f32::NAN; rows * w.out()];
         matmul_with(QuantIsa::Portable, &slow, w, &mut reference).expect("multiplies");
-        if let Some(at) = (0..y.len()).find(|&i| y[i].to_bits() != reference[i].to_bits()) {
-            panic!(
-                "{isa} {precision:?} {what}: output [{}, {}] is {} where the portable copy \
-                 gives {}",
-                at / w.out(),
-                at % w.out(),
-                y[at],
-                reference[at]
-            );
-        }
+        let mut y = vec![f32::NAN; rows * w.out()];
+        matmul_with(isa, &slow, w, &mut y).expect("multiplies");
+        assert_same_bits(
+            &y,
+            &reference,
+            w.out(),
+            &format!("{isa} {precision:?} {what}"),
+        );
+        // The copy's own tile, whatever `matmul_with` routes: every panel on this thread.
+        let tile = tile_fn(isa).expect("an available copy");
+        let mut direct = vec![f32::NAN; rows * w.out()];
+        let panels = w.out().div_ceil(PANEL);
+        // SAFETY: one thread writes `direct` ([rows, out]); `tile` is a copy this CPU runs.
+        unsafe { panels_product(&slow, w, 0..panels, OutPtr(direct.as_mut_ptr()), tile) };
+        assert_same_bits(
+            &direct,
+            &reference,
+            w.out(),
+            &format!("{isa} {precision:?} {what}, its tile"),
+        );
+    }
+}
+
+/// `y` and the portable copy's `reference` (`[rows, out]`) hold the same bits.
+fn assert_same_bits(y: &[f32], reference: &[f32], out: usize, what: &str) {
+    if let Some(at) = (0..y.len()).find(|&i| y[i].to_bits() != reference[i].to_bits()) {
+        panic!(
+            "{what}: output [{}, {}] is {} where the portable copy gives {}",
+            at / out,
+            at % out,
+            y[at],
+            reference[at]
+        );
     }
 }
 
@@ -594,4 +620,120 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
         PackedWeight::from_rows((2, 64), 8, |_, _| {}),
         Err(QuantError::Group { .. })
     ));
+}
+
+/// A weight with a scale and bias per 16 inputs (`parts` 2) whose code `(n, k)` is `code(n,
+/// k)`: random scales, and biases either Q6_K's (−32 × the scale) or independent of them, so
+/// that each half's two terms differ from its neighbour's.
+fn halves_weight_of(
+    (out, input): (usize, usize),
+    code: impl Fn(usize, usize) -> u8,
+    q6k: bool,
+    seed: u64,
+) -> PackedWeight {
+    let mut r = stream(seed);
+    let w = PackedWeight::from_rows((out, input), 16, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for (s, b) in row.scales.iter_mut().zip(row.biases.iter_mut()) {
+            *s = 0.01 + 0.05 * r().abs();
+            *b = if q6k { -32.0 * *s } else { -0.3 * r() };
+        }
+    })
+    .expect("packs");
+    assert_eq!(w.parts, 2);
+    w
+}
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_weights_with_a_scale_per_16_inputs() {
+    eprintln!("copies here: {:?}", available());
+    // As for one scale per block: partial tiles, passes, panels and half panels, k from one
+    // block to 4,096, codes up to 63 (Q6_K's) and either side of each copy's limits.
+    let shapes = [
+        (1, 5, 32),
+        (2, 16, 32),
+        (3, 9, 64),
+        (7, 17, 96),
+        (8, 16, 128),
+        (9, 40, 256),
+        (19, 33, 1024),
+        (13, 24, 4096),
+    ];
+    for &isa in available() {
+        for (s, &(rows, out, input)) in shapes.iter().enumerate() {
+            let x = activations(rows, input, 200 + s as u64);
+            for code_max in [15u32, 63, 127, 128, 255] {
+                let mut r = stream(11 * s as u64 + code_max as u64);
+                let codes: Vec<u8> = (0..out * input)
+                    .map(|_| ((r() * 0.5 + 0.5) * code_max as f32).round() as u8)
+                    .collect();
+                let q6k = code_max == 63;
+                let w = halves_weight_of((out, input), |n, k| codes[n * input + k], q6k, s as u64);
+                let what = format!("{rows}x{out}x{input}/16 codes ≤ {code_max}");
+                assert_copy_matches_portable(isa, &x, rows, &w, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_extreme_codes_with_a_scale_per_16_inputs() {
+    // The extreme pairs of `every_copy_gives_the_portable_bits_on_extreme_codes`, per half:
+    // codes 255 (split on AVX2) and 128 (offset on dotprod) against activation codes ±127, and
+    // codes that differ between a block's halves (so a half's sum taken over the wrong inputs
+    // shows).
+    let (rows, input) = (9, 256);
+    let near = 126.498 / 127.0;
+    let patterns: [(&str, Pattern); 5] = [
+        ("all +1", Box::new(|_, _| 1.0)),
+        ("all -1", Box::new(|_, _| -1.0)),
+        (
+            "alternating ±1",
+            Box::new(|m, k| if (k + m) % 2 == 0 { 1.0 } else { -1.0 }),
+        ),
+        (
+            "+1 then -1 by half",
+            Box::new(|m, k| if (k / 16 + m) % 2 == 0 { 1.0 } else { -1.0 }),
+        ),
+        (
+            "fine codes at their bound",
+            Box::new(move |m, k| match k % BLOCK {
+                0 => 1.0,
+                _ if (k / 2 + m) % 2 == 0 => near,
+                _ => -near,
+            }),
+        ),
+    ];
+    let weights: [(&str, Codes); 6] = [
+        ("codes 255", Box::new(|_, _| 255)),
+        (
+            "codes 255 and 0",
+            Box::new(|n, k| if (n + k / 2) % 2 == 0 { 255 } else { 0 }),
+        ),
+        (
+            "codes 255 in half 0, 0 in half 1",
+            Box::new(|n, k| if (n + k / 16) % 2 == 0 { 255 } else { 0 }),
+        ),
+        ("codes 128", Box::new(|_, _| 128)),
+        ("codes 63", Box::new(|_, _| 63)),
+        ("codes 15", Box::new(|_, _| 15)),
+    ];
+    for &isa in available() {
+        for (xname, pattern) in &patterns {
+            let x: Vec<f32> = (0..rows * input)
+                .map(|i| pattern(i / input, i % input))
+                .collect();
+            for (wname, code) in &weights {
+                for out in [16, 21] {
+                    for q6k in [false, true] {
+                        let w = halves_weight_of((out, input), code, q6k, 3);
+                        let what = format!("{xname}, {wname} per 16 (Q6_K biases: {q6k})");
+                        assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                    }
+                }
+            }
+        }
+    }
 }
