@@ -243,13 +243,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("broken.gguf");
         std::fs::write(&path, b"not a gguf at all, just text").unwrap();
-        let e = crate::engine::load_engine(
-            &path,
-            &Default::default(),
-            &CausalEngineOptions::default(),
-        )
-        .err()
-        .expect("a text file loaded as a GGUF");
+        let e =
+            crate::engine::load_engine(&path, &Default::default(), &CausalEngineOptions::default())
+                .err()
+                .expect("a text file loaded as a GGUF");
         assert!(e.is_refusal(), "{e}");
 
         let unreadable = AnyEngineError::Causal(CausalEngineError::Gguf(GgufError::Io {
@@ -257,18 +254,14 @@ mod tests {
             source: io(),
         }));
         assert!(!unreadable.is_refusal());
-        let config = CausalEngineError::Load(CausalLoadError::Io {
-            path,
-            source: io(),
-        });
+        let config = CausalEngineError::Load(CausalLoadError::Io { path, source: io() });
         assert!(!config.is_refusal());
     }
 
     #[test]
     fn tokenizer_and_template_faults_are_refusals_but_io_and_mlx_are_not() {
-        let no_template = CausalEngineError::Tokenizer(ChatTokenizerError::NoTemplate {
-            origin: "m".into(),
-        });
+        let no_template =
+            CausalEngineError::Tokenizer(ChatTokenizerError::NoTemplate { origin: "m".into() });
         assert!(no_template.is_refusal());
         let labels = CausalEngineError::Labels {
             path: "m".into(),

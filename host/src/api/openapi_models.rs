@@ -95,7 +95,7 @@ pub fn paths() -> Map<String, Value> {
             "401": error("Missing or wrong admin key (or API key)"),
             "403": error("Loading and unloading over HTTP are off (no --admin-key)"),
             "404": error("Unknown model"),
-            "409": error("Not a model this server runs (an --accelerator or --upstream), or (unload) a pinned or loading model"),
+            "409": error("Not a model this server runs (an --accelerator or --upstream), (unload) a pinned or loading model, or (load) a model whose checkpoint was refused at load (its files or settings)"),
             "504": error("The request did not finish within the per-request timeout")
         });
         if let (Some(r), Some(e)) = (responses.as_object_mut(), extra.as_object()) {
