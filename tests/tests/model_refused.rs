@@ -98,3 +98,49 @@ async fn a_refused_checkpoint_is_a_409_until_its_settings_fix_it() {
     assert!(entry.get("x_refused").is_none(), "{entry}");
     assert_eq!(entry["x_ignored_config_keys"], json!([KEY]), "{entry}");
 }
+
+/// A pinned `--model` whose checkpoint is refused: its sidecar keeps being restarted (a fixed
+/// file is picked up), and meanwhile its reads are the same 409, not the 503 of a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pinned_model_whose_checkpoint_is_refused_is_a_409_too() {
+    let path =
+        workspace_root().join("accelerator/tests/data/causal/refused/tiny-qwen2.unknown-key.gguf");
+    let model = format!("zoom={}", path.display());
+    let bin = accelerator_bin().to_string_lossy().into_owned();
+    let hunch = start_hunch_with(&["--model", &model], &[("HUNCH_ACCELERATOR_BIN", bin)]);
+    let url = hunch.url.clone();
+    // 503 while its sidecar starts and loads; then the refusal.
+    let text = eventually(Duration::from_secs(30), || {
+        let url = url.clone();
+        async move {
+            let response = post_systemone(&url, &request("zoom")).await;
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            match status {
+                409 => Ok(text),
+                503 if !text.contains(KEY) => Err(format!("still starting: {text}")),
+                _ => panic!("neither starting nor refused: {status}: {text}"),
+            }
+        }
+    })
+    .await;
+    assert!(text.contains("model zoom") && text.contains(KEY), "{text}");
+    // Between its supervisor's restarts (backoff from 1 s) the entry says the refusal; while a
+    // restart loads it says loading.
+    eventually(Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            let entry = listed(&url, "zoom").await;
+            if entry["x_state"] == "failed" && entry["x_refused"] == true {
+                assert!(
+                    entry["x_error"].as_str().unwrap_or_default().contains(KEY),
+                    "{entry}"
+                );
+                Ok(())
+            } else {
+                Err(format!("not shown refused: {entry}"))
+            }
+        }
+    })
+    .await;
+}
