@@ -75,9 +75,9 @@ pub fn refused_read_error(model: &str, why: &str) -> ReadError {
             "model {model} cannot be loaded as its files and settings are, so no retry helps: \
              {why}. Its entry in GET /v1/models shows this (x_state: failed, x_refused: true); \
              a config key known not to change the model goes in its ignore_config_keys, a \
-             missing chat template in its chat_template (hunch-models.toml, or PUT \
-             /v1/models/{model}/settings); a changed file or setting is tried at the next \
-             request"
+             missing chat template in its chat_template (hunch-models.toml or PUT \
+             /v1/models/{model}/settings; for a --model, the sidecar's --ignore-config-key or \
+             --chat-template); a changed file or setting is tried at its next load"
         ),
     }
 }
