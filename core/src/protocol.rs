@@ -32,6 +32,13 @@ pub struct Health {
     pub progress: f64,
     #[serde(default)]
     pub message: String,
+    /// With `state: failed`: the load failed for a reason no retry fixes, the checkpoint's files
+    /// or the model's settings (a config key that would change the math, an unknown
+    /// architecture, a malformed file, no chat template), so the host answers its reads 4xx
+    /// rather than 503. False (and left out) for a failure a retry may fix (I/O, memory, a
+    /// crash), and from an older sidecar, which never says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refused: bool,
     /// Present once the model is loaded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub info: Option<ModelInfo>,
@@ -75,6 +82,7 @@ mod tests {
         let old: Health = serde_json::from_str(r#"{"state": "ready", "model": "m"}"#).unwrap();
         assert_eq!(old.state, HealthState::Ready);
         assert!(old.info.is_none());
+        assert!(!old.refused, "an older sidecar's failure is not a refusal");
         let newer: Health = serde_json::from_str(
             r#"{"state": "draining", "info": {"fingerprint": "f", "limits": {"max_request_bytes": 5}}}"#,
         )
@@ -83,5 +91,29 @@ mod tests {
         let info = newer.info.unwrap();
         assert_eq!(info.limits.max_request_bytes, Some(5));
         assert_eq!(info.limits.questions, Default::default());
+        let refused: Health =
+            serde_json::from_str(r#"{"state": "failed", "message": "m: k = 1", "refused": true}"#)
+                .unwrap();
+        assert_eq!(refused.state, HealthState::Failed);
+        assert!(refused.refused);
+    }
+
+    #[test]
+    fn refused_is_written_only_when_true() {
+        let mut health = Health {
+            state: HealthState::Failed,
+            model: "m".into(),
+            progress: 0.0,
+            message: "out of memory".into(),
+            refused: false,
+            info: None,
+        };
+        let written = serde_json::to_value(&health).unwrap();
+        assert!(written.get("refused").is_none(), "{written}");
+        health.refused = true;
+        let written = serde_json::to_value(&health).unwrap();
+        assert_eq!(written["refused"], true);
+        let back: Health = serde_json::from_value(written).unwrap();
+        assert_eq!(back, health);
     }
 }

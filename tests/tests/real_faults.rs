@@ -1,7 +1,8 @@
 //! Faults of the REAL sidecar (`hunch-accelerator` on the generated tiny checkpoint), not the
 //! fixture double: killed mid-request, and checkpoints that are broken on disk. The server must
-//! answer 503 + `Retry-After` (never hang), restart the sidecar, and say which file is wrong and
-//! why.
+//! never hang: a killed sidecar is a 503 + `Retry-After` and a restart; a checkpoint the sidecar
+//! refuses is a 409 without `Retry-After` (no retry helps until the files or settings change)
+//! that says which file is wrong and why, while its supervisor keeps restarting it.
 
 use hunch_e2e::http::{metric, post_systemone};
 use hunch_e2e::{
@@ -161,15 +162,17 @@ fn broken_copy(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts hunch on `dir` and waits until a read's 503 names `file` and says `why`; checks the
-/// logs say it too and `/readyz` is 503. Returns the 503 message.
+/// Starts hunch on `dir` and waits until a read's 409 names `file` and says `why`; checks the
+/// logs say it too and `/readyz` is 503. Returns the 409 message.
 async fn the_server_names(dir: &Path, file: &str, why: &[&str]) -> (Hunch, String) {
     let path = dir.join(file).display().to_string();
     the_server_refuses(dir, &[], &path, why).await
 }
 
-/// Starts hunch on `dir` with `extra` flags and waits until a read's 503 says `named` and each
-/// of `why`; checks the logs name it too and `/readyz` is 503. Returns the 503 message.
+/// Starts hunch on `dir` with `extra` flags and waits until a read's 409 (the load refused) says
+/// `named` and each of `why`, 503 + `Retry-After` meanwhile (starting, loading) and never a 503
+/// that names the refusal; checks the logs name it too and `/readyz` is 503. Returns the 409
+/// message.
 async fn the_server_refuses(
     dir: &Path,
     extra: &[&str],
@@ -181,19 +184,27 @@ async fn the_server_refuses(
     let message = loop {
         let r = post_systemone(&hunch.url, &hunch_e2e::sample_request()).await;
         let status = r.status().as_u16();
-        assert!(r.headers().contains_key("retry-after"), "status {status}");
+        let retry_after = r.headers().contains_key("retry-after");
         let body: Value = r.json().await.expect("a JSON error");
-        assert_eq!(
-            status, 503,
-            "a model that cannot load never answers: {body}"
-        );
         let message = body["detail"]["message"].as_str().unwrap_or("").to_string();
-        if message.contains(named) {
-            break message;
+        match status {
+            409 => {
+                assert!(!retry_after, "a refusal has no Retry-After: {body}");
+                assert!(message.contains(named), "{named} missing from: {message}");
+                break message;
+            }
+            503 => {
+                assert!(retry_after, "a 503 without Retry-After: {body}");
+                assert!(
+                    !message.contains(named),
+                    "a refused load answered 503: {message}"
+                );
+            }
+            _ => panic!("a model that cannot load never answers: {status} {body}"),
         }
         assert!(
             Instant::now() < deadline,
-            "no 503 named {named}; last: {message}\nlogs:\n{}",
+            "no 409 named {named}; last: {message}\nlogs:\n{}",
             hunch.process.logs()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -229,7 +240,7 @@ async fn a_model_over_the_configured_memory_limit_is_refused_with_its_size() {
         &["refused before allocating", "the memory limit set"],
     )
     .await;
-    eprintln!("503 for a model over memory_limit: {message}");
+    eprintln!("409 for a model over memory_limit: {message}");
     let _ = std::fs::remove_file(&config);
 }
 
@@ -249,7 +260,7 @@ async fn a_truncated_model_safetensors_is_named_with_why() {
         &["truncated: ", "bytes, but its header describes"],
     )
     .await;
-    eprintln!("503 for a truncated model.safetensors: {message}");
+    eprintln!("409 for a truncated model.safetensors: {message}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -258,7 +269,7 @@ async fn a_config_json_that_is_not_json_is_named_with_why() {
     let dir = broken_copy("config");
     std::fs::write(dir.join("config.json"), "this is { not JSON").expect("write");
     let (_hunch, message) = the_server_names(&dir, "config.json", &["not valid JSON"]).await;
-    eprintln!("503 for a config.json that is not JSON: {message}");
+    eprintln!("409 for a config.json that is not JSON: {message}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -268,6 +279,6 @@ async fn a_missing_tokenizer_json_is_named_with_why() {
     std::fs::remove_file(dir.join("tokenizer.json")).expect("remove");
     let (_hunch, message) =
         the_server_names(&dir, "tokenizer.json", &["No such file or directory"]).await;
-    eprintln!("503 for a missing tokenizer.json: {message}");
+    eprintln!("409 for a missing tokenizer.json: {message}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,7 +10,7 @@ use hunch_accelerator::model::causal::CausalKernels;
 use hunch_accelerator::model::ActivationDtype;
 use hunch_accelerator::read::diffusion::{plan::CANVAS_STEP, MAX_CANVAS_CAP};
 use hunch_accelerator::scheduler::{Batching, SchedulerConfig};
-use hunch_accelerator::server::{router, spawn_engine, HealthCell};
+use hunch_accelerator::server::{router, spawn_engine, HealthCell, LoadFailure};
 use hunch_accelerator::tools::demo::{demo_dir, ensure_demo_checkpoint};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -323,7 +323,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                          its answers carry NO meaning; pass --model DIR for a real checkpoint"
                     );
                     health.update(|h| h.message = "writing the demo checkpoint".into());
-                    ensure_demo_checkpoint(&demo_dir()).map_err(|e| e.to_string())?
+                    // Writing the generated demo is the disk's business, never a refusal.
+                    ensure_demo_checkpoint(&demo_dir())
+                        .map_err(|e| LoadFailure::from(e.to_string()))?
                 }
             };
             health.update(|h| {
@@ -331,7 +333,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 h.message = format!("loading {}", dir.display());
             });
             tracing::info!(dir = %dir.display(), demo, "loading model");
-            load_engine(&dir, &options, &causal).map_err(|e| e.to_string())
+            // The error's type says whether it is a refusal (`engine::refusal`), which the host
+            // answers 4xx instead of retrying.
+            load_engine(&dir, &options, &causal).map_err(LoadFailure::from)
         });
         let app = router(health, jobs, args.max_request_bytes);
         axum::serve(listener, app)

@@ -8,6 +8,7 @@
 
 pub mod causal;
 mod diffusion;
+mod refusal;
 
 pub use causal::{CausalEngine, CausalEngineError, CausalEngineOptions};
 pub use diffusion::*;

@@ -52,6 +52,7 @@ impl HealthCell {
             model: model.to_string(),
             progress: 0.0,
             message: "loading".into(),
+            refused: false,
             info: None,
         })))
     }
@@ -87,6 +88,25 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 16 * 1024 * 1024;
 /// Seconds a client should wait before retrying when the sidecar cannot take a read.
 const RETRY_AFTER_SECONDS: u64 = 1;
 
+/// Why a load failed, as `/health` reports it: the message, and whether it is a refusal (the
+/// checkpoint's files or the model's settings: no retry fixes it, so the host answers 4xx).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadFailure {
+    pub message: String,
+    pub refused: bool,
+}
+
+/// A bare message says nothing of its cause, so it is not a refusal: the host retries it, as it
+/// always has, rather than tell a client a retry cannot help when it might.
+impl From<String> for LoadFailure {
+    fn from(message: String) -> Self {
+        LoadFailure {
+            message,
+            refused: false,
+        }
+    }
+}
+
 /// Starts the engine thread: `load` runs on it (so the model is created on the thread that uses
 /// it) and reports progress into `health`; then it serves jobs until the queue closes. If the
 /// thread cannot start or panics (while loading or serving), `health` says `failed` with why, so
@@ -94,7 +114,7 @@ const RETRY_AFTER_SECONDS: u64 = 1;
 pub fn spawn_engine<E, L, Why>(health: HealthCell, queue: usize, load: L) -> mpsc::Sender<Job>
 where
     E: ReadEngine,
-    Why: std::fmt::Display,
+    Why: Into<LoadFailure>,
     L: FnOnce(&HealthCell) -> Result<E, Why> + Send + 'static,
 {
     let (tx, mut rx) = mpsc::channel::<Job>(queue.max(1));
@@ -117,9 +137,9 @@ where
                         engine
                     }
                     Err(why) => {
-                        let message = why.to_string();
-                        tracing::error!(%message, "model failed to load");
-                        mark_failed(&health, &message);
+                        let LoadFailure { message, refused } = why.into();
+                        tracing::error!(%message, refused, "model failed to load");
+                        mark_failed(&health, &message, refused);
                         return Err(format!("model failed to load: {message}"));
                     }
                 };
@@ -132,7 +152,8 @@ where
                 Err(panic) => {
                     let message = format!("the engine thread stopped: {}", panic_text(&*panic));
                     tracing::error!(%message, "engine failed");
-                    mark_failed(&health, &message);
+                    // A panic is a bug or a runtime fault, not the checkpoint's: worth a retry.
+                    mark_failed(&health, &message, false);
                     message
                 }
             };
@@ -146,15 +167,20 @@ where
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the engine thread");
-        mark_failed(&health, &format!("cannot start the engine thread: {e}"));
+        mark_failed(
+            &health,
+            &format!("cannot start the engine thread: {e}"),
+            false,
+        );
     }
     tx
 }
 
-fn mark_failed(health: &HealthCell, message: &str) {
+fn mark_failed(health: &HealthCell, message: &str, refused: bool) {
     health.update(|h| {
         h.state = Phase::Failed;
         h.message = message.to_string();
+        h.refused = refused;
     });
 }
 
@@ -474,6 +500,35 @@ mod tests {
         );
         wait_for(&health, Phase::Failed).await;
         assert!(health.get().message.contains("injected load fault"));
+        assert!(!health.get().refused, "a panic is no refusal");
+    }
+
+    #[tokio::test]
+    async fn a_refused_load_says_so_in_health_and_a_bare_message_does_not() {
+        let health = HealthCell::new("m");
+        let _jobs = spawn_engine(
+            health.clone(),
+            4,
+            |_: &HealthCell| -> Result<PanicsOnWork, LoadFailure> {
+                Err(LoadFailure {
+                    message: "m.gguf: qwen2.attention.zoom = 2 is not a key".into(),
+                    refused: true,
+                })
+            },
+        );
+        wait_for(&health, Phase::Failed).await;
+        let h = health.get();
+        assert!(h.refused, "{h:?}");
+        assert!(h.message.contains("qwen2.attention.zoom"), "{h:?}");
+
+        let health = HealthCell::new("m");
+        let _jobs = spawn_engine(
+            health.clone(),
+            4,
+            |_: &HealthCell| -> Result<PanicsOnWork, String> { Err("out of memory".into()) },
+        );
+        wait_for(&health, Phase::Failed).await;
+        assert!(!health.get().refused, "{:?}", health.get());
     }
 
     #[tokio::test]

@@ -524,6 +524,13 @@ mod tests {
             &ids,
         );
         assert_eq!(rejected.status(), StatusCode::BAD_REQUEST);
+        // A model whose checkpoint was refused at load: its 409 passes through, no Retry-After.
+        let refused = from_read_error(
+            crate::reader::sidecar::refused_read_error("zoom", "zoom.gguf: k = 1"),
+            &ids,
+        );
+        assert_eq!(refused.status(), StatusCode::CONFLICT);
+        assert!(refused.to_string().contains("model zoom"), "{refused}");
         assert_eq!(
             from_read_error(ReadError::Timeout, &ids).status(),
             StatusCode::GATEWAY_TIMEOUT

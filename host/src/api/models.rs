@@ -82,6 +82,9 @@ fn managed_fields(entry: &mut Value, m: &ModelView) {
     if let Some(error) = &m.error {
         entry["x_error"] = json!(error);
     }
+    if m.refused {
+        entry["x_refused"] = json!(true);
+    }
     entry["x_estimated_bytes"] = json!(m.estimated_bytes);
     entry["x_resident_bytes"] = json!(m.resident_bytes);
     entry["x_pinned"] = json!(m.pinned);

@@ -235,6 +235,7 @@ pub fn document_with(policies: &[PolicySummary]) -> Value {
                                 "description": "The id (sha256 of the file) of the calibration the answers were computed with; absent when they are raw."}}},
                 "400": error("Beyond a limit of the model, or a body that is not what its Content-Encoding says (plain JSON sent as zstd, say)"),
                 "404": error("Unknown model"),
+                "409": error("The model's checkpoint was refused at load: its files or settings hold what this server cannot serve (the message names it); no retry helps until they change (docs/models.md, \"Configs\"); error_type upstream_rejected, as every reader's 4xx"),
                 "413": error("Body too large (compressed or decompressed)"),
                 "415": error("Unsupported Content-Encoding"),
                 "422": {"description": "Invalid request; loc names the field", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ValidationError"}}}},

@@ -12,6 +12,7 @@ fn managed_properties() -> Value {
         "x_progress": {"type": "number", "minimum": 0, "maximum": 1, "description": "Load progress, while loading."},
         "x_load_seconds_left": {"type": ["number", "null"], "minimum": 0, "description": "While loading: an estimate of the seconds its load has left, from the progress its sidecar reports and the time spent, or (before any progress) from its bytes at the pace of this server's earlier loads; null when neither can tell."},
         "x_error": {"type": "string", "description": "Why it failed (a failed load, or a pinned model's sidecar restarting)."},
+        "x_refused": {"type": "boolean", "description": "Present (true) when its load was refused: its files or settings hold what this server cannot serve (x_error names it), so its reads get a 409 until they change; absent for a failure a retry may fix."},
         "x_estimated_bytes": {"type": "integer", "minimum": 0, "description": "What a load reserves in the memory budget before it is measured: the checkpoint's tensor bytes plus the per-process overhead measured so far."},
         "x_resident_bytes": {"type": ["integer", "null"], "minimum": 0, "description": "What its process holds resident, measured (VmRSS); null while no process runs."},
         "x_pinned": {"type": "boolean", "description": "A --model: loaded at start and never unloaded or evicted."},
@@ -96,7 +97,7 @@ pub fn paths() -> Map<String, Value> {
             "401": error("Missing or wrong admin key (or API key)"),
             "403": error("Loading and unloading over HTTP are off (no --admin-key)"),
             "404": error("Unknown model"),
-            "409": error("Not a model this server runs (an --accelerator or --upstream), or (unload) a pinned or loading model"),
+            "409": error("Not a model this server runs (an --accelerator or --upstream), (unload) a pinned or loading model, or (load) a model whose checkpoint was refused at load (its files or settings)"),
             "504": error("The request did not finish within the per-request timeout")
         });
         if let (Some(r), Some(e)) = (responses.as_object_mut(), extra.as_object()) {

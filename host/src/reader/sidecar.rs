@@ -45,9 +45,41 @@ pub struct SidecarConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum SidecarStatus {
     Starting,
-    Loading { progress: f64, message: String },
+    Loading {
+        progress: f64,
+        message: String,
+    },
     Ready,
-    Down { message: String },
+    /// No process serves. `refused`: its last load failed for a reason no retry fixes (the
+    /// sidecar's `/health` said so): reads are answered 4xx, not 503.
+    Down {
+        message: String,
+        refused: bool,
+    },
+}
+
+/// The status a read of a model whose checkpoint was refused at load is answered with. 409
+/// Conflict: RFC 9110 gives it to a request that conflicts with the current state of its target
+/// and that the user may resolve and resubmit, which is this case: the model's files or
+/// settings must change, then the same request succeeds. Not 503 (a retry as things are can
+/// never succeed), not 422 (the request itself is fine; another model answers it), not 424
+/// (WebDAV's, for a method that depended on another method of the same request).
+pub const REFUSED_STATUS: u16 = 409;
+
+/// The read error for a model whose checkpoint was refused at load: a 4xx naming the model,
+/// the sidecar's reason (the file, the key and its value) and where to look.
+pub fn refused_read_error(model: &str, why: &str) -> ReadError {
+    ReadError::Rejected {
+        status: REFUSED_STATUS,
+        message: format!(
+            "model {model} cannot be loaded as its files and settings are, so no retry helps: \
+             {why}. Its entry in GET /v1/models shows this (x_state: failed, x_refused: true); \
+             a config key known not to change the model goes in its ignore_config_keys, a \
+             missing chat template in its chat_template (hunch-models.toml or PUT \
+             /v1/models/{model}/settings; for a --model, the sidecar's --ignore-config-key or \
+             --chat-template); a changed file or setting is tried at its next load"
+        ),
+    }
 }
 
 struct Shared {
@@ -75,6 +107,7 @@ impl Shared {
             Err(_) => (
                 SidecarStatus::Down {
                     message: "supervisor state poisoned".into(),
+                    refused: false,
                 },
                 None,
             ),
@@ -159,7 +192,10 @@ impl Reader for Sidecar {
                 ),
                 Duration::from_secs(5),
             )),
-            (SidecarStatus::Down { message }, _) => Err(ReadError::unavailable(
+            (SidecarStatus::Down { message, refused }, _) if refused => {
+                Err(refused_read_error(&self.name, &message))
+            }
+            (SidecarStatus::Down { message, .. }, _) => Err(ReadError::unavailable(
                 format!("model {} is restarting: {message}", self.name),
                 Duration::from_secs(2),
             )),
@@ -275,6 +311,8 @@ async fn start_process(config: &SidecarConfig) -> Result<(Child, String), StartE
 enum Ended {
     Exited(String),
     Failed(String),
+    /// The sidecar refused its checkpoint (`/health` said `refused`).
+    Refused(String),
     Shutdown,
 }
 
@@ -312,6 +350,7 @@ async fn watch_health(client: &AcceleratorClient, shared: &Shared, name: &str) -
                         message: h.message,
                     });
                 }
+                HealthState::Failed if h.refused => return Ended::Refused(h.message),
                 HealthState::Failed => return Ended::Failed(h.message),
             },
             Err(e) => {
@@ -384,25 +423,29 @@ async fn supervise(
                 }
             }
         };
-        let message = match ended {
+        let (message, refused) = match ended {
             Ended::Shutdown => {
                 shared.set(
                     SidecarStatus::Down {
                         message: "shutting down".into(),
+                        refused: false,
                     },
                     None,
                 );
                 tracing::info!(model = %config.name, "sidecar stopped");
                 break;
             }
-            Ended::Exited(status) => format!("the sidecar exited ({status})"),
-            Ended::Failed(message) => format!("the sidecar failed: {message}"),
+            Ended::Exited(status) => (format!("the sidecar exited ({status})"), false),
+            Ended::Failed(message) => (format!("the sidecar failed: {message}"), false),
+            // The sidecar's message names the file and the reason; it is shown as it is.
+            Ended::Refused(message) => (message, true),
         };
         if started.elapsed() > STABLE_AFTER {
             backoff = BACKOFF_START;
         }
         tracing::warn!(model = %config.name, retry_in = ?backoff, "{message}");
-        shared.set(SidecarStatus::Down { message }, None);
+        // A refused checkpoint is still restarted with backoff: its files may be fixed.
+        shared.set(SidecarStatus::Down { message, refused }, None);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = shutdown.changed() => break,

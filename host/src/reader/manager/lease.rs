@@ -6,7 +6,7 @@
 use super::{Inner, ModelManager, Phase, Reason, Slot, FAILED_LOAD_COOLDOWN};
 use crate::reader::models::eviction;
 use crate::reader::models::load_eta::{self, LoadPace};
-use crate::reader::sidecar::{Sidecar, SidecarStatus};
+use crate::reader::sidecar::{refused_read_error, Sidecar, SidecarStatus};
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, Reader, ReaderInfo};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -42,6 +42,9 @@ pub enum LeaseError {
     Unloading { model: String },
     #[error("model {model} failed to load: {why}")]
     Failed { model: String, why: String },
+    /// Its load was refused: its files or settings must change (the sidecar's `refused`).
+    #[error("model {model} was refused at load: {why}")]
+    Refused { model: String, why: String },
 }
 
 impl LeaseError {
@@ -59,6 +62,7 @@ impl LeaseError {
                 .map(|s| Duration::from_secs_f64(s.ceil().clamp(1.0, 60.0)))
                 .unwrap_or(Duration::from_secs(5)),
             LeaseError::Failed { .. } => FAILED_LOAD_COOLDOWN,
+            LeaseError::Refused { model, why } => return refused_read_error(model, why),
             LeaseError::NoRoom { .. } | LeaseError::Unloading { .. } => Duration::from_secs(2),
         };
         ReadError::unavailable(self.to_string(), retry)
@@ -170,11 +174,17 @@ impl ModelManager {
             Phase::Unloading { .. } => {
                 return Ok(Step::Wait(LeaseError::Unloading { model: name.into() }))
             }
-            Phase::Failed { why, retry_at } if Instant::now() < *retry_at => {
-                return Err(LeaseError::Failed {
-                    model: name.into(),
-                    why: why.clone(),
-                })
+            Phase::Failed {
+                why,
+                retry_at,
+                refused,
+            } if Instant::now() < *retry_at => {
+                let (model, why) = (name.into(), why.clone());
+                return Err(if *refused {
+                    LeaseError::Refused { model, why }
+                } else {
+                    LeaseError::Failed { model, why }
+                });
             }
             Phase::Available | Phase::Failed { .. } => {}
         }

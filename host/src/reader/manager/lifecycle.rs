@@ -34,11 +34,11 @@ impl ModelManager {
         let outcome = loop {
             match sidecar.status() {
                 SidecarStatus::Ready => break Ok(()),
-                SidecarStatus::Down { message } => break Err(message),
+                SidecarStatus::Down { message, refused } => break Err((message, refused)),
                 SidecarStatus::Starting | SidecarStatus::Loading { .. } => {}
             }
             if started.elapsed() > LOAD_TIMEOUT {
-                break Err(format!("not loaded after {LOAD_TIMEOUT:?}"));
+                break Err((format!("not loaded after {LOAD_TIMEOUT:?}"), false));
             }
             tokio::time::sleep(LOAD_POLL).await;
         };
@@ -65,14 +65,17 @@ impl ModelManager {
                 tracing::info!(model = %name, seconds, resident_bytes = ?measured, "loaded");
                 self.counters.loaded(&name, true, seconds);
             }
-            Err(why) => {
+            Err((why, refused)) => {
                 sidecar.stop().await;
-                tracing::warn!(model = %name, %why, "load failed");
+                tracing::warn!(model = %name, %why, refused, "load failed");
                 let mut inner = self.lock();
                 if let Some(slot) = inner.models.get_mut(&name) {
+                    // A refusal waits out the same cooldown: the next read after it loads again,
+                    // with the files and settings of then, so a fix takes effect.
                     slot.phase = Phase::Failed {
                         why,
                         retry_at: Instant::now() + FAILED_LOAD_COOLDOWN,
+                        refused,
                     };
                     slot.measured = None;
                 }
@@ -95,8 +98,9 @@ impl ModelManager {
                     slot.measured = None;
                     slot.expires = None;
                     slot.phase = match (reason, last_status) {
-                        (Reason::Died, SidecarStatus::Down { message }) => Phase::Failed {
+                        (Reason::Died, SidecarStatus::Down { message, .. }) => Phase::Failed {
                             why: message,
+                            refused: false,
                             // A read may bring it back at once: the process died, the
                             // checkpoint did load.
                             retry_at: Instant::now(),

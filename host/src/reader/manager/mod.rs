@@ -122,6 +122,9 @@ enum Phase {
         why: String,
         /// No load is tried before then.
         retry_at: Instant,
+        /// The sidecar refused the checkpoint (its files or settings): reads get a 4xx until
+        /// the next load is tried (after `retry_at`, with the settings of then).
+        refused: bool,
     },
 }
 

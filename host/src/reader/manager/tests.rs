@@ -138,6 +138,8 @@ async fn concurrent_first_requests_start_one_load_and_share_its_failure() {
         m.error.as_deref().unwrap_or("").contains("no-such-sidecar"),
         "{m:?}"
     );
+    // A sidecar that cannot start is no refusal of the checkpoint: a retry may help.
+    assert!(!m.refused, "{m:?}");
     // Within the cooldown a read is refused with the reason, no new load is tried.
     assert!(matches!(
         manager.lease("m").await,
@@ -151,6 +153,56 @@ async fn concurrent_first_requests_start_one_load_and_share_its_failure() {
             .map(LeaseError::into_read_error),
         Some(ReadError::Unavailable { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_refused_load_is_a_409_naming_it_until_the_cooldown_then_loads_again() {
+    let dir = tempfile::tempdir().unwrap();
+    gguf(dir.path(), "zoom", 100);
+    let manager = ModelManager::new(settings(dir.path(), 10_000), Vec::new());
+    let why = "zoom.gguf: qwen2.attention.zoom = 2 is not a key Hunch knows for qwen2";
+    let set_refused = |retry_at: Instant| {
+        let mut inner = manager.lock();
+        let slot = inner.models.get_mut("zoom").expect("zoom is discovered");
+        slot.phase = Phase::Failed {
+            why: why.into(),
+            retry_at,
+            refused: true,
+        };
+    };
+    set_refused(Instant::now() + Duration::from_secs(60));
+    let err = manager.lease("zoom").await.err();
+    assert_eq!(
+        err,
+        Some(LeaseError::Refused {
+            model: "zoom".into(),
+            why: why.into()
+        })
+    );
+    let ReadError::Rejected { status, message } = err.unwrap().into_read_error() else {
+        panic!("a refusal is not passed through as a 4xx");
+    };
+    assert_eq!(status, crate::reader::sidecar::REFUSED_STATUS);
+    for part in [
+        "model zoom",
+        "qwen2.attention.zoom",
+        "/v1/models",
+        "ignore_config_keys",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    let view = manager.view();
+    let m = view.model("zoom").unwrap();
+    assert_eq!(m.state, ModelState::Failed);
+    assert!(m.refused, "{m:?}");
+    assert_eq!(m.error.as_deref(), Some(why));
+
+    // Past the cooldown the next read loads again (here it fails: no sidecar binary), so a
+    // fixed file or setting takes effect; and that failure is not a refusal.
+    set_refused(Instant::now());
+    let err = manager.lease("zoom").await.err();
+    assert!(matches!(err, Some(LeaseError::Failed { .. })), "{err:?}");
+    assert!(!manager.view().model("zoom").unwrap().refused);
 }
 
 #[tokio::test]

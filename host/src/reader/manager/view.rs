@@ -49,6 +49,8 @@ pub struct ModelView {
     pub load_seconds_left: Option<f64>,
     /// Why it failed.
     pub error: Option<String>,
+    /// Its load was refused (its files or settings), so its reads get a 4xx, not a 503.
+    pub refused: bool,
     /// The checkpoint's tensor bytes plus the runtime overhead learnt so far: what a load
     /// reserves before it is measured.
     pub estimated_bytes: u64,
@@ -137,6 +139,7 @@ impl ModelManager {
             .map(|(name, slot)| {
                 used += slot.held(overhead);
                 let (mut state, mut progress, mut error) = (ModelState::Available, None, None);
+                let mut refused = false;
                 match &slot.phase {
                     Phase::Available => {}
                     Phase::Loading { sidecar } => {
@@ -153,15 +156,24 @@ impl ModelManager {
                             state = ModelState::Loading;
                             progress = Some(p.clamp(0.0, 1.0));
                         }
-                        SidecarStatus::Down { message } => {
+                        SidecarStatus::Down {
+                            message,
+                            refused: why_refused,
+                        } => {
                             state = ModelState::Failed;
                             error = Some(message);
+                            refused = why_refused;
                         }
                     },
                     Phase::Unloading { .. } => state = ModelState::Unloading,
-                    Phase::Failed { why, .. } => {
+                    Phase::Failed {
+                        why,
+                        refused: why_refused,
+                        ..
+                    } => {
                         state = ModelState::Failed;
                         error = Some(why.clone());
+                        refused = *why_refused;
                     }
                 }
                 let running = matches!(
@@ -188,6 +200,7 @@ impl ModelManager {
                     progress,
                     load_seconds_left,
                     error,
+                    refused,
                     estimated_bytes: slot.estimated_bytes + overhead,
                     // Read now, not as of the last tick: a figure a client compares with
                     // `/proc` must be the process's own (a dead one's is none).
