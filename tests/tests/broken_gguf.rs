@@ -42,7 +42,8 @@ async fn a_truncated_gguf_fails_its_load_naming_the_tensor_and_models_lists_why(
     let body: Value = response.json().await.expect("a JSON error");
     let message = body["detail"]["message"].as_str().unwrap_or_default();
     eprintln!("{status} for a truncated GGUF: {message}");
-    assert_ne!(status, 200, "{body}");
+    // A truncated file is a refusal: nothing but a new file fixes it, so a 409, not a 5xx.
+    assert_eq!(status, 409, "{body}");
     assert!(
         message.contains("tensor ") && message.contains("the file is truncated"),
         "the refusal names the tensor and the cause: {body}\nlogs:\n{}",
@@ -62,6 +63,7 @@ async fn a_truncated_gguf_fails_its_load_naming_the_tensor_and_models_lists_why(
         }
     })
     .await;
+    assert_eq!(entry["x_refused"], true, "{entry}");
     let error = entry["x_error"].as_str().unwrap_or_default();
     assert!(
         error.contains("broken.gguf")
