@@ -26,6 +26,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -750,6 +751,8 @@ def main(argv=None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     if unknown or skip - {"jevbench", "labelled"}:
         ap.error(f"unknown remedies {unknown} or parts {sorted(skip - {'jevbench', 'labelled'})}")
+    # A terminated run still stops the server it started (the `finally` below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hunch-quality-"))
