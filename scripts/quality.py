@@ -233,8 +233,11 @@ def trim_items(items: list[dict], budget: int | None) -> list[dict]:
     # Within a group, round-robin over the answers; across groups, round-robin too, the held-out
     # groups first (so a small budget still asks every question once).
     queues = []
-    for _, by_answer in sorted(groups.items(), key=lambda kv: kv[0][1] != "held_out"):
+    for g, (_, by_answer) in enumerate(sorted(groups.items(), key=lambda kv: kv[0][1] != "held_out")):
         lists = list(by_answer.values())
+        # Each group starts at another answer, so a small budget does not take every question's
+        # first option.
+        lists = lists[g % len(lists):] + lists[:g % len(lists)]
         q = [x for tier in range(max(map(len, lists))) for l in lists if tier < len(l) for x in [l[tier]]]
         queues.append(q)
     out = []
