@@ -26,6 +26,7 @@ import math
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -232,8 +233,11 @@ def trim_items(items: list[dict], budget: int | None) -> list[dict]:
     # Within a group, round-robin over the answers; across groups, round-robin too, the held-out
     # groups first (so a small budget still asks every question once).
     queues = []
-    for _, by_answer in sorted(groups.items(), key=lambda kv: kv[0][1] != "held_out"):
+    for g, (_, by_answer) in enumerate(sorted(groups.items(), key=lambda kv: kv[0][1] != "held_out")):
         lists = list(by_answer.values())
+        # Each group starts at another answer, so a small budget does not take every question's
+        # first option.
+        lists = lists[g % len(lists):] + lists[:g % len(lists)]
         q = [x for tier in range(max(map(len, lists))) for l in lists if tier < len(l) for x in [l[tier]]]
         queues.append(q)
     out = []
@@ -750,6 +754,8 @@ def main(argv=None) -> int:
     skip = {s for s in args.skip.split(",") if s}
     if unknown or skip - {"jevbench", "labelled"}:
         ap.error(f"unknown remedies {unknown} or parts {sorted(skip - {'jevbench', 'labelled'})}")
+    # A terminated run still stops the server it started (the `finally` below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hunch-quality-"))

@@ -4,6 +4,10 @@
 //! checks the report's shape, that every request was counted and none failed, and that the
 //! ceiling (`fake:coherent`) scores above the floor (`fake:biased`).
 //!
+//! About 40 requests, 9 of them JevBench cases of ~10 questions: 397 s with the debug build on
+//! this project's 2-core machine under a load of 8 from other builds (2026-12-06); the labelled
+//! requests are one question each.
+//!
 //! It needs the `.venv` of `scripts/python-env.sh` (jevbench) and the default model
 //! (`scripts/fetch-default-model.sh`); `HUNCH_TEST_SKIP=python` (or `smollm2`) skips it on
 //! purpose, as the other tests that need them.
