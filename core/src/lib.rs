@@ -17,6 +17,7 @@ pub mod duration;
 pub mod protocol;
 pub mod question;
 pub mod reader;
+pub mod remedy;
 pub mod size;
 pub mod text;
 
@@ -24,7 +25,7 @@ pub use answer::{Answer, AnswerError};
 pub use answering::{answer_set, AnswerSettings, AnsweredSet, AskedQuestion, SetError};
 pub use cache::{AnswerCache, CacheKey, CacheStats};
 pub use caching::CachingReader;
-pub use debias::{DebiasingReader, OrderMode, PriorMode, UnknownMode};
+pub use debias::DebiasingReader;
 pub use question::{
     ChoiceOption, Question, QuestionError, QuestionId, QuestionKind, QuestionLimits,
     MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS,
@@ -34,3 +35,4 @@ pub use reader::{
     ReadOutcome, ReadRequest, ReadStats, Reader, ReaderInfo, ReaderLimits, Usage,
     READ_ALGORITHM_VERSION,
 };
+pub use remedy::{OrderMode, PriorMode, UnknownMode};

@@ -2,8 +2,8 @@
 //! distributions". The raw System One API and the policy runtime both call it; the accelerator
 //! sidecar and an upstream System One server implement it.
 
-use crate::debias::{OrderMode, PriorMode};
 use crate::question::{Question, QuestionLimits};
+use crate::remedy::{OrderMode, PriorMode};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
