@@ -144,3 +144,62 @@ async fn a_pinned_model_whose_checkpoint_is_refused_is_a_409_too() {
     })
     .await;
 }
+
+/// A `--model` whose checkpoint has no chat template (a base model's) is refused saying how to
+/// give one; `hunch serve --chat-template NAME=chatml` beside it makes the same files answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_without_a_template_is_answered_once_one_is_given() {
+    let source = workspace_root().join("accelerator/tests/data/causal/tiny-qwen2");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let folder = dir.path().join("base");
+    std::fs::create_dir(&folder).expect("mkdir");
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(source.join(file), folder.join(file)).expect("copy");
+    }
+    let mut config: Value = serde_json::from_str(
+        &std::fs::read_to_string(source.join("tokenizer_config.json")).expect("config"),
+    )
+    .expect("json");
+    config
+        .as_object_mut()
+        .expect("object")
+        .remove("chat_template");
+    std::fs::write(folder.join("tokenizer_config.json"), config.to_string()).expect("write");
+    let model = format!("base={}", folder.display());
+    let bin = accelerator_bin().to_string_lossy().into_owned();
+
+    let bare = start_hunch_with(
+        &["--model", &model],
+        &[("HUNCH_ACCELERATOR_BIN", bin.clone())],
+    );
+    let url = bare.url.clone();
+    let text = eventually(Duration::from_secs(30), || {
+        let url = url.clone();
+        async move {
+            let response = post_systemone(&url, &request("base")).await;
+            let status = response.status().as_u16();
+            let text = response.text().await.unwrap_or_default();
+            match status {
+                409 => Ok(text),
+                503 if !text.contains("chat template") => Err(format!("starting: {text}")),
+                _ => panic!("neither starting nor refused: {status}: {text}"),
+            }
+        }
+    })
+    .await;
+    assert!(
+        text.contains("no chat template") && text.contains("chatml"),
+        "{text}"
+    );
+    drop(bare);
+
+    let given = start_hunch_with(
+        &["--model", &model, "--chat-template", "base=chatml"],
+        &[("HUNCH_ACCELERATOR_BIN", bin)],
+    );
+    wait_ready_or_logs(&given, Duration::from_secs(60)).await;
+    let response = post_systemone(&given.url, &request("base")).await;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}\nlogs:\n{}", given.process.logs());
+}

@@ -129,7 +129,7 @@ struct ServeArgs {
     /// The chat template a chat model's prompts are rendered with, in place of the
     /// checkpoint's own (base models' GGUFs have none): a built-in (`chatml` for Qwen and
     /// SmolLM2, `llama3`, `gemma`) or a Jinja file's path (a `hunch-models.toml` entry's
-    /// `chat_template`).
+    /// `chat_template`; `hunch serve --chat-template NAME=TEMPLATE` for a `--model`).
     #[arg(long, value_name = "NAME|PATH")]
     chat_template: Option<String>,
     /// Bits the native kernels' integer products keep of each input (chat models with

@@ -45,6 +45,13 @@ pub struct ServeArgs {
     /// unless set here). [env HUNCH_ALIASES, comma-separated; TOML `aliases`]
     #[arg(long = "alias", value_name = "ALIAS=MODEL")]
     pub aliases: Vec<String>,
+    /// The chat template a `--model` is read with in place of its checkpoint's own (base
+    /// models' GGUFs have none): `NAME=TEMPLATE`, TEMPLATE a built-in (`chatml`, `llama3`,
+    /// `gemma`) or a Jinja file's path (repeatable; a models directory's model takes
+    /// `chat_template` in its hunch-models.toml instead). [env HUNCH_CHAT_TEMPLATES,
+    /// comma-separated; TOML `chat_templates`, a table]
+    #[arg(long = "chat-template", value_name = "NAME=TEMPLATE")]
+    pub chat_templates: Vec<String>,
     /// The sidecar binary (default: `hunch-accelerator` next to this executable).
     /// [env HUNCH_ACCELERATOR_BIN, TOML `accelerator_bin`]
     #[arg(long)]

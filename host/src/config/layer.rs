@@ -33,6 +33,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("--api-key", "HUNCH_API_KEYS", "api_keys"),
     ("--alias", "HUNCH_ALIASES", "aliases"),
+    ("--chat-template", "HUNCH_CHAT_TEMPLATES", "chat_templates"),
     (
         "--accelerator-bin",
         "HUNCH_ACCELERATOR_BIN",
@@ -138,6 +139,8 @@ pub struct Layer {
     pub api_keys: Option<Vec<String>>,
     /// alias → model name.
     pub aliases: Option<BTreeMap<String, String>>,
+    /// model name → chat template (a built-in name or a Jinja file's path).
+    pub chat_templates: Option<BTreeMap<String, String>>,
     pub accelerator_bin: Option<PathBuf>,
     pub sidecar_args: Option<Vec<String>>,
     /// `"48G"` or bytes.
@@ -261,6 +264,30 @@ fn given<T: Clone>(values: &[T]) -> Option<Vec<T>> {
     (!values.is_empty()).then(|| values.to_vec())
 }
 
+/// `NAME=TEMPLATE` pairs, each model named once.
+fn chat_templates_from<'a>(
+    args: impl Iterator<Item = &'a str>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut templates = BTreeMap::new();
+    for arg in args {
+        let (name, template) = arg
+            .split_once('=')
+            .filter(|(n, t)| !n.is_empty() && !t.is_empty())
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!("--chat-template wants NAME=TEMPLATE, got {arg:?}"))
+            })?;
+        if templates
+            .insert(name.to_string(), template.to_string())
+            .is_some()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "--chat-template names model {name:?} twice"
+            )));
+        }
+    }
+    Ok(templates)
+}
+
 fn aliases_from<'a>(
     args: impl IntoIterator<Item = &'a str>,
 ) -> Result<BTreeMap<String, String>, ConfigError> {
@@ -290,6 +317,9 @@ impl Layer {
             upstream_key: args.upstream_key.clone(),
             upstream_ca_file: args.upstream_ca_file.clone(),
             api_keys: given(&args.api_keys),
+            chat_templates: given(&args.chat_templates)
+                .map(|a| chat_templates_from(a.iter().map(String::as_str)))
+                .transpose()?,
             aliases: given(&args.aliases)
                 .map(|a| aliases_from(a.iter().map(String::as_str)))
                 .transpose()?,
@@ -403,6 +433,9 @@ impl Layer {
             upstream_key: var("HUNCH_UPSTREAM_KEY"),
             upstream_ca_file: var("HUNCH_UPSTREAM_CA_FILE").map(PathBuf::from),
             api_keys: list("HUNCH_API_KEYS"),
+            chat_templates: list("HUNCH_CHAT_TEMPLATES")
+                .map(|a| chat_templates_from(a.iter().map(String::as_str)))
+                .transpose()?,
             aliases: list("HUNCH_ALIASES")
                 .map(|a| aliases_from(a.iter().map(String::as_str)))
                 .transpose()?,
@@ -516,6 +549,7 @@ impl Layer {
             upstream_ca_file,
             api_keys,
             aliases,
+            chat_templates,
             accelerator_bin,
             sidecar_args,
             memory_limit,

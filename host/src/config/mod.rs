@@ -64,6 +64,8 @@ pub struct Settings {
     pub api_keys: Vec<String>,
     pub models: Vec<ModelSource>,
     pub aliases: Vec<(String, String)>,
+    /// `--chat-template NAME=TEMPLATE`: a `--model`'s chat template in place of its own.
+    pub chat_templates: Vec<(String, String)>,
     /// `--upstream-ca-file`: trusted for every `https://` upstream.
     pub upstream_ca_file: Option<PathBuf>,
     /// The sidecar binary (`--accelerator-bin`, else `hunch-accelerator` next to `hunch`).
@@ -333,6 +335,11 @@ impl Settings {
             api_keys,
             models,
             aliases: layer.aliases.unwrap_or_default().into_iter().collect(),
+            chat_templates: layer
+                .chat_templates
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
             upstream_ca_file: layer.upstream_ca_file,
             accelerator_bin: layer
                 .accelerator_bin

@@ -111,6 +111,15 @@ const CASES: &[Case] = &[
         values: &[v("{ a = \"f\" }", "a=e", &["--alias", "a=l"])],
     },
     Case {
+        flag: "--chat-template",
+        context: &[],
+        values: &[v(
+            "{ a = \"chatml\" }",
+            "a=gemma",
+            &["--chat-template", "a=llama3"],
+        )],
+    },
+    Case {
         flag: "--accelerator-bin",
         context: &[],
         values: &[v("\"/f/bin\"", "/e/bin", &["--accelerator-bin", "/l/bin"])],

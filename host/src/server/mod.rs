@@ -133,6 +133,27 @@ fn sidecar_args(settings: &Settings) -> Vec<String> {
         .collect()
 }
 
+/// Each `--chat-template NAME=TEMPLATE` as the sidecar argument of the `--model` it names; a
+/// name that is no `--model` is an error at start, not a template silently unused.
+fn chat_template_args(
+    settings: &Settings,
+    pinned: &[(String, std::path::PathBuf, u64)],
+) -> anyhow::Result<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut args = std::collections::BTreeMap::new();
+    for (name, template) in &settings.chat_templates {
+        anyhow::ensure!(
+            pinned.iter().any(|(model, _, _)| model == name),
+            "--chat-template names {name:?}, which is not a --model (a models directory's model \
+             takes `chat_template` in its hunch-models.toml)"
+        );
+        args.insert(
+            name.clone(),
+            vec!["--chat-template".to_string(), template.clone()],
+        );
+    }
+    Ok(args)
+}
+
 pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
     let mut registry = Registry::new();
     let models = models_to_serve(settings).await?;
@@ -259,6 +280,7 @@ pub async fn build_readers(settings: &Settings) -> anyhow::Result<Readers> {
                 extra_args: sidecar_args(settings),
                 read_timeout,
                 reserved,
+                model_args: chat_template_args(settings, &pinned)?,
             },
             pinned,
         );

@@ -45,7 +45,7 @@ pub enum ChatTokenizerError {
     /// The chat template does not compile.
     #[error("chat template of {origin}: {why}")]
     Template { origin: String, why: String },
-    #[error("{origin} has no chat template (tokenizer_config.json's chat_template, chat_template.jinja, chat_template.json or the GGUF's tokenizer.chat_template); give one: the model's `chat_template` in hunch-models.toml or the sidecar's --chat-template, a built-in name (chatml, llama3, gemma) or a Jinja file's path")]
+    #[error("{origin} has no chat template (tokenizer_config.json's chat_template, chat_template.jinja, chat_template.json or the GGUF's tokenizer.chat_template); give one: `hunch serve --chat-template NAME=TEMPLATE` beside its --model, or the model's `chat_template` in hunch-models.toml, TEMPLATE a built-in name (chatml, llama3, gemma) or a Jinja file's path")]
     NoTemplate { origin: String },
     /// The template failed on these messages (a `raise_exception` included).
     #[error("rendering the chat template of {origin}: {why}")]

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A valid value for each variable, as a user would write it.
@@ -9,6 +8,7 @@ fn sample(env: &str) -> &'static str {
         "HUNCH_UPSTREAMS" => "up=jev-latest@https://example.com",
         "HUNCH_API_KEYS" => "k1, k2",
         "HUNCH_ALIASES" => "fast=a",
+        "HUNCH_CHAT_TEMPLATES" => "a=chatml",
         "HUNCH_SIDECAR_ARGS" => "--dtype=bfloat16 --queue 8",
         "HUNCH_MAX_BODY_BYTES" | "HUNCH_MAX_CONCURRENT_READS" | "HUNCH_MAX_QUEUED_READS" => "7",
         "HUNCH_CONSOLE_DECISIONS" => "7",
@@ -40,6 +40,7 @@ fn every_variable_and_every_key_sets_its_setting() {
             "upstreams" => "[{ name = \"u\", url = \"http://h:1\" }]".to_string(),
             "api_keys" | "sidecar_args" | "models_dirs" => "[\"a\"]".to_string(),
             "aliases" => "{ fast = \"a\" }".to_string(),
+            "chat_templates" => "{ a = \"chatml\" }".to_string(),
             "no_demo" | "demo" => "true".to_string(),
             "questions" => "\"joint\"".to_string(),
             "prior" => "\"divide\"".to_string(),

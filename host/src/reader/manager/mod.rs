@@ -71,6 +71,9 @@ pub struct ManagerSettings {
     /// Names served by something else (`--accelerator`, `--upstream`, aliases): a discovered
     /// model of the same name is skipped.
     pub reserved: Vec<String>,
+    /// Arguments one pinned `--model`'s sidecar gets after everyone's (its `--chat-template`
+    /// from `hunch serve --chat-template NAME=…`), by model name.
+    pub model_args: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// Why a model was unloaded (`hunch_model_evictions_total{reason}`).
@@ -336,7 +339,18 @@ impl ModelManager {
             model_path: slot.path.clone(),
             binary: self.settings.binary.clone(),
             // The model's own `--dtype` and sidecar arguments, after the server's.
-            extra_args: slot.settings.sidecar_args(&self.settings.extra_args),
+            extra_args: {
+                let mut args = slot.settings.sidecar_args(&self.settings.extra_args);
+                args.extend(
+                    self.settings
+                        .model_args
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .cloned(),
+                );
+                args
+            },
             read_timeout: self.settings.read_timeout,
         })
     }

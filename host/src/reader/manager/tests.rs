@@ -24,6 +24,7 @@ pub(super) fn settings(dir: &std::path::Path, budget: u64) -> ManagerSettings {
         extra_args: Vec::new(),
         read_timeout: Duration::from_secs(5),
         reserved: vec!["taken".into()],
+        model_args: Default::default(),
     }
 }
 
