@@ -164,16 +164,20 @@ fn qwen2_mistral_and_llama3_gguf_match_the_reference() {
 
 /// The same weights with config.json as transformers 5 saves it (`rope_parameters`,
 /// `layer_types`) answer as the older dialect's goldens say: Qwen3's θ of 1e6, Llama 3's rope
-/// scaling and Gemma 3's linear scaling of its global layers come from `rope_parameters` now.
+/// scaling, Gemma 3's linear scaling of its global layers and Qwen2's yarn come from
+/// `rope_parameters` now.
 #[test]
 fn transformers_5_configs_read_as_their_older_dialect() {
-    let goldens = goldens();
+    let mut all = goldens().cases;
+    all.extend(family_goldens().cases);
     let mut failures = Vec::new();
     for name in [
         "tiny-qwen3",
         "tiny-llama3-tied",
         "tiny-gemma3",
         "tiny-qwen3-mlx8",
+        "tiny-qwen2",
+        "tiny-mistral",
     ] {
         let folder = format!("{name}-v5");
         let config: serde_json::Value = serde_json::from_str(
@@ -181,7 +185,8 @@ fn transformers_5_configs_read_as_their_older_dialect() {
         )
         .expect("json");
         assert!(config.get("rope_parameters").is_some() && config.get("rope_theta").is_none());
-        compare(&folder, name, &goldens.cases, &mut failures);
+        assert!(all.iter().any(|c| c.model == name), "{name} has goldens");
+        compare(&folder, name, &all, &mut failures);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -174,6 +174,14 @@ impl RopeSpec {
                 })
             }
         };
+        // transformers 5 writes both names for one rope; they must then say the same.
+        if let (Some(a), Some(b)) = (map.get("rope_type"), map.get("type")) {
+            if a != b {
+                return Err(ConfigError::Inconsistent(format!(
+                    "{key}.rope_type {a} and {key}.type {b} disagree"
+                )));
+            }
+        }
         let kind = match map.get("rope_type").or_else(|| map.get("type")) {
             None | Some(serde_json::Value::Null) => "default".to_owned(),
             Some(serde_json::Value::String(s)) => s.clone(),

@@ -6,7 +6,8 @@
                      (arch qwen2, biases as blk.N.attn_{q,k,v}.bias, rope.scaling.type yarn)
 * tiny-mistral/      mistral: Llama layers that all attend over a sliding window of 8 tokens
 * tiny-*-v5/         the tiny folders of make_goldens.py (qwen3, llama3-tied, gemma3, and the
-                     mlx-community qwen3-mlx8) with config.json as transformers 5 saves it
+                     mlx-community qwen3-mlx8) and this file's (qwen2, mistral) with config.json
+                     as transformers 5 saves it
                      (`rope_parameters`, `layer_types`: AutoConfig round trip) and every other
                      file a symbolic link to the original folder's: tests/causal_model.rs holds
                      them to the original folder's goldens.
@@ -398,7 +399,8 @@ def main():
     model = base.model_from_weights(cfg, llama_gguf_weights(path, cfg))
     for toks in base.token_sequences(2001):
         cases.append(base.case(path.name, toks, base.last_logits(model, toks)))
-    for src in ("tiny-qwen3", "tiny-llama3-tied", "tiny-gemma3", "tiny-qwen3-mlx8"):
+    for src in ("tiny-qwen3", "tiny-llama3-tied", "tiny-gemma3", "tiny-qwen3-mlx8", "tiny-qwen2",
+                "tiny-mistral"):
         transformers5_copy(src)
     golden = {
         "reference": "float64 numpy forward to transformers' semantics (make_family_goldens.py "
