@@ -5,7 +5,9 @@
 //! (`accelerator/src/checkpoint/gguf/tests.rs`); this is the path from the file to the operator.
 
 use hunch_e2e::http::{get_json, post_systemone};
-use hunch_e2e::{accelerator_bin, eventually, start_hunch_with, wait_ready_or_logs, workspace_root};
+use hunch_e2e::{
+    accelerator_bin, eventually, start_hunch_with, wait_ready_or_logs, workspace_root,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// A 4-token chunk derived from `seed`; different seeds give different chunks.
