@@ -115,6 +115,13 @@ impl Hparams<'_> {
         }
     }
 
+    fn float(&self, k: &str) -> Result<f64, ConfigError> {
+        self.opt_float(k)?.ok_or_else(|| ConfigError::Missing {
+            key: self.key(k),
+            why: "llama.cpp requires it too".into(),
+        })
+    }
+
     fn opt_str(&self, k: &str) -> Result<Option<&str>, ConfigError> {
         match self.value(k) {
             None => Ok(None),
@@ -362,9 +369,8 @@ fn read(
         num_heads,
         num_kv_heads: hp.opt_int("attention.head_count_kv")?.unwrap_or(num_heads),
         head_dim,
-        rms_norm_eps: hp
-            .opt_float("attention.layer_norm_rms_epsilon")?
-            .unwrap_or(1e-6) as f32,
+        // llama.cpp requires it for these architectures: no default would be the file's own.
+        rms_norm_eps: hp.float("attention.layer_norm_rms_epsilon")? as f32,
         rope,
         rope_local,
         sliding_layers,
@@ -499,7 +505,8 @@ fn gemma3_layers(
             (0..num_layers).map(|i| (i + 1) % pattern != 0).collect()
         }
     };
-    let window = hp.opt_int("attention.sliding_window")?.unwrap_or(4096);
+    // llama.cpp requires Gemma 3's window; a default would only happen to match some models.
+    let window = hp.int("attention.sliding_window")?;
     let local_theta = hp.opt_float("rope.freq_base_swa")?.unwrap_or(10_000.0) as f32;
     Ok((layers, window, RopeSpec::plain(local_theta)))
 }
