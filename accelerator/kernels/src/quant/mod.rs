@@ -43,6 +43,8 @@ mod activations;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(test)]
+mod copies_tests;
 mod isa;
 #[cfg(target_arch = "aarch64")]
 mod neon;

@@ -1,0 +1,391 @@
+//! Every SIMD copy of the integer kernel against the portable one, bit for bit, and the choice
+//! of a copy by name: the exactness rule of `quant/mod.rs` across instruction sets (the
+//! products' own checks are `tests.rs`).
+
+use super::isa;
+use super::tests::{activations, stream};
+use super::*;
+
+fn weight_of(
+    (out, input): (usize, usize),
+    group: usize,
+    code: impl Fn(usize, usize) -> u8,
+    seed: u64,
+) -> PackedWeight {
+    let mut r = stream(seed);
+    let groups = out * input / group;
+    let scales: Vec<f32> = (0..groups).map(|_| 0.01 + 0.05 * r().abs()).collect();
+    let biases: Vec<f32> = (0..groups).map(|_| -0.3 * r()).collect();
+    PackedWeight::from_codes(code, &scales, &biases, (out, input), group).expect("packs")
+}
+
+fn bits_of(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// `x` through `isa`'s quantisation and product, checked against the portable copy's bits
+/// (codes, steps, sums and every output).
+fn assert_copy_matches_portable(
+    isa: QuantIsa,
+    x: &[f32],
+    rows: usize,
+    w: &PackedWeight,
+    what: &str,
+) {
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let mut fast = QuantizedRows::default();
+        fast.quantize_with(isa, x, rows, precision)
+            .expect("quantizes");
+        let mut slow = QuantizedRows::default();
+        slow.quantize_with(QuantIsa::Portable, x, rows, precision)
+            .expect("quantizes");
+        assert_eq!(fast.tiled, slow.tiled, "{isa} {precision:?} {what}: codes");
+        assert_eq!(
+            bits_of(&fast.steps),
+            bits_of(&slow.steps),
+            "{isa} {precision:?} {what}: steps"
+        );
+        assert_eq!(
+            bits_of(&fast.sums),
+            bits_of(&slow.sums),
+            "{isa} {precision:?} {what}: sums"
+        );
+        assert_eq!(
+            bits_of(&fast.half_sums),
+            bits_of(&slow.half_sums),
+            "{isa} {precision:?} {what}: half sums"
+        );
+        let mut reference = vec![f32::NAN; rows * w.out()];
+        matmul_with(QuantIsa::Portable, &slow, w, &mut reference).expect("multiplies");
+        let mut y = vec![f32::NAN; rows * w.out()];
+        matmul_with(isa, &slow, w, &mut y).expect("multiplies");
+        assert_same_bits(
+            &y,
+            &reference,
+            w.out(),
+            &format!("{isa} {precision:?} {what}"),
+        );
+        // The copy's own tile, whatever `matmul_with` routes: every panel on this thread.
+        let tile = tile_fn(isa).expect("an available copy");
+        let mut direct = vec![f32::NAN; rows * w.out()];
+        let panels = w.out().div_ceil(PANEL);
+        // SAFETY: one thread writes `direct` ([rows, out]); `tile` is a copy this CPU runs.
+        unsafe { panels_product(&slow, w, 0..panels, OutPtr(direct.as_mut_ptr()), tile) };
+        assert_same_bits(
+            &direct,
+            &reference,
+            w.out(),
+            &format!("{isa} {precision:?} {what}, its tile"),
+        );
+    }
+}
+
+/// `y` and the portable copy's `reference` (`[rows, out]`) hold the same bits.
+fn assert_same_bits(y: &[f32], reference: &[f32], out: usize, what: &str) {
+    if let Some(at) = (0..y.len()).find(|&i| y[i].to_bits() != reference[i].to_bits()) {
+        panic!(
+            "{what}: output [{}, {}] is {} where the portable copy gives {}",
+            at / out,
+            at % out,
+            y[at],
+            reference[at]
+        );
+    }
+}
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_random_inputs_of_many_shapes() {
+    eprintln!("copies here: {:?}", available());
+    // Odd row counts (partial tiles and passes), partial panels and half panels, k from one
+    // block to 4,096, 4- and 8-bit codes and codes just either side of each copy's limits
+    // (15 for AVX2's unsplit products, 127 and 128 for sdot's signed ones).
+    let shapes = [
+        (1, 5, 32),
+        (3, 9, 64),
+        (7, 17, 96),
+        (8, 16, 128),
+        (9, 40, 256),
+        (19, 33, 1024),
+        (13, 24, 4096),
+    ];
+    for &isa in available() {
+        for (s, &(rows, out, input)) in shapes.iter().enumerate() {
+            let x = activations(rows, input, 100 + s as u64);
+            for code_max in [15u32, 63, 127, 128, 255] {
+                let group = [32, 64, 128][s % 3].min(input);
+                let mut r = stream(7 * s as u64 + code_max as u64);
+                let codes: Vec<u8> = (0..out * input)
+                    .map(|_| ((r() * 0.5 + 0.5) * code_max as f32).round() as u8)
+                    .collect();
+                let w = weight_of((out, input), group, |n, k| codes[n * input + k], s as u64);
+                let what = format!("{rows}x{out}x{input}/{group} codes ≤ {code_max}");
+                assert_copy_matches_portable(isa, &x, rows, &w, &what);
+            }
+        }
+    }
+}
+
+/// Activations `x(m, k)` and codes `q(n, k)` of a named pattern.
+type Pattern = Box<dyn Fn(usize, usize) -> f32>;
+type Codes = Box<dyn Fn(usize, usize) -> u8>;
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_extreme_codes() {
+    // Codes 255 against activation codes ±127 (and fine codes near ±127): the pairs that
+    // saturate `vpmaddubsw` (2·255·127 > 32,767) unless the codes are split, and the
+    // largest magnitudes `sdot`'s offset codes meet.
+    let (rows, input) = (9, 256);
+    let near = 126.498 / 127.0;
+    let patterns: [(&str, Pattern); 4] = [
+        ("all +1", Box::new(|_, _| 1.0)),
+        ("all -1", Box::new(|_, _| -1.0)),
+        (
+            "alternating ±1",
+            Box::new(|m, k| if (k + m) % 2 == 0 { 1.0 } else { -1.0 }),
+        ),
+        // A block's largest value 1 and the rest half a step off a code: coarse codes ±126,
+        // fine codes at their bound.
+        (
+            "fine codes at their bound",
+            Box::new(move |m, k| match k % BLOCK {
+                0 => 1.0,
+                _ if (k / 2 + m) % 2 == 0 => near,
+                _ => -near,
+            }),
+        ),
+    ];
+    let weights: [(&str, Codes); 4] = [
+        ("codes 255", Box::new(|_, _| 255)),
+        (
+            "codes 255 and 0",
+            Box::new(|n, k| if (n + k / 2) % 2 == 0 { 255 } else { 0 }),
+        ),
+        ("codes 128", Box::new(|_, _| 128)),
+        ("codes 15", Box::new(|_, _| 15)),
+    ];
+    for &isa in available() {
+        for (xname, pattern) in &patterns {
+            let x: Vec<f32> = (0..rows * input)
+                .map(|i| pattern(i / input, i % input))
+                .collect();
+            for (wname, code) in &weights {
+                for out in [16, 21] {
+                    let w = weight_of((out, input), 32, code, 3);
+                    assert_copy_matches_portable(isa, &x, rows, &w, &format!("{xname}, {wname}"));
+                }
+            }
+        }
+    }
+    // The portable copy itself is exact here: all codes 255 against all +1 activations (codes
+    // 127) is 255·127·256 per row before the scales, which float64 checks.
+    let w = weight_of((16, input), input, |_, _| 255, 3);
+    let mut q = QuantizedRows::default();
+    q.quantize_with(QuantIsa::Portable, &vec![1.0; input], 1, Precision::Coarse)
+        .expect("quantizes");
+    let mut y = vec![0.0f32; 16];
+    matmul_with(QuantIsa::Portable, &q, &w, &mut y).expect("multiplies");
+    let mut fast = vec![0.0f32; 16];
+    matmul_with(quant_isa(), &q, &w, &mut fast).expect("multiplies");
+    assert_eq!(bits_of(&y), bits_of(&fast));
+    let (s, b) = (w.scales[0] as f64, w.biases[0] as f64);
+    let exact = s * 255.0 * input as f64 + b * input as f64;
+    assert!(
+        ((y[0] as f64) - exact).abs() < 1e-4 * exact.abs(),
+        "{} against {exact}",
+        y[0]
+    );
+}
+
+#[test]
+fn an_isa_is_chosen_by_name_and_one_this_cpu_lacks_is_an_error() {
+    let best = *available().last().expect("the portable copy at least");
+    assert_eq!(isa::choose(None), Ok(best));
+    assert_eq!(isa::choose(Some("")), Ok(best));
+    assert_eq!(isa::choose(Some("Auto")), Ok(best));
+    assert_eq!(isa::choose(Some("portable")), Ok(QuantIsa::Portable));
+    for &isa in available() {
+        assert_eq!(isa::choose(Some(&isa.flag().to_uppercase())), Ok(isa));
+    }
+    let unknown = isa::choose(Some("avx1024")).expect_err("not a copy");
+    assert_eq!(unknown.problem, IsaProblem::Unknown);
+    let message = unknown.to_string();
+    assert!(
+        message.contains("\"avx1024\"") && message.contains("i8mm"),
+        "{message}"
+    );
+    // A copy of the other architecture is one this CPU lacks.
+    let foreign = if cfg!(target_arch = "x86_64") {
+        "neon"
+    } else {
+        "avx2"
+    };
+    let lacking = isa::choose(Some(foreign)).expect_err("another architecture's");
+    assert_eq!(lacking.problem, IsaProblem::Lacking);
+    let message = lacking.to_string();
+    assert!(
+        message.contains(foreign) && message.contains("cannot run"),
+        "{message}"
+    );
+    for feature in cpu_features() {
+        assert!(message.contains(feature), "{message} names {feature}");
+    }
+    // This process's copy is chosen once: asking for it again is fine, for another an error.
+    let running = quant_isa();
+    assert_eq!(configure(Some(running.flag())), Ok(running));
+    if running != QuantIsa::Portable {
+        assert_eq!(
+            configure(Some("portable")).map_err(|e| e.problem),
+            Err(IsaProblem::AlreadyChosen(running))
+        );
+    }
+    assert!(matches!(
+        matmul_with(
+            if cfg!(target_arch = "x86_64") {
+                QuantIsa::Neon
+            } else {
+                QuantIsa::Avx2
+            },
+            &QuantizedRows::default(),
+            &weight_of((16, 32), 32, |_, _| 1, 1),
+            &mut []
+        ),
+        Err(QuantError::Isa(_))
+    ));
+}
+
+/// The copy that runs here is the one the environment says it should be: `HUNCH_EXPECT_ISA`
+/// (set by scripts/test-aarch64.sh for each emulated CPU, so a run proves its copy ran), else
+/// `HUNCH_CPU_ISA`'s, else the best this CPU runs.
+#[test]
+fn the_expected_copy_runs_here() {
+    let expected = std::env::var("HUNCH_EXPECT_ISA")
+        .ok()
+        .or_else(|| std::env::var(ISA_VARIABLE).ok());
+    match expected {
+        Some(name) => assert_eq!(quant_isa().flag(), name.trim().to_ascii_lowercase()),
+        None => assert_eq!(Some(&quant_isa()), available().last()),
+    }
+    eprintln!(
+        "integer products here: {} ({})",
+        quant_isa(),
+        cpu_features().join(" ")
+    );
+}
+
+/// A weight with a scale and bias per 16 inputs (Q6_K's layout: codes 0..63, bias −32 ×
+/// scale), from rows.
+/// A weight with a scale and bias per 16 inputs (`parts` 2) whose code `(n, k)` is `code(n,
+/// k)`: random scales, and biases either Q6_K's (−32 × the scale) or independent of them, so
+/// that each half's two terms differ from its neighbour's.
+fn halves_weight_of(
+    (out, input): (usize, usize),
+    code: impl Fn(usize, usize) -> u8,
+    q6k: bool,
+    seed: u64,
+) -> PackedWeight {
+    let mut r = stream(seed);
+    let w = PackedWeight::from_rows((out, input), 16, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for (s, b) in row.scales.iter_mut().zip(row.biases.iter_mut()) {
+            *s = 0.01 + 0.05 * r().abs();
+            *b = if q6k { -32.0 * *s } else { -0.3 * r() };
+        }
+    })
+    .expect("packs");
+    assert_eq!(w.parts, 2);
+    w
+}
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_weights_with_a_scale_per_16_inputs() {
+    eprintln!("copies here: {:?}", available());
+    // As for one scale per block: partial tiles, passes, panels and half panels, k from one
+    // block to 4,096, codes up to 63 (Q6_K's) and either side of each copy's limits.
+    let shapes = [
+        (1, 5, 32),
+        (2, 16, 32),
+        (3, 9, 64),
+        (7, 17, 96),
+        (8, 16, 128),
+        (9, 40, 256),
+        (19, 33, 1024),
+        (13, 24, 4096),
+    ];
+    for &isa in available() {
+        for (s, &(rows, out, input)) in shapes.iter().enumerate() {
+            let x = activations(rows, input, 200 + s as u64);
+            for code_max in [15u32, 63, 127, 128, 255] {
+                let mut r = stream(11 * s as u64 + code_max as u64);
+                let codes: Vec<u8> = (0..out * input)
+                    .map(|_| ((r() * 0.5 + 0.5) * code_max as f32).round() as u8)
+                    .collect();
+                let q6k = code_max == 63;
+                let w = halves_weight_of((out, input), |n, k| codes[n * input + k], q6k, s as u64);
+                let what = format!("{rows}x{out}x{input}/16 codes ≤ {code_max}");
+                assert_copy_matches_portable(isa, &x, rows, &w, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_copy_gives_the_portable_bits_on_extreme_codes_with_a_scale_per_16_inputs() {
+    // The extreme pairs of `every_copy_gives_the_portable_bits_on_extreme_codes`, per half:
+    // codes 255 (split on AVX2) and 128 (offset on dotprod) against activation codes ±127, and
+    // codes that differ between a block's halves (so a half's sum taken over the wrong inputs
+    // shows).
+    let (rows, input) = (9, 256);
+    let near = 126.498 / 127.0;
+    let patterns: [(&str, Pattern); 5] = [
+        ("all +1", Box::new(|_, _| 1.0)),
+        ("all -1", Box::new(|_, _| -1.0)),
+        (
+            "alternating ±1",
+            Box::new(|m, k| if (k + m) % 2 == 0 { 1.0 } else { -1.0 }),
+        ),
+        (
+            "+1 then -1 by half",
+            Box::new(|m, k| if (k / 16 + m) % 2 == 0 { 1.0 } else { -1.0 }),
+        ),
+        (
+            "fine codes at their bound",
+            Box::new(move |m, k| match k % BLOCK {
+                0 => 1.0,
+                _ if (k / 2 + m) % 2 == 0 => near,
+                _ => -near,
+            }),
+        ),
+    ];
+    let weights: [(&str, Codes); 6] = [
+        ("codes 255", Box::new(|_, _| 255)),
+        (
+            "codes 255 and 0",
+            Box::new(|n, k| if (n + k / 2) % 2 == 0 { 255 } else { 0 }),
+        ),
+        (
+            "codes 255 in half 0, 0 in half 1",
+            Box::new(|n, k| if (n + k / 16) % 2 == 0 { 255 } else { 0 }),
+        ),
+        ("codes 128", Box::new(|_, _| 128)),
+        ("codes 63", Box::new(|_, _| 63)),
+        ("codes 15", Box::new(|_, _| 15)),
+    ];
+    for &isa in available() {
+        for (xname, pattern) in &patterns {
+            let x: Vec<f32> = (0..rows * input)
+                .map(|i| pattern(i / input, i % input))
+                .collect();
+            for (wname, code) in &weights {
+                for out in [16, 21] {
+                    for q6k in [false, true] {
+                        let w = halves_weight_of((out, input), code, q6k, 3);
+                        let what = format!("{xname}, {wname} per 16 (Q6_K biases: {q6k})");
+                        assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                    }
+                }
+            }
+        }
+    }
+}
