@@ -408,3 +408,52 @@ fn an_unserved_model_type_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// The same model as a Hugging Face folder and as the GGUF llama.cpp's converter makes of it
+/// reads to the same configuration, field by field; the rope is compared by the frequencies it
+/// means (a llama3 adjustment arrives in a GGUF as llama.cpp's `rope_freqs` factors).
+#[test]
+fn a_folder_and_its_gguf_read_to_the_same_configuration() {
+    for (folder, file) in [
+        ("tiny-llama", "tiny-llama.f32.gguf"),
+        ("tiny-llama3-tied", "tiny-llama3-tied.q8_0.gguf"),
+        ("tiny-qwen2", "tiny-qwen2.q8_0.gguf"),
+        ("tiny-qwen3", "tiny-qwen3.q8_0.gguf"),
+        ("tiny-gemma3", "tiny-gemma3.f16.gguf"),
+    ] {
+        let hf = model(folder).config().clone();
+        let gguf = model(file).config().clone();
+        let d = hf.head_dim;
+        for (a, b, what) in [
+            (&hf.rope, &gguf.rope, "full layers"),
+            (&hf.rope_local, &gguf.rope_local, "sliding layers"),
+        ] {
+            assert_eq!(a.theta, b.theta, "{folder} {what}");
+            assert_eq!(a.position_scale(), b.position_scale(), "{folder} {what}");
+            assert_eq!(
+                a.attention_factor(),
+                b.attention_factor(),
+                "{folder} {what}"
+            );
+            let (pa, pb) = (a.periods(d), b.periods(d));
+            match (pa, pb) {
+                (None, None) => {}
+                (Some(pa), Some(pb)) => {
+                    for (x, y) in pa.iter().zip(&pb) {
+                        assert!(
+                            (x / y - 1.0).abs() < 1e-5,
+                            "{folder} {what}: {pa:?} vs {pb:?}"
+                        );
+                    }
+                }
+                other => panic!("{folder} {what}: {other:?}"),
+            }
+        }
+        let strip = |mut c: hunch_accelerator::model::causal::CausalConfig| {
+            c.rope = hunch_accelerator::model::causal::RopeSpec::plain(1.0);
+            c.rope_local = c.rope.clone();
+            c
+        };
+        assert_eq!(strip(hf), strip(gguf), "{folder} and {file}");
+    }
+}
