@@ -11,6 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-target/policies}"
+if command -v rustup >/dev/null 2>&1; then
+  rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+fi
 cargo build --quiet --manifest-path policies/Cargo.toml --target wasm32-wasip2 --release
 mkdir -p "$dir"
 for name in ticket-router tool-firewall invoice-vat; do

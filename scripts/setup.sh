@@ -7,6 +7,8 @@
 #   - MLX's prebuilt CPU library from PyPI into .mlx/ (scripts/fetch-mlx.sh)
 #   - the default model, SmolLM2-135M-Instruct as a GGUF, into the models cache
 #     (scripts/fetch-default-model.sh; silent when it is already there)
+#   - with --serve (scripts/serve.sh): only what the release build needs: no wasm32-wasip2
+#     target and no model (serve.sh fetches the model while the build compiles)
 #   - with --test: the Python venvs the end-to-end tests use (.venv: typesafe-sdk + jevbench;
 #     .venv-reference: the reference read on mlx_vlm; .venv-fuzz: schemathesis, the API fuzzer),
 #     each unless HUNCH_TEST_SKIP lists the tests that need it (python, reference, fuzz): a
@@ -40,11 +42,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-if command -v rustup >/dev/null 2>&1; then
+serving=0; [ "${1:-}" = "--serve" ] && serving=1
+if [ "$serving" = 0 ] && command -v rustup >/dev/null 2>&1; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
 
 scripts/fetch-mlx.sh
+[ "$serving" = 1 ] && exit 0
 
 # The model `hunch serve` serves when none is configured. Not fatal here: a machine that cannot
 # reach the package index can still build, test (the tests serve the demo or their own models)
