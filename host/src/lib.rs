@@ -6,6 +6,7 @@
 //! - [`server`]: `hunch serve`: listening and graceful shutdown.
 //! - [`decision`]: decision ids, the decision log, replay, shadow and canary candidates.
 //! - [`policy`]: WebAssembly decision policies: runtime, limits, registry, hot reload.
+//! - [`quality`]: the quality reports `scripts/quality.sh` stores, found for a model's fingerprint.
 
 pub mod api;
 pub mod calibration;
@@ -15,6 +16,7 @@ pub mod decision;
 pub mod http_url;
 pub mod metrics;
 pub mod policy;
+pub mod quality;
 pub mod reader;
 pub mod server;
 

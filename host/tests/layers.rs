@@ -1,7 +1,7 @@
 //! The host's modules import each other one way only (docs/architecture.md):
 //!
 //! ```text
-//! cli → server → config → api → {policy, reader} → calibration → decision → {metrics, http_url} → hunch-core
+//! cli → server → config → api → {policy, reader} → calibration → decision → {metrics, http_url, quality} → hunch-core
 //! ```
 //!
 //! This test reads every source file of `host/src`, collects the `crate::MODULE` paths it names
@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy", "reader"],
     &["calibration"],
     &["decision"],
-    &["metrics", "http_url"],
+    &["metrics", "http_url", "quality"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
