@@ -86,6 +86,8 @@ pub struct AppState {
     pub models: Option<Arc<ModelManager>>,
     /// `--admin-key`: loading and unloading models over HTTP.
     pub admin_key: Option<String>,
+    /// The quality reports (`--quality-dir`); `None` when no directory is known.
+    pub quality: Option<Arc<crate::quality::QualityReports>>,
 }
 
 impl AppState {
@@ -115,6 +117,7 @@ impl AppState {
             memory_limit: None,
             models: None,
             admin_key: None,
+            quality: None,
         })
     }
 

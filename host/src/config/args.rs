@@ -131,6 +131,12 @@ pub struct ServeArgs {
     /// `"x_calibration": "off"` for raw ones. [env HUNCH_CALIBRATION, TOML `calibration`]
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
+    /// Where quality reports are kept (`scripts/quality.sh` stores them; docs/quality.md):
+    /// `GET /v1/models/NAME/quality` and the console's models page show the newest report of a
+    /// model's exact fingerprint. Default: `quality/` beside the models cache
+    /// (~/.cache/hunch/quality). [env HUNCH_QUALITY_DIR, TOML `quality_dir`]
+    #[arg(long, value_name = "DIR")]
+    pub quality_dir: Option<PathBuf>,
     /// The key for deploying policies over HTTP (`PUT`/`DELETE /v1/policies/NAME`, sent as
     /// `X-Admin-Key`) and for logging in to the console at `/console` with its actions (promote,
     /// roll back). None = deployments over HTTP and console actions are off. [env

@@ -68,6 +68,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("--default-model", "HUNCH_DEFAULT_MODEL", "default_model"),
     ("--policies", "HUNCH_POLICIES", "policies"),
     ("--calibration", "HUNCH_CALIBRATION", "calibration"),
+    ("--quality-dir", "HUNCH_QUALITY_DIR", "quality_dir"),
     ("--admin-key", "HUNCH_ADMIN_KEY", "admin_key"),
     (
         "--console-decisions",
@@ -164,6 +165,7 @@ pub struct Layer {
     pub default_model: Option<PathBuf>,
     pub policies: Option<PathBuf>,
     pub calibration: Option<PathBuf>,
+    pub quality_dir: Option<PathBuf>,
     pub admin_key: Option<String>,
     /// Recent decisions kept for the console; 0 = none.
     pub console_decisions: Option<usize>,
@@ -341,6 +343,7 @@ impl Layer {
             default_model: args.default_model.clone(),
             policies: args.policies.clone(),
             calibration: args.calibration.clone(),
+            quality_dir: args.quality_dir.clone(),
             admin_key: args.admin_key.clone(),
             console_decisions: args.console_decisions,
             questions: args.questions,
@@ -462,6 +465,7 @@ impl Layer {
             default_model: var("HUNCH_DEFAULT_MODEL").map(PathBuf::from),
             policies: var("HUNCH_POLICIES").map(PathBuf::from),
             calibration: var("HUNCH_CALIBRATION").map(PathBuf::from),
+            quality_dir: var(crate::quality::QUALITY_DIR_ENV).map(PathBuf::from),
             admin_key: var("HUNCH_ADMIN_KEY"),
             console_decisions: number("HUNCH_CONSOLE_DECISIONS", var("HUNCH_CONSOLE_DECISIONS"))?,
             questions: var("HUNCH_QUESTIONS")
@@ -566,6 +570,7 @@ impl Layer {
             default_model,
             policies,
             calibration,
+            quality_dir,
             admin_key,
             console_decisions,
             questions,

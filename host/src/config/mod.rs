@@ -84,6 +84,9 @@ pub struct Settings {
     pub policies: Option<PathBuf>,
     /// `--calibration FILE`.
     pub calibration: Option<PathBuf>,
+    /// `--quality-dir`, else `quality/` beside the models cache; `None` when there is neither
+    /// (no `HOME`): no report is then found.
+    pub quality_dir: Option<PathBuf>,
     /// `--admin-key`: deployments over HTTP and the console's actions.
     pub admin_key: Option<String>,
     /// `--console-decisions`: recent decisions kept for the console (0: none).
@@ -244,7 +247,8 @@ impl Settings {
 
     /// The settings one merged layer gives, with the defaults for what it leaves unset.
     /// `models_cache` is where the default model is looked for unless `default_model` is set
-    /// ([`default_model::models_cache`]).
+    /// ([`default_model::models_cache`]), and the quality directory is beside it unless
+    /// `quality_dir` is set ([`crate::quality::default_dir`]).
     pub fn from_layer(
         layer: Layer,
         models_cache: Option<PathBuf>,
@@ -298,6 +302,9 @@ impl Settings {
             .filter(|k| !k.is_empty())
             .collect();
 
+        let quality_dir = layer
+            .quality_dir
+            .or_else(|| crate::quality::default_dir(models_cache.as_deref()));
         let upstream_key = layer.upstream_key;
         let mut models = Vec::new();
         for m in layer.models.unwrap_or_default() {
@@ -357,6 +364,7 @@ impl Settings {
             )?,
             policies: layer.policies,
             calibration: layer.calibration,
+            quality_dir,
             admin_key: layer.admin_key.filter(|k| !k.trim().is_empty()),
             console_decisions: layer.console_decisions.unwrap_or(DEFAULT_CONSOLE_DECISIONS),
             questions: layer

@@ -218,6 +218,11 @@ const CASES: &[Case] = &[
         )],
     },
     Case {
+        flag: "--quality-dir",
+        context: &[],
+        values: &[v("\"/f/q\"", "/e/q", &["--quality-dir", "/l/q"])],
+    },
+    Case {
         flag: "--admin-key",
         context: &[],
         values: &[v("\"f\"", "e", &["--admin-key", "l"])],

@@ -102,6 +102,33 @@ fn the_variable_wins_over_the_file_for_lists_too() {
 }
 
 #[test]
+fn the_quality_directory_is_beside_the_models_cache_unless_set() {
+    let quality = |line: &[&str], vars: &[(&str, &str)]| {
+        Settings::resolve(&args(line), &env(vars))
+            .unwrap()
+            .quality_dir
+    };
+    let home = ("HOME", "/home/u");
+    assert_eq!(
+        quality(&[], &[home]),
+        Some(PathBuf::from("/home/u/.cache/hunch/quality"))
+    );
+    assert_eq!(
+        quality(&[], &[home, ("HUNCH_MODELS_CACHE", "/srv/models")]),
+        Some(PathBuf::from("/srv/quality"))
+    );
+    assert_eq!(
+        quality(&[], &[home, ("HUNCH_QUALITY_DIR", "/q")]),
+        Some(PathBuf::from("/q"))
+    );
+    assert_eq!(
+        quality(&["--quality-dir", "/flag"], &[("HUNCH_QUALITY_DIR", "/q")]),
+        Some(PathBuf::from("/flag"))
+    );
+    assert_eq!(quality(&[], &[]), None);
+}
+
+#[test]
 fn with_no_model_the_default_model_is_looked_for_in_the_models_cache_unless_set() {
     let cached = |path: &str| {
         Fallback::DefaultModel(DefaultModel::Cached(

@@ -426,6 +426,10 @@ pub async fn serve_until(
     }
     state.models = readers.models.clone();
     state.admin_key = settings.admin_key.clone();
+    if let Some(dir) = &settings.quality_dir {
+        tracing::info!(dir = %dir.display(), "quality reports");
+        state.quality = Some(Arc::new(crate::quality::QualityReports::new(dir.clone())));
+    }
     for (alias, target) in state.aliases() {
         tracing::info!(%alias, %target, "alias");
     }
