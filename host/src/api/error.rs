@@ -175,6 +175,8 @@ pub enum Missing {
     Model,
     Route,
     Policy,
+    /// A model's quality report (none stored for its fingerprint, or its fingerprint unknown).
+    QualityReport,
 }
 
 /// A registry refusal, without the registry's error (which holds I/O details and is not `Clone`).
@@ -337,7 +339,7 @@ impl ApiError {
             ApiError::Forbidden { .. } => FailureKind::Forbidden,
             ApiError::NotFound { what, .. } => match what {
                 Missing::Model => FailureKind::ModelNotFound,
-                Missing::Route | Missing::Policy => FailureKind::NotFound,
+                Missing::Route | Missing::Policy | Missing::QualityReport => FailureKind::NotFound,
             },
             ApiError::UnsupportedMediaType { .. } => FailureKind::UnsupportedContentEncoding,
             ApiError::Upstream { .. } => FailureKind::UpstreamRejected,

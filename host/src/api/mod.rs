@@ -17,6 +17,7 @@ pub mod openapi_models;
 pub mod openapi_policies;
 mod openapi_responses;
 pub mod policies;
+pub mod quality;
 pub mod status;
 pub mod systemone;
 pub mod validate;

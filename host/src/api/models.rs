@@ -15,7 +15,8 @@
 //!
 //! `POST /v1/models/NAME/load` and `…/unload` (admin key) load and unload a model by hand; `PUT
 //! /v1/models/NAME/settings` (admin key) changes a model's settings and writes them to its
-//! models directory's `hunch-models.toml`. A model whose settings say `hidden` is left out of the
+//! models directory's `hunch-models.toml`. `GET /v1/models/NAME/quality` (`api/quality.rs`, the
+//! bearer key as here) answers the newest quality report of the model's fingerprint. A model whose settings say `hidden` is left out of the
 //! list (and its aliases with it), and served by name all the same.
 
 use super::error::{ApiError, BadBody, Missing};
@@ -148,7 +149,8 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<Value>, ApiError
     Ok(Json(body))
 }
 
-/// `POST /v1/models/{NAME}/load` and `…/unload`, `PUT …/settings`; NAME may hold a `/`
+/// `POST /v1/models/{NAME}/load` and `…/unload`, `PUT …/settings`, `GET …/quality`
+/// (`api/quality.rs`); NAME may hold a `/`
 /// (`org/name`), so the route takes the rest of the path, any method, and this splits the action
 /// off its end. Another method on an action is a 405 whose `Allow` names the one it takes (what
 /// the OpenAPI document lists for its path).
@@ -160,33 +162,30 @@ pub async fn admin(
     body: Bytes,
 ) -> Response {
     let Some((name, action)) = rest.rsplit_once('/').filter(|(name, action)| {
-        !name.is_empty() && matches!(*action, "load" | "unload" | "settings")
+        !name.is_empty() && matches!(*action, "load" | "unload" | "settings" | "quality")
     }) else {
         return ApiError::not_found(
             Missing::Route,
             format!(
                 "no route {method} /v1/models/{rest}: POST /v1/models/NAME/load or /unload, PUT \
-                 /v1/models/NAME/settings"
+                 /v1/models/NAME/settings, GET /v1/models/NAME/quality"
             ),
         )
         .into_response();
     };
-    let takes = if action == "settings" {
-        Method::PUT
-    } else {
-        Method::POST
+    let (takes, allow) = match action {
+        "settings" => (Method::PUT, "PUT"),
+        "quality" => (Method::GET, "GET, HEAD"),
+        _ => (Method::POST, "POST"),
     };
-    if method != takes {
-        return (
-            StatusCode::METHOD_NOT_ALLOWED,
-            [(header::ALLOW, takes.as_str())],
-        )
-            .into_response();
+    // HEAD is a GET whose body is left out (as the router does for every GET route).
+    if method != takes && !(takes == Method::GET && method == Method::HEAD) {
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, allow)]).into_response();
     }
-    let answered = if action == "settings" {
-        settings(&state, name, &headers, &body)
-    } else {
-        load_or_unload(&state, name, action, &headers).await
+    let answered = match action {
+        "settings" => settings(&state, name, &headers, &body),
+        "quality" => super::quality::latest(&state, name).await,
+        _ => load_or_unload(&state, name, action, &headers).await,
     };
     answered.map(Json).into_response()
 }

@@ -346,6 +346,7 @@ mod tests {
             "/v1/models/{name}/load",
             "/v1/models/{name}/unload",
             "/v1/models/{name}/settings",
+            "/v1/models/{name}/quality",
             "/v1/status",
             "/v1/policies",
             "/v1/policies/{name}",

@@ -1,7 +1,8 @@
 //! The OpenAPI document's part for models (docs/models.md): `GET /v1/models` with what the model
-//! manager says of each model, and the admin routes that load and unload one.
+//! manager says of each model, the admin routes that load and unload one, and a model's quality
+//! report.
 
-use super::openapi_responses::{error, with_retry_after};
+use super::openapi_responses::{error, v1_responses, with_retry_after};
 use serde_json::{json, Map, Value};
 
 /// `x_*` fields of a model that this server runs, as listed and as the admin routes answer.
@@ -43,7 +44,7 @@ fn settings_schema() -> Value {
     }})
 }
 
-/// The schemas these routes use (`ModelList`, `ModelAction`).
+/// The schemas these routes use (`ModelList`, `ModelAction`, `ModelSettings`, `QualityReport`).
 pub fn schemas() -> Map<String, Value> {
     let mut model = json!({
         "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"},
@@ -80,7 +81,39 @@ pub fn schemas() -> Map<String, Value> {
         json!({"type": "object", "required": ["name"], "properties": action}),
     );
     out.insert("ModelSettings".into(), settings_schema());
+    out.insert("QualityReport".into(), quality_schema());
     out
+}
+
+/// A quality report as `scripts/quality.sh` stores it (docs/quality.md): what it must hold to be
+/// served, the figures the console draws, and whatever else the script wrote.
+fn quality_schema() -> Value {
+    let estimate = json!({"type": "object", "description": "A figure (0-1) with its 95% bootstrap interval; null where it could not be computed.",
+        "properties": {"value": {"type": ["number", "null"]}, "low": {"type": ["number", "null"]}, "high": {"type": ["number", "null"]},
+                       "title": {"type": "string", "description": "A dimension's name in words."}}});
+    let reference = json!({"type": "object", "description": "A reference model's score on the same subset, overall and per dimension.",
+        "properties": {"value": {"type": ["number", "null"]}, "low": {"type": ["number", "null"]}, "high": {"type": ["number", "null"]},
+                       "dimensions": {"type": "object", "additionalProperties": estimate}}});
+    json!({"type": "object", "required": ["model", "fingerprint", "measured_at", "command"],
+    "description": "The newest quality report of the model's current fingerprint, exactly as stored.",
+    "properties": {
+        "model": {"type": "string"},
+        "fingerprint": {"type": "string", "description": "The x_fingerprint of the model measured: always the model's current one."},
+        "measured_at": {"type": "string", "description": "When the measurement finished (UTC, RFC 3339)."},
+        "command": {"type": "string", "description": "The command line that measured it."},
+        "commit": {"type": "string", "description": "The commit of the repository the script ran from."},
+        "requests": {"type": "integer", "minimum": 0},
+        "errors": {"type": "integer", "minimum": 0},
+        "error_list": {"type": "array", "items": {"type": "string"}},
+        "score": estimate.clone(),
+        "dimensions": {"type": "object", "additionalProperties": estimate.clone(), "description": "JevBench's score per dimension (REP, BAT, MEA, LOG, CHO)."},
+        "floor": reference.clone(),
+        "ceiling": reference,
+        "accuracy": estimate.clone(),
+        "ece": estimate,
+        "labelled": {"type": "object", "description": "The labelled suite's figures, per remedy."},
+        "suite": {"type": "object"}
+    }})
 }
 
 /// The response every `/v1/systemone` (and admin load) answers for a model that can never fit.
@@ -128,6 +161,14 @@ pub fn paths() -> Map<String, Value> {
         ),
     );
     paths.insert("/v1/models/{name}/settings".into(), settings_path());
+    paths.insert("/v1/models/{name}/quality".into(), json!({"get": {
+        "summary": "The newest quality report of the model's current fingerprint (scripts/quality.sh stores them in the quality directory; docs/quality.md)",
+        "security": [{"bearer": []}],
+        "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"},
+                        "description": "The model's name or an alias (a name may hold a /, as org/name)."}],
+        "responses": v1_responses(json!({
+            "200": {"description": "The report, as stored", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QualityReport"}}}},
+            "404": error("Unknown model (error_type model_not_found); or (not_found) its fingerprint is not known yet (not loaded), no quality directory is known, or no report describes its current fingerprint: the message names the command that makes one")}))}}));
     paths
 }
 
