@@ -503,6 +503,33 @@ pub fn default_model_file() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// The default model's file, as a test that needs it asks: `None` (the test returns) only when
+/// `HUNCH_TEST_SKIP` lists `smollm2`; missing otherwise fails the test, saying how to fetch it.
+pub fn default_model_or_skip() -> Option<PathBuf> {
+    let file = default_model_file();
+    if file.is_none() {
+        missing_prerequisite(
+            "smollm2",
+            "the default model",
+            "run scripts/fetch-default-model.sh",
+        );
+    }
+    file
+}
+
+/// `hunch serve` with no model configured (so the default model) on the real accelerator, with
+/// `args` and `env`, once ready.
+pub async fn start_hunch_default_model(args: &[&str], env: &[(&str, String)]) -> Hunch {
+    let mut env = env.to_vec();
+    env.push((
+        "HUNCH_ACCELERATOR_BIN",
+        accelerator_bin().to_string_lossy().into_owned(),
+    ));
+    let hunch = start_hunch_with(args, &env);
+    wait_ready_or_logs(&hunch, Duration::from_secs(300)).await;
+    hunch
+}
+
 /// The venv's interpreter with the official TypeSafe SDK and jevbench (`.venv`, made by
 /// `scripts/python-env.sh`); `None` (the test returns) only when `HUNCH_TEST_SKIP` lists
 /// `python`. A missing venv otherwise fails the test, saying how to make it.

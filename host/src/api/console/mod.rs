@@ -6,7 +6,8 @@
 //! - [`session`]: logins, sessions, roles, the CSRF token.
 //! - [`html`]: escaping, the page shell, bars.
 //! - one module per page: [`overview`], [`models`], [`policies`], [`decisions`] (the live tail),
-//!   [`decision`] (one decision, and its replay), [`calibration`], [`ask`]; [`login`].
+//!   [`decision`] (one decision, and its replay), [`calibration`], [`ask`]; [`login`];
+//!   [`quality`], the models page's quality reports and their plot.
 //!
 //! Who may see what: with no key configured at all the console is open and read-only; with any
 //! key configured (`--admin-key`, `--api-key`) every page needs a login, an API key logs in to
@@ -23,6 +24,7 @@ pub mod login;
 pub mod models;
 pub mod overview;
 pub mod policies;
+pub mod quality;
 pub mod session;
 
 use super::AppState;

@@ -2,7 +2,7 @@
 //! what the server knows of its models (the registry, the supervised sidecars, the readers'
 //! limits, the memory budget); the overview's memory bars and this page both draw from it, so
 //! when the server learns more of a model (load on demand: family, layout, estimate, TTL, last
-//! use) only `rows` changes.
+//! use) only `rows` changes. Below the table, each model's quality report (`console/quality.rs`).
 
 use super::html::{bytes, csrf_field, esc, layout, Text};
 use super::policies::ActionForm;
@@ -236,6 +236,13 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
         );
     }
     body.push_str("</tbody></table></div>");
+    let fingerprints = rows.iter().filter_map(|r| r.fingerprint.clone()).collect();
+    let reports = crate::api::quality::reports(state.quality.clone(), fingerprints).await;
+    body.push_str(&super::quality::section(
+        &rows,
+        &reports,
+        state.quality.is_some(),
+    ));
     let _ = write!(
         body,
         "<h2>Read settings</h2><table class=\"kv\"><tr><th>question mode</th><td>{}</td></tr>\
