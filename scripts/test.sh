@@ -24,6 +24,8 @@ fi
 # The GPU pack's fat-binary pruner on a synthetic library (seconds; tests/gpu/imitation.sh, the
 # packed GPU check in a container, is too heavy for CI: docs/mlx-on-linux.md).
 python3 tests/gpu/test_prune_fatbin.py
+# Where scripts/quality.sh keeps its reports for the server (the key both compute; seconds).
+python3 scripts/test_quality_store.py
 
 # The deployment (docs/deploy.md): the Kubernetes manifests validated offline, then the container
 # image built once from this run's binaries (no second Rust build) and a container from it asked

@@ -2,7 +2,11 @@
 //! the script starts `hunch serve` itself (this build's binaries), runs a trimmed JevBench subset
 //! beside jevbench's toy models and a trimmed labelled suite, and writes its report. The test
 //! checks the report's shape, that every request was counted and none failed, and that the
-//! ceiling (`fake:coherent`) scores above the floor (`fake:biased`).
+//! ceiling (`fake:coherent`) scores above the floor (`fake:biased`). The script also stores the
+//! report in the quality directory (`HUNCH_QUALITY_DIR`, a temporary one here) under its model's
+//! fingerprint; the script's server has stopped by then, so the test starts `hunch serve` on the
+//! same model again (the same file and build: the same fingerprint) and checks that
+//! `GET /v1/models/NAME/quality` answers the stored report.
 //!
 //! About 40 requests, 9 of them JevBench cases of ~10 questions: 397 s with the debug build on
 //! this project's 2-core machine under a load of 8 from other builds (2026-12-06); the labelled
@@ -12,8 +16,9 @@
 //! (`scripts/fetch-default-model.sh`); `HUNCH_TEST_SKIP=python` (or `smollm2`) skips it on
 //! purpose, as the other tests that need them.
 
+use hunch_e2e::http::send_json;
 use hunch_e2e::{
-    default_model_file, missing_prerequisite, target_dir, venv_python, workspace_root,
+    default_model_or_skip, start_hunch_default_model, target_dir, venv_python, workspace_root,
 };
 use serde_json::Value;
 use std::process::Command;
@@ -29,25 +34,22 @@ fn estimate_is_well_formed(what: &str, e: &Value) {
     );
 }
 
-#[test]
-fn the_quality_script_reports_on_the_default_model() {
+#[tokio::test(flavor = "multi_thread")]
+async fn the_quality_script_reports_on_the_default_model() {
     if venv_python().is_none() {
         return;
     }
-    if default_model_file().is_none() {
-        missing_prerequisite(
-            "smollm2",
-            "the default model",
-            "run scripts/fetch-default-model.sh",
-        );
+    if default_model_or_skip().is_none() {
         return;
     }
     let out_dir = tempfile::tempdir().expect("a temporary directory");
+    let quality_dir = tempfile::tempdir().expect("a temporary quality directory");
     let bin = target_dir();
     let output = Command::new(workspace_root().join("scripts/quality.sh"))
         .args(["--max-requests", "40", "--remedies", "none,both", "--out"])
         .arg(out_dir.path())
         .env("HUNCH_BIN", bin.join("hunch"))
+        .env("HUNCH_QUALITY_DIR", quality_dir.path())
         // `hunch serve` finds its sidecar beside itself; the script's `hunch batch` and
         // `hunch calibrate` are the same binary.
         .env(
@@ -101,4 +103,41 @@ fn the_quality_script_reports_on_the_default_model() {
         md.contains("| overall |") && md.contains("remedy `both`"),
         "{md}"
     );
+    stored_and_served(&q, quality_dir.path(), &stderr).await;
+}
+
+/// The report is stored once, as written, under the key of the fingerprint it names, and a
+/// server on the same model answers it.
+async fn stored_and_served(q: &Value, quality_dir: &std::path::Path, stderr: &str) {
+    let fingerprint = q["fingerprint"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the report names its model's fingerprint: {q}"));
+    let measured_at = q["measured_at"].as_str().unwrap_or_default();
+    assert!(
+        measured_at.len() == 20 && measured_at.ends_with('Z'),
+        "{measured_at}"
+    );
+    let folder = quality_dir.join(hunch::quality::key(fingerprint));
+    let stored: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap_or_else(|e| panic!("{}: {e}\nstderr:\n{stderr}", folder.display()))
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(stored.len(), 1, "one report, no temporary file: {stored:?}");
+    let text = std::fs::read_to_string(&stored[0]).expect("the stored report");
+    let kept: Value = serde_json::from_str(&text).expect("the stored report is JSON");
+    assert_eq!(&kept, q, "the stored report is quality.json");
+    assert!(stderr.contains("stored "), "{stderr}");
+
+    let quality_dir = (
+        "HUNCH_QUALITY_DIR",
+        quality_dir.to_string_lossy().into_owned(),
+    );
+    let hunch = start_hunch_default_model(&[], &[quality_dir]).await;
+    let model = q["model"].as_str().expect("the model's name");
+    let (status, _, served) =
+        send_json(reqwest::Client::new().get(format!("{}/v1/models/{model}/quality", hunch.url)))
+            .await;
+    assert_eq!(status, 200, "{served}\nserver:\n{}", hunch.process.logs());
+    assert_eq!(&served, q);
 }
