@@ -86,6 +86,7 @@ async fn each_served_policy_is_a_path_that_follows_deploys_reloads_and_removals(
         ("/v1/models/{name}/load", "/v1/models/dg-test/load"),
         ("/v1/models/{name}/unload", "/v1/models/dg-test/unload"),
         ("/v1/models/{name}/settings", "/v1/models/dg-test/settings"),
+        ("/v1/models/{name}/quality", "/v1/models/dg-test/quality"),
         ("/openapi.json", "/openapi.json"),
     ] {
         let response = client
