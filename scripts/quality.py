@@ -16,7 +16,7 @@ never dropped. Without --url it starts `hunch serve` on the default model and st
 
 The report is also stored in the quality directory, keyed by the measured model's fingerprint
 (`x_fingerprint` in GET /v1/models), where `hunch serve` finds it for that exact model
-(GET /v1/models/NAME/quality, the console's models page): see `store_report`.
+(GET /v1/models/NAME/quality, the console's models page): scripts/quality_store.py.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+import quality_store as store
 
 ROOT = Path(__file__).resolve().parent.parent
 LABELLED = ROOT / "tests/quality/labelled.jsonl"
@@ -657,117 +659,6 @@ def jevbench_part(url: str | None, model: str, suite: Path, progress: Progress, 
             "backend_down": result.get("backend_down"), "truncated": result.get("truncated_by_budget")}
 
 
-# ------------------------------------------------------------------ where reports are kept
-
-
-def quality_dir(given: str | None = None) -> Path | None:
-    """The quality directory: `given` (--quality-dir), else $HUNCH_QUALITY_DIR, else `quality/`
-    beside the models cache ($HUNCH_MODELS_CACHE, else $HOME/.cache/hunch/models): the rule
-    `hunch serve --quality-dir` defaults by (host/src/quality/mod.rs `default_dir`). None when
-    there is no HOME either. A blank value counts as unset."""
-    for v in (given, os.environ.get("HUNCH_QUALITY_DIR")):
-        if v and v.strip():
-            return Path(v.strip())
-    cache = os.environ.get("HUNCH_MODELS_CACHE", "")
-    if not cache.strip():
-        home = os.environ.get("HOME", "")
-        if not home.strip():
-            return None
-        cache = os.path.join(home, ".cache/hunch/models")
-    return Path(cache).parent / "quality"
-
-
-def report_key(fingerprint: str) -> str:
-    """The folder of a fingerprint's reports: the first 32 hex digits of the SHA-256 of its UTF-8
-    bytes, as the server computes it (host/src/quality/mod.rs `key`; both test suites check the
-    same pairs)."""
-    return hashlib.sha256(fingerprint.encode("utf-8")).hexdigest()[:32]
-
-
-def model_fingerprint(models: dict, name: str) -> str | None:
-    """The `x_fingerprint` GET /v1/models lists for model `name`; None when unknown (null, or
-    the model is not listed)."""
-    for m in models.get("models", []):
-        if m.get("name") == name:
-            fp = m.get("x_fingerprint")
-            return fp if isinstance(fp, str) and fp else None
-    return None
-
-
-def finite(value):
-    """`value` with every NaN or infinity replaced by None: JSON has neither, and the server
-    (serde_json) would skip a report that holds one."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
-
-
-def store_report(doc: dict, directory: Path) -> Path:
-    """Writes `doc` as DIR/KEY/MEASURED_AT.json (KEY: `report_key` of its fingerprint;
-    MEASURED_AT compact, 20261207T012640Z) and returns the path. Atomic and never over an older
-    report: the bytes go to a hidden temporary file in the same folder (the server reads no
-    hidden file), which is then hard-linked to the first free name (`-1`, `-2`, … after the time
-    when a report of the same second exists); a link never replaces a file."""
-    folder = directory / report_key(doc["fingerprint"])
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = doc["measured_at"].replace("-", "").replace(":", "")
-    data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        for n in range(1000):
-            target = folder / (f"{stem}.json" if n == 0 else f"{stem}-{n}.json")
-            try:
-                os.link(tmp, target)
-                return target
-            except FileExistsError:
-                continue
-        raise QualityError(f"{folder} already holds 1,000 reports measured at {doc['measured_at']}")
-    except OSError as e:
-        raise QualityError(f"cannot store the report in {folder}: {e}") from e
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-
-
-def measured_fingerprint(model: str, url: str, before: dict) -> tuple[str | None, str | None]:
-    """The fingerprint of the model just measured, from GET /v1/models after the run, and why
-    the report cannot be stored when it cannot: a fingerprint that is unknown, or one that
-    changed during the run (the model was reloaded from another file, so the figures describe
-    neither). `before` is the listing from the start of the run."""
-    try:
-        after = get_json(url + "/v1/models")
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return None, f"not stored: GET /v1/models failed after the run ({e}), so the model's fingerprint is unknown"
-    fp = model_fingerprint(after, model)
-    started = model_fingerprint(before, model)
-    if fp is None:
-        return None, (f"not stored: the server reports no fingerprint for {model} (x_fingerprint is "
-                      "null), so the report cannot be matched to the file it measured")
-    if started is not None and started != fp:
-        return None, (f"not stored: {model}'s fingerprint changed during the run ({started} -> {fp}): "
-                      "it was reloaded from another file")
-    return fp, None
-
-
-def keep_report(doc: dict, given_dir: str | None) -> str:
-    """Stores `doc` (which has its fingerprint) in the quality directory; says where."""
-    where = quality_dir(given_dir)
-    if where is None:
-        return "not stored: no quality directory (set HUNCH_QUALITY_DIR or --quality-dir, or HOME)"
-    path = store_report(doc, where)
-    return f"stored {path} (GET /v1/models/{doc['model']}/quality serves it)"
-
-
 # ------------------------------------------------------------------ the report
 
 
@@ -896,7 +787,7 @@ def main(argv=None) -> int:
             url = server.url
         models = check_reachable(url)
         return measure(args, url, models, remedies, skip, hunch, out, work)
-    except QualityError as e:
+    except (QualityError, store.StoreError) as e:
         print(f"quality: error: {e}", file=sys.stderr)
         return 1
     finally:
@@ -964,14 +855,19 @@ def measure(args, url, models, remedies, skip, hunch, out: Path, work: Path) -> 
     doc["errors"] = len(errors)
     doc["error_list"] = errors
     doc["measured_at"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    doc["fingerprint"], not_kept = measured_fingerprint(doc["model"], url, models)
-    doc = finite(doc)
+    try:
+        after = get_json(url + "/v1/models")
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        after = None
+        print(f"quality: GET /v1/models failed after the run: {e}", file=sys.stderr)
+    doc["fingerprint"], not_kept = store.measured_fingerprint(doc["model"], models, after)
+    doc = store.finite(doc)
     (out / "quality.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     (out / "quality.md").write_text(markdown(doc))
     print(f"quality: wrote {out / 'quality.json'} and {out / 'quality.md'} ({requests} requests, "
           f"{len(errors)} errors)", file=sys.stderr)
     # Stored after the files above, so a directory that cannot be written loses nothing.
-    print(f"quality: {not_kept or keep_report(doc, args.quality_dir)}", file=sys.stderr)
+    print(f"quality: {not_kept or store.keep_report(doc, args.quality_dir)}", file=sys.stderr)
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Unit tests of where scripts/quality.py keeps its reports (docs/quality.md, "Where reports
-live"): the key the server computes too, the quality directory's rule, and a store that never
-overwrites. Standard library only (quality.py imports jevbench only inside the measurement):
+"""Unit tests of scripts/quality_store.py, where scripts/quality.py keeps its reports
+(docs/quality.md, "Where reports live"): the key the server computes too, the quality
+directory's rule, the fingerprint a run is stored under, and a store that never overwrites.
+Standard library only:
 
     python3 scripts/test_quality_store.py
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import quality  # noqa: E402
+import quality_store as quality  # noqa: E402
 
 
 class Key(unittest.TestCase):
@@ -68,6 +69,17 @@ class Store(unittest.TestCase):
         self.assertIsNone(quality.model_fingerprint(listing, "absent"))
         self.assertEqual(quality.finite({"a": [float("nan"), 1.5], "b": float("inf")}),
                          {"a": [None, 1.5], "b": None})
+
+    def test_a_run_is_stored_under_its_fingerprint_only_when_it_is_known_and_stayed(self):
+        listing = lambda fp: {"models": [{"name": "m", "x_fingerprint": fp}]}  # noqa: E731
+        self.assertEqual(quality.measured_fingerprint("m", listing("a"), listing("a")), ("a", None))
+        # Not loaded at the start (a models-directory model): known after the run.
+        self.assertEqual(quality.measured_fingerprint("m", listing(None), listing("a")), ("a", None))
+        for before, after in [(listing("a"), listing("b")), (listing("a"), listing(None)),
+                              (listing("a"), None)]:
+            fp, why = quality.measured_fingerprint("m", before, after)
+            self.assertIsNone(fp)
+            self.assertTrue(why.startswith("not stored: "), why)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ pub const QUALITY_DIR_ENV: &str = "HUNCH_QUALITY_DIR";
 pub const MEASURE_COMMAND: &str = "scripts/quality.sh --url URL --model NAME";
 
 /// The quality directory when none is configured: `quality/` beside the models cache
-/// (`$HOME/.cache/hunch/quality` by default), the rule `scripts/quality.py` `quality_dir`
+/// (`$HOME/.cache/hunch/quality` by default), the rule `scripts/quality_store.py` `quality_dir`
 /// follows too.
 pub fn default_dir(models_cache: Option<&Path>) -> Option<PathBuf> {
     let cache = models_cache?;
@@ -39,8 +39,8 @@ pub fn default_dir(models_cache: Option<&Path>) -> Option<PathBuf> {
 }
 
 /// The folder a fingerprint's reports are kept in: the first 32 hex digits of the SHA-256 of
-/// its UTF-8 bytes (`scripts/quality.py` `report_key`; both test suites check one pair). A hash,
-/// not the fingerprint itself, because a fingerprint holds `/` and may be long.
+/// its UTF-8 bytes (`scripts/quality_store.py` `report_key`; both test suites check the same
+/// pairs). A hash, not the fingerprint itself, because a fingerprint holds `/` and may be long.
 pub fn key(fingerprint: &str) -> String {
     let digest = Sha256::digest(fingerprint.as_bytes());
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
