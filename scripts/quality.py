@@ -834,7 +834,8 @@ def measure(args, url, models, remedies, skip, hunch, out: Path, work: Path) -> 
         doc["floor"] = dict(jb["floor"]["score"], dimensions=jb["floor"]["dimensions"])
         doc["ceiling"] = dict(jb["ceiling"]["score"], dimensions=jb["ceiling"]["dimensions"])
     doc["labelled"] = {}
-    for r in remedies:
+    # `--skip labelled`: no labelled figures at all (not a section of empty rows per remedy).
+    for r in remedies if items else []:
         part = labelled_part(url, args.model, r, items, hunch, progress, work)
         doc["labelled"][r] = part
         requests += len(items) + 2 * sum(i["type"] == "choice" for i in items)
