@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from jevbench.suites import load_suite  # noqa: E402
 
-import quality  # noqa: E402
+import quality_jevbench as quality  # noqa: E402
 
 per_relation = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 mini = load_suite("jevbench-mini")
