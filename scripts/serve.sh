@@ -24,7 +24,7 @@ if [[ -x target/release/hunch && -x target/release/hunch-accelerator ]]; then
   phase "build: hunch and hunch-accelerator (release; only what changed)"
 else
   phase "build: hunch and hunch-accelerator (release): a first build compiles ~530 crates," \
-    "about 7 minutes on 2 cores; later runs build only what changed"
+    "about 7½ minutes on 2 cores; later runs build only what changed"
 fi
 cargo build --release -p hunch -p hunch-accelerator --bin hunch --bin hunch-accelerator ${HUNCH_BUILD_TIMINGS:+--timings}
 if ! wait "$fetch"; then
