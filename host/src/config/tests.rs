@@ -1,7 +1,7 @@
 use super::*;
 use clap::Parser;
 
-/// `hunch serve`'s flags alone (the command line itself is `crate::cli`'s).
+/// `hunch serve`'s flags alone (the command line itself is parsed by the CLI module, above this one).
 #[derive(Debug, Parser)]
 struct Serve {
     #[command(flatten)]

@@ -238,8 +238,12 @@ pub async fn page(State(state): State<AppState>, Extension(viewer): Extension<Vi
     body.push_str("</tbody></table></div>");
     let fingerprints = rows.iter().filter_map(|r| r.fingerprint.clone()).collect();
     let reports = crate::api::quality::reports(state.quality.clone(), fingerprints).await;
+    let models: Vec<(&str, Option<&str>)> = rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.fingerprint.as_deref()))
+        .collect();
     body.push_str(&super::quality::section(
-        &rows,
+        &models,
         &reports,
         state.quality.is_some(),
     ));

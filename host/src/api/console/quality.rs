@@ -9,7 +9,6 @@
 //! the console's CSP. Every string from a report goes through [`Text`].
 
 use super::html::Text;
-use super::models::ModelRow;
 use crate::quality::{Estimate, Figures, Report, MEASURE_COMMAND};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -31,16 +30,21 @@ const PLOT_RIGHT: f64 = 540.0;
 const TOP: f64 = 6.0;
 const ROW: f64 = 26.0;
 
-/// The section for `rows` (the models page's), with `reports` by fingerprint.
-pub fn section(rows: &[ModelRow], reports: &HashMap<String, Report>, has_dir: bool) -> String {
+/// The section for the models page's models, each `(name, fingerprint if known)`, with
+/// `reports` by fingerprint.
+pub fn section(
+    models: &[(&str, Option<&str>)],
+    reports: &HashMap<String, Report>,
+    has_dir: bool,
+) -> String {
     let mut out = String::from("<h2>Quality</h2>");
     let mut without = Vec::new();
     let mut not_loaded = Vec::new();
-    for row in rows {
-        match row.fingerprint.as_ref().map(|fp| reports.get(fp)) {
-            Some(Some(report)) => out.push_str(&card(&row.name, report)),
-            Some(None) => without.push(row.name.as_str()),
-            None => not_loaded.push(row.name.as_str()),
+    for &(name, fingerprint) in models {
+        match fingerprint.map(|fp| reports.get(fp)) {
+            Some(Some(report)) => out.push_str(&card(name, report)),
+            Some(None) => without.push(name),
+            None => not_loaded.push(name),
         }
     }
     if !has_dir {
@@ -448,30 +452,8 @@ mod tests {
 
     #[test]
     fn models_without_a_report_say_how_to_make_one() {
-        let row = |name: &str, fp: Option<&str>| ModelRow {
-            name: name.into(),
-            aliases: vec![],
-            description: String::new(),
-            release_date: String::new(),
-            fingerprint: fp.map(String::from),
-            state: super::super::models::ModelState::Loaded,
-            resident_bytes: None,
-            estimated_bytes: None,
-            pinned: None,
-            family: None,
-            layout: None,
-            ttl_left_seconds: None,
-            idle_seconds: None,
-            max_choice_options: 2,
-            max_score_levels: 2,
-            max_prompt_tokens: None,
-        };
         let reports = HashMap::from([("fp".to_string(), report(full()))]);
-        let rows = [
-            row("a", Some("fp")),
-            row("b", Some("other")),
-            row("c", None),
-        ];
+        let rows = [("a", Some("fp")), ("b", Some("other")), ("c", None)];
         let out = section(&rows, &reports, true);
         assert!(out.contains("data-model=\"a\"") && !out.contains("data-model=\"b\""));
         assert!(out.contains("No quality report for b") && out.contains("scripts/quality.sh"));
