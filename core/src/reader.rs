@@ -333,8 +333,12 @@ pub struct ModelKind {
     /// The storage types of its matrices, the one holding the most weights first, joined by
     /// `+`: `Q4_1+Q8_0`, `BF16`, `affine-4bit-g64`.
     pub quantization: String,
-    /// The read the model answers with: `diffusion` or `logits-v1`.
+    /// The read the model answers with: `diffusion`, `logits-v1`, or `decision` (a llama.cpp
+    /// decision model read by its own prompt).
     pub read: String,
+    /// A decision model's type (`openjev`, `lev`, `pplx-decider`; GGUF `{arch}.decision.type`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_type: Option<String>,
     /// The name the checkpoint gives itself (GGUF `general.name`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

@@ -40,6 +40,7 @@ pub fn diffusion_kind(dir: &Path, read: &str) -> ModelKind {
         layout,
         quantization,
         read: read.into(),
+        decision_type: None,
         name: None,
         ignored_config_keys: Vec::new(),
     }
@@ -81,11 +82,19 @@ pub fn chat_kind(
         }
     };
     ModelKind {
-        family: "chat".into(),
+        // A decision model (read `decision`) is a causal model of the same families trained
+        // for the contract; its own family name keeps it apart from a chat model in listings.
+        family: if read == "decision" {
+            "decision"
+        } else {
+            "chat"
+        }
+        .into(),
         architecture: architecture.into(),
         layout,
         quantization,
         read: read.into(),
+        decision_type: None,
         name,
         ignored_config_keys: Vec::new(),
     }

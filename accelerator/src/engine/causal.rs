@@ -1,12 +1,13 @@
-//! The chat-model read engine: a loaded [`CausalLm`], its tokenizer's [`LogitPlanner`] and a
-//! prefix cache of prompt chunks, answering [`ReadRequest`]s from next-token label logits
-//! (docs/logit-read.md).
+//! The chat-model read engine: a loaded [`CausalLm`], its [`Planner`] (the label-logit read's
+//! [`LogitPlanner`] over its tokenizer, or a decision model's `read::decision`) and a prefix
+//! cache of prompt chunks, answering [`ReadRequest`]s from next-token label logits
+//! (docs/logit-read.md, docs/models.md "Decision models").
 //!
 //! Requests are read one at a time, each question's sequence alone: every answer is the same
 //! bits whether its prompt's chunks were computed now or restored from the cache, and whatever
 //! else was queued (the chunks' shapes depend only on their positions; `model::causal::blocks`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -19,14 +20,15 @@ use crate::checkpoint::causal::{load_model_for, AffineWeights, CausalFormat, Cau
 use crate::checkpoint::gguf::GgufFile;
 use crate::model::causal::cpu::kernels::quant::Precision;
 use crate::model::causal::{CausalChunk, CausalKernels, CausalLm, DEFAULT_CAUSAL_CHUNK};
+use crate::read::decision::DecisionPlanner;
 use crate::read::logits::{LogitPlanner, ScoringSequence};
 use crate::scheduler::{Reply, StepOutcome};
 use crate::server::info::build_backend;
 use crate::server::ReadEngine;
 use crate::tokenizer::chat::ChatTokenizer;
 
-/// The name of this read in fingerprints (the v1 prompt structure over label logits).
-pub const LOGIT_READ_VERSION: &str = "logits-v1";
+use super::chunk_cache::ChunkCache;
+pub use super::planner::{Plan, Planner, DECISION_READ_VERSION, LOGIT_READ_VERSION};
 
 /// How to serve a chat model.
 #[derive(Debug, Clone)]
@@ -85,12 +87,27 @@ pub enum CausalEngineError {
     },
     #[error("{path}: the tokenizer cannot spell the answer labels: {why}")]
     Labels { path: PathBuf, why: String },
+    #[error("{path}: {source}")]
+    DecisionMetadata {
+        path: PathBuf,
+        source: crate::checkpoint::gguf::DecisionMetadataError,
+    },
+    #[error("{path}: a decision model cannot be read: {source}")]
+    Decision {
+        path: PathBuf,
+        source: crate::read::decision::DecisionSetupError,
+    },
+    #[error(
+        "{path}: a decision model is prompted by its own systemone template; --chat-template \
+         (chat_template) does not apply to it"
+    )]
+    DecisionTemplateGiven { path: PathBuf },
 }
 
 /// A chat model ready to read.
 pub struct CausalEngine {
     model: CausalLm,
-    planner: LogitPlanner<ChatTokenizer>,
+    planner: Planner,
     cache: ChunkCache,
     chunk: usize,
     max_requests: usize,
@@ -137,25 +154,59 @@ impl CausalEngine {
         let weight_bytes = stored_bytes + model.packed_bytes() as u64;
         // The tokenizer is the engine's to load: the checkpoint module stays below the
         // tokenizer and the read (docs/architecture.md).
-        let tokenizer = match &format {
-            CausalFormat::Gguf => ChatTokenizer::from_gguf(&GgufFile::open(path)?)?,
-            CausalFormat::HuggingFace { .. } => ChatTokenizer::from_dir(path)?,
-        };
-        let tokenizer = match &options.chat_template {
-            Some(given) => tokenizer.with_template(given)?,
-            None => tokenizer,
-        };
-        // A model with no template is refused here, saying so, rather than failing every
-        // read (or the label check below, which renders a prompt) with a less direct message.
-        if !tokenizer.has_template() {
-            return Err(tokenizer.no_template_error().into());
-        }
-        let planner = LogitPlanner::new(tokenizer, options.max_prompt_tokens).map_err(|e| {
-            CausalEngineError::Labels {
-                path: path.to_path_buf(),
-                why: e.to_string(),
+        let (tokenizer, decision) = match &format {
+            CausalFormat::Gguf => {
+                let file = GgufFile::open(path)?;
+                let decision =
+                    crate::checkpoint::gguf::decision_metadata(&file).map_err(|source| {
+                        CausalEngineError::DecisionMetadata {
+                            path: path.to_path_buf(),
+                            source,
+                        }
+                    })?;
+                (ChatTokenizer::from_gguf(&file)?, decision)
             }
-        })?;
+            CausalFormat::HuggingFace { .. } => (ChatTokenizer::from_dir(path)?, None),
+        };
+        let planner = match decision {
+            // A llama.cpp decision model: its own prompt and labels (docs/models.md,
+            // "Decision models"), whether or not it also has a chat template.
+            Some(metadata) => {
+                if options.chat_template.is_some() {
+                    return Err(CausalEngineError::DecisionTemplateGiven {
+                        path: path.to_path_buf(),
+                    });
+                }
+                let origin = format!("{} (tokenizer.chat_template.systemone)", path.display());
+                let planner =
+                    DecisionPlanner::new(tokenizer, metadata, &origin, options.max_prompt_tokens)
+                        .map_err(|source| CausalEngineError::Decision {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                Planner::Decision(planner)
+            }
+            None => {
+                let tokenizer = match &options.chat_template {
+                    Some(given) => tokenizer.with_template(given)?,
+                    None => tokenizer,
+                };
+                // A model with no template is refused here, saying so, rather than failing
+                // every read (or the label check below, which renders a prompt) with a less
+                // direct message.
+                if !tokenizer.has_template() {
+                    return Err(tokenizer.no_template_error().into());
+                }
+                let planner =
+                    LogitPlanner::new(tokenizer, options.max_prompt_tokens).map_err(|e| {
+                        CausalEngineError::Labels {
+                            path: path.to_path_buf(),
+                            why: e.to_string(),
+                        }
+                    })?;
+                Planner::Chat(planner)
+            }
+        };
         let chunk = options.prefill_chunk.max(1);
         let config = model.config();
         tracing::info!(
@@ -167,6 +218,7 @@ impl CausalEngine {
             weight_mib = weight_bytes >> 20,
             kernels = %kernels,
             kernel_build = %model.kernels_name(),
+            read = %planner.read_version(),
             seconds = started.elapsed().as_secs_f64(),
             "chat model loaded"
         );
@@ -188,7 +240,7 @@ impl CausalEngine {
         &self.model
     }
 
-    pub fn planner(&self) -> &LogitPlanner<ChatTokenizer> {
+    pub fn planner(&self) -> &Planner {
         &self.planner
     }
 
@@ -211,22 +263,9 @@ impl CausalEngine {
             ..ReadStats::default()
         };
         let prefill_started = Instant::now();
-        let hidden = self.prefill_sequences(&plan.sequences, &mut stats)?;
-        let mut distributions = Vec::with_capacity(plan.sequences.len());
-        let mut input_tokens = 0u64;
-        for (sequence, hidden) in plan.sequences.iter().zip(&hidden) {
-            let logits = self
-                .model
-                .label_logits(hidden, &sequence.labels)
-                .map_err(|e| {
-                    ReadError::internal(format!(
-                        "question {}: label logits: {e}",
-                        sequence.question
-                    ))
-                })?;
-            distributions.push(sequence.distribution(&logits)?);
-            input_tokens += sequence.tokens.len() as u64;
-        }
+        let logits = self.label_logits(&plan.sequences, &mut stats)?;
+        let input_tokens = plan.sequences.iter().map(|s| s.tokens.len() as u64).sum();
+        let distributions = plan.distributions(&logits)?;
         stats.prefill_seconds = prefill_started.elapsed().as_secs_f64();
         stats.reads = plan.sequences.len() as u32;
         stats.evaluations = stats.forwards;
@@ -238,6 +277,29 @@ impl CausalEngine {
             },
             stats,
         })
+    }
+
+    /// Each sequence's label logits at its last position, in order.
+    pub fn label_logits(
+        &mut self,
+        sequences: &[ScoringSequence],
+        stats: &mut ReadStats,
+    ) -> Result<Vec<Vec<f32>>, ReadError> {
+        let hidden = self.prefill_sequences(sequences, stats)?;
+        sequences
+            .iter()
+            .zip(&hidden)
+            .map(|(sequence, hidden)| {
+                self.model
+                    .label_logits(hidden, &sequence.labels)
+                    .map_err(|e| {
+                        ReadError::internal(format!(
+                            "question {}: label logits: {e}",
+                            sequence.question
+                        ))
+                    })
+            })
+            .collect()
     }
 
     /// Where sequence `i` of a request's `sequences` is split into chunks: every multiple of
@@ -419,7 +481,7 @@ fn model_info(
     path: &Path,
     model: &CausalLm,
     format: &CausalFormat,
-    planner: &LogitPlanner<ChatTokenizer>,
+    planner: &Planner,
     options: &CausalEngineOptions,
     chunk: usize,
 ) -> ModelInfo {
@@ -431,12 +493,13 @@ fn model_info(
         "as-stored"
     };
     let fingerprint = format!(
-        "{digest:016x}/{}-{}-{weights}/{}/{}/float32/{}/{LOGIT_READ_VERSION}/chunk{chunk}/prompt{}",
+        "{digest:016x}/{}-{}-{weights}/{}/{}/float32/{}/{}/chunk{chunk}/prompt{}",
         config.architecture.name(),
         format.name(),
         build_backend(),
         crate::blas::active().name(),
         model.kernels_name(),
+        planner.read_version(),
         options.max_prompt_tokens,
     );
     let max_prompt_tokens = match config.max_position_embeddings {
@@ -454,181 +517,13 @@ fn model_info(
         blas_libraries: crate::blas::mapped_libraries(),
         kind: Some(hunch_core::protocol::ModelKind {
             ignored_config_keys: config.ignored_config_keys.clone(),
+            decision_type: planner.decision_type().map(str::to_string),
             ..crate::checkpoint::stored::chat_kind(
                 path,
                 format,
                 config.architecture.name(),
-                LOGIT_READ_VERSION,
+                planner.read_name(),
             )
         }),
-    }
-}
-
-/// Prompt chunks by the exact tokens from position 0 through their end (and where they start),
-/// least recently used evicted first once the budget is passed.
-struct ChunkCache {
-    budget: u64,
-    bytes: u64,
-    clock: u64,
-    entries: HashMap<Vec<u32>, CacheEntry>,
-}
-
-struct CacheEntry {
-    /// The position the chunk starts at (its end is the key's length).
-    start: usize,
-    chunk: CausalChunk,
-    bytes: u64,
-    used: u64,
-}
-
-impl ChunkCache {
-    fn new(budget: u64) -> Self {
-        ChunkCache {
-            budget,
-            bytes: 0,
-            clock: 0,
-            entries: HashMap::new(),
-        }
-    }
-
-    /// The cached chunks that begin `tokens`, in order, each ending at one of `bounds`
-    /// (ascending) and starting where the one before it ends, the longest such run that leaves
-    /// at least one token to compute (the last position's hidden state is what the read needs);
-    /// and the tokens they cover.
-    fn restore(&mut self, tokens: &[u32], bounds: &[usize]) -> (Vec<CausalChunk>, usize) {
-        let mut found = Vec::new();
-        let mut at = 0;
-        loop {
-            // The farthest bound whose chunk starts here.
-            let next = bounds.iter().rev().find(|&&end| {
-                end > at
-                    && end < tokens.len()
-                    && self
-                        .entries
-                        .get(&tokens[..end])
-                        .is_some_and(|e| e.start == at)
-            });
-            let Some(&end) = next else { break };
-            self.clock += 1;
-            if let Some(entry) = self.entries.get_mut(&tokens[..end]) {
-                entry.used = self.clock;
-                found.push(entry.chunk.clone());
-            }
-            at = end;
-        }
-        (found, at)
-    }
-
-    /// Keeps `chunk`, the last chunk of `prefix`, which starts at `start`.
-    fn store(&mut self, prefix: &[u32], start: usize, chunk: CausalChunk) {
-        if self.budget == 0 || self.entries.contains_key(prefix) {
-            return;
-        }
-        let bytes = chunk.nbytes() as u64 + 4 * prefix.len() as u64;
-        if bytes > self.budget {
-            return;
-        }
-        while self.bytes + bytes > self.budget {
-            let Some(oldest) = self
-                .entries
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-            else {
-                break;
-            };
-            if let Some(gone) = self.entries.remove(&oldest) {
-                self.bytes -= gone.bytes;
-            }
-        }
-        self.clock += 1;
-        self.bytes += bytes;
-        self.entries.insert(
-            prefix.to_vec(),
-            CacheEntry {
-                start,
-                chunk,
-                bytes,
-                used: self.clock,
-            },
-        );
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::kv::LayerKv;
-    use mlx_rs::Array;
-
-    fn chunk(tokens: &[u32]) -> CausalChunk {
-        let kv = LayerKv {
-            keys: Array::zeros::<f32>(&[1, 1, tokens.len() as i32, 4]).expect("zeros"),
-            values: Array::zeros::<f32>(&[1, 1, tokens.len() as i32, 4]).expect("zeros"),
-        };
-        CausalChunk {
-            tokens: tokens.to_vec(),
-            kv: vec![kv],
-        }
-    }
-
-    /// Multiples of 4 up to `len`, and `len`: the bounds of a model split only at chunks.
-    fn whole(len: usize) -> Vec<usize> {
-        (1..=len / 4).map(|k| 4 * k).chain([len]).collect()
-    }
-
-    #[test]
-    fn whole_chunks_are_restored_by_exact_prefix_leaving_a_token_to_compute() {
-        let mut cache = ChunkCache::new(1 << 20);
-        let tokens: Vec<u32> = (0..10).collect();
-        cache.store(&tokens[..4], 0, chunk(&tokens[..4]));
-        cache.store(&tokens[..8], 4, chunk(&tokens[4..8]));
-        assert_eq!(cache.restore(&tokens, &whole(10)).1, 8);
-        // A prompt that ends at a chunk bound keeps its last chunk to compute.
-        let (found, at) = cache.restore(&tokens[..8], &whole(8));
-        assert_eq!((found.len(), at), (1, 4));
-        // Another first chunk: nothing, even though the second chunk's tokens match.
-        let mut other = tokens.clone();
-        other[0] = 99;
-        assert_eq!(cache.restore(&other, &whole(10)).1, 0);
-    }
-
-    #[test]
-    fn chunks_that_end_at_a_split_point_join_only_where_they_start() {
-        let mut cache = ChunkCache::new(1 << 20);
-        let tokens: Vec<u32> = (0..12).collect();
-        // Split at 6 (a point another sequence stopped sharing at), then the chunk bound 8.
-        cache.store(&tokens[..4], 0, chunk(&tokens[..4]));
-        cache.store(&tokens[..6], 4, chunk(&tokens[4..6]));
-        cache.store(&tokens[..8], 6, chunk(&tokens[6..8]));
-        let (found, at) = cache.restore(&tokens, &[4, 6, 8, 12]);
-        assert_eq!((found.len(), at), (3, 8));
-        // Without 6 among the bounds, the chunk to 8 does not start where the one to 4 ends.
-        assert_eq!(cache.restore(&tokens, &[4, 8, 12]).1, 4);
-        // The farthest chunk that starts here is taken: a whole chunk 4..8 beats 4..6.
-        let mut whole_first = ChunkCache::new(1 << 20);
-        whole_first.store(&tokens[..4], 0, chunk(&tokens[..4]));
-        whole_first.store(&tokens[..8], 4, chunk(&tokens[4..8]));
-        whole_first.store(&tokens[..6], 4, chunk(&tokens[4..6]));
-        let (found, at) = whole_first.restore(&tokens, &[4, 6, 8, 12]);
-        assert_eq!((found.len(), at), (2, 8));
-    }
-
-    #[test]
-    fn the_least_recently_used_chunk_goes_first_past_the_budget() {
-        let one = chunk(&[1, 2, 3, 4]).nbytes() as u64 + 16;
-        let mut cache = ChunkCache::new(2 * one);
-        cache.store(&[1, 2, 3, 4], 0, chunk(&[1, 2, 3, 4]));
-        cache.store(&[5, 6, 7, 8], 0, chunk(&[5, 6, 7, 8]));
-        // Using the first makes the second the oldest.
-        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 4);
-        cache.store(&[9, 10, 11, 12], 0, chunk(&[9, 10, 11, 12]));
-        assert!(cache.bytes <= 2 * one);
-        assert_eq!(cache.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 4);
-        assert_eq!(cache.restore(&[5, 6, 7, 8, 0], &whole(5)).1, 0);
-        // A budget of 0 keeps nothing.
-        let mut off = ChunkCache::new(0);
-        off.store(&[1, 2, 3, 4], 0, chunk(&[1, 2, 3, 4]));
-        assert_eq!(off.restore(&[1, 2, 3, 4, 0], &whole(5)).1, 0);
     }
 }

@@ -2,12 +2,15 @@
 //!
 //! - [`diffusion`]: DiffusionGemma, read by denoising label slots ([`MlxEngine`]);
 //! - [`causal`]: chat models (Llama, Qwen3, Gemma 3), read from next-token label logits
-//!   ([`CausalEngine`], docs/logit-read.md).
+//!   ([`CausalEngine`], docs/logit-read.md), and llama.cpp's decision models of the same
+//!   families, read by their own prompt (`planner`, docs/models.md "Decision models").
 //!
 //! [`load_engine`]'s choice between them goes by the checkpoint's content.
 
 pub mod causal;
+mod chunk_cache;
 mod diffusion;
+mod planner;
 mod refusal;
 
 pub use causal::{CausalEngine, CausalEngineError, CausalEngineOptions};

@@ -51,6 +51,11 @@ impl CausalEngineError {
             CausalEngineError::Kernels { source, .. } => model(source),
             // The tokenizer cannot spell the answer labels: a property of its vocabulary.
             CausalEngineError::Labels { .. } => true,
+            // A decision model's metadata, template or labels, or a setting that does not
+            // apply to it: all in its files or its settings.
+            CausalEngineError::DecisionMetadata { .. }
+            | CausalEngineError::Decision { .. }
+            | CausalEngineError::DecisionTemplateGiven { .. } => true,
         }
     }
 }

@@ -54,14 +54,18 @@ fn listed(name: &str, description: String, model: &ModelEntry, view: Option<&Mod
 }
 
 /// What kind of model it is, as the model reported it once loaded: `x_family` (`chat`,
-/// `diffusion-gemma`), `x_architecture`, `x_layout`, `x_quantization`, `x_read` and, when the
-/// checkpoint names itself, `x_checkpoint_name`.
+/// `decision`, `diffusion-gemma`), `x_architecture`, `x_layout`, `x_quantization`, `x_read`,
+/// a decision model's `x_decision_type` and, when the checkpoint names itself,
+/// `x_checkpoint_name`.
 fn kind_fields(entry: &mut Value, kind: hunch_core::protocol::ModelKind) {
     entry["x_family"] = json!(kind.family);
     entry["x_architecture"] = json!(kind.architecture);
     entry["x_layout"] = json!(kind.layout);
     entry["x_quantization"] = json!(kind.quantization);
     entry["x_read"] = json!(kind.read);
+    if let Some(decision_type) = kind.decision_type {
+        entry["x_decision_type"] = json!(decision_type);
+    }
     if !kind.ignored_config_keys.is_empty() {
         entry["x_ignored_config_keys"] = json!(kind.ignored_config_keys);
     }

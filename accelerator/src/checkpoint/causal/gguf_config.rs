@@ -157,13 +157,30 @@ impl Hparams<'_> {
                 skipped.push(key.clone());
                 continue;
             }
-            if key.starts_with(&format!("{prefix}decision.")) {
+            // A decision model (llama.cpp's `decision.type`): its type and fitted temperatures
+            // are the read's, checked where the read is planned (`checkpoint::gguf::decision`);
+            // a type Hunch does not serve is refused here, before any weight is read. Any other
+            // `decision.*` key belongs to a head of its own that no served type has.
+            if let Some(rest) = key.strip_prefix(&format!("{prefix}decision.")) {
+                if rest == "type" {
+                    let name = value.as_str().unwrap_or_default();
+                    crate::checkpoint::gguf::DecisionKind::parse(name).map_err(|e| {
+                        ConfigError::Unsupported {
+                            key: key.clone(),
+                            value: format!("{value:?}"),
+                            why: e.to_string(),
+                        }
+                    })?;
+                    continue;
+                }
+                if rest.starts_with("temperature.") {
+                    continue;
+                }
                 return Err(ConfigError::Unsupported {
                     key: key.clone(),
                     value: format!("{value:?}"),
-                    why: "this is a decision model (llama.cpp's decision.type); Hunch does not \
-                          serve decision models yet, and reading it as a chat model would give \
-                          wrong answers"
+                    why: "a decision head's setting; the decision types Hunch serves (openjev, \
+                          lev, pplx-decider) read label logits and have no such key"
                         .into(),
                 });
             }

@@ -8,6 +8,8 @@
 //! - `kquants`: Q2_K to Q8_K dequantised;
 //! - `pack`: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K decoded straight into the native
 //!   integer products' packing ([`GgufFile::pack`]), for a model served on the native path;
+//! - `decision`: llama.cpp's decision-model keys (`{arch}.decision.*`, the `systemone`
+//!   template), read as llama-server reads them;
 //! - `float`: the element types dequantised tensors are written in, and ggml's f16 scales;
 //! - `load`: the arrays of one tensor ([`GgufFile::load`]) and what they will take
 //!   ([`GgufFile::resident_bytes`]).
@@ -18,6 +20,7 @@
 //! model loaders' to undo.
 
 mod blocks;
+mod decision;
 mod error;
 mod file;
 mod float;
@@ -34,6 +37,10 @@ mod tests;
 #[cfg(test)]
 pub(crate) mod writer;
 
+pub use decision::{
+    decision_metadata, decision_type_key, DecisionKind, DecisionMetadata, DecisionMetadataError,
+    SERVED_DECISION_TYPES,
+};
 pub use error::GgufError;
 pub use file::{GgufFile, GgufTensorInfo};
 pub use load::{GgufWeight, GROUP_SIZE};

@@ -69,6 +69,43 @@ fn compile(source: Option<&str>, origin: &str) -> Result<Option<ChatTemplate>, C
         .transpose()
 }
 
+/// A Jinja template rendered over a JSON context, with the same environment as chat templates
+/// (transformers' `tojson`, Python's string methods, trimmed blocks): a decision model's
+/// `systemone` template.
+pub struct JinjaTemplate {
+    template: ChatTemplate,
+    origin: String,
+}
+
+impl JinjaTemplate {
+    /// Compiles `source`; `origin` names it in errors.
+    pub fn compile(source: &str, origin: &str) -> Result<JinjaTemplate, ChatTokenizerError> {
+        let template = ChatTemplate::new(source).map_err(|why| ChatTokenizerError::Template {
+            origin: origin.to_string(),
+            why,
+        })?;
+        Ok(JinjaTemplate {
+            template,
+            origin: origin.to_string(),
+        })
+    }
+
+    /// The text for `context` (a JSON object: its keys are the variables).
+    pub fn render(&self, context: &serde_json::Value) -> Result<String, ChatTokenizerError> {
+        self.template
+            .render_json(context)
+            .map_err(|f| ChatTokenizerError::Render {
+                origin: self.origin.clone(),
+                why: f.message().to_string(),
+            })
+    }
+
+    /// Whether the template reads the variable `name` (without setting it itself).
+    pub fn reads(&self, name: &str) -> bool {
+        self.template.variables().iter().any(|v| v == name)
+    }
+}
+
 impl ChatTokenizer {
     /// A Hugging Face folder: `tokenizer.json`, with `tokenizer_config.json` (its
     /// `chat_template`, a string or a list of named templates of which "default" is taken;

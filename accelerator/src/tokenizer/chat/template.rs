@@ -12,8 +12,7 @@
 //!   Python's set.
 //! - minijinja's own `tojson` escapes `<`, `>`, `&` and `'` for HTML and writes compact JSON;
 //!   the filter here writes what `json.dumps` writes (`", "` and `": "` separators, `indent`),
-//!   except that a mapping's keys come out sorted (minijinja keeps maps sorted), where Python
-//!   keeps insertion order.
+//!   a mapping's keys in insertion order as Python keeps them (minijinja's `preserve_order`).
 //! - transformers' `{% generation %}` … `{% endgeneration %}` (which marks assistant text for
 //!   training masks and renders its body unchanged) is read as `{% if true %}` … `{% endif %}`.
 
@@ -116,6 +115,29 @@ impl ChatTemplate {
                 None => RenderFailure::Failed(format!("{e:#}")),
             }
         })
+    }
+}
+
+impl ChatTemplate {
+    /// The template over `context`, a JSON object whose keys become the template's variables
+    /// (a decision model's `systemone` template takes the question, the state and the options
+    /// as raw JSON values; `read::decision`).
+    pub fn render_json(&self, context: &serde_json::Value) -> Result<String, RenderFailure> {
+        let template = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| RenderFailure::Failed(format!("{e:#}")))?;
+        template
+            .render(Value::from_serialize(context))
+            .map_err(|e| RenderFailure::Failed(format!("{e:#}")))
+    }
+
+    /// The variables the template reads that it does not set itself.
+    pub fn variables(&self) -> Vec<String> {
+        self.env
+            .get_template(NAME)
+            .map(|t| t.undeclared_variables(false).into_iter().collect())
+            .unwrap_or_default()
     }
 }
 

@@ -138,7 +138,11 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
                 family: info
                     .kind
                     .as_ref()
-                    .map(|k| format!("{} ({})", k.family, k.architecture)),
+                    .map(|k| match &k.decision_type {
+                        // A decision model says which: its type decides how it is read.
+                        Some(t) => format!("{} {t} ({})", k.family, k.architecture),
+                        None => format!("{} ({})", k.family, k.architecture),
+                    }),
                 layout: info
                     .kind
                     .as_ref()

@@ -1,0 +1,219 @@
+//! llama.cpp's decision models: a GGUF whose metadata carries `{arch}.decision.type` was trained
+//! to answer System One questions from a prompt of its own (the named chat template
+//! `tokenizer.chat_template.systemone`), read at fitted temperatures
+//! (`{arch}.decision.temperature.<type>[.<bucket>]`). This module reads those keys as
+//! llama-server reads them, and refuses a type Hunch does not serve by name (docs/models.md,
+//! "Decision models"). The prompt and the answer are the read's (`read::decision`).
+
+use std::collections::BTreeMap;
+
+use super::{GgufFile, MetaValue};
+
+/// The decision types Hunch serves: the label-logit ones, whose answer is the next-token
+/// logits of one single-token label per option at the prompt's last token.
+pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider"];
+
+/// The types llama-server knows that Hunch does not serve, with why.
+const UNSERVED_DECISION_TYPES: &[(&str, &str)] = &[
+    (
+        "nimble",
+        "its prompt names every question by the request's question id, which Hunch's read does \
+         not carry to the model",
+    ),
+    (
+        "laya",
+        "it reads an encoder (ModernBERT) at mask markers, and Hunch has no encoder family",
+    ),
+    (
+        "kev",
+        "it reads hidden states through a pointer head, not label logits",
+    ),
+    ("clef", "it reads a joint decision head of its own"),
+    (
+        "lfm2-d1",
+        "it reads label groups of the LFM2 family, which Hunch does not load",
+    ),
+    (
+        "lfm2-d1-omni",
+        "it reads a head of its own over the LFM2 family, which Hunch does not load",
+    ),
+];
+
+/// A served decision type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecisionKind {
+    /// One letter per option (`A`–`Z`, then `a`–`z`), `true` listed before `false`.
+    Openjev,
+    /// Codes `A`…`Z`, `AA`…`ZZ` (the single-token ones), a choice asked twice (the options
+    /// reversed the second time) and averaged, a noul read on a 9-point scale, keys sorted.
+    Lev,
+    /// Codes as lev's, one reading per question.
+    PplxDecider,
+}
+
+impl DecisionKind {
+    /// The type's name as the metadata spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecisionKind::Openjev => "openjev",
+            DecisionKind::Lev => "lev",
+            DecisionKind::PplxDecider => "pplx-decider",
+        }
+    }
+
+    /// The served type named `name`, or why it is not served.
+    pub fn parse(name: &str) -> Result<DecisionKind, DecisionMetadataError> {
+        match name {
+            "openjev" => Ok(DecisionKind::Openjev),
+            "lev" => Ok(DecisionKind::Lev),
+            "pplx-decider" => Ok(DecisionKind::PplxDecider),
+            _ => Err(
+                match UNSERVED_DECISION_TYPES.iter().find(|(n, _)| *n == name) {
+                    Some((_, why)) => DecisionMetadataError::NotServed {
+                        name: name.to_string(),
+                        why,
+                    },
+                    None => DecisionMetadataError::UnknownType {
+                        name: name.to_string(),
+                    },
+                },
+            ),
+        }
+    }
+}
+
+/// What a decision GGUF says about its read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionMetadata {
+    pub kind: DecisionKind,
+    /// The `systemone` template's Jinja source.
+    pub template: String,
+    /// Fitted temperatures by name (`choice`, `choice.3_5`, `noul.small`, …), each > 0.
+    pub temperatures: BTreeMap<String, f32>,
+}
+
+/// Why a decision GGUF cannot be served.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecisionMetadataError {
+    #[error(
+        "decision type {name:?} is not served by Hunch: {why} (Hunch serves {})",
+        SERVED_DECISION_TYPES.join(", ")
+    )]
+    NotServed { name: String, why: &'static str },
+    #[error(
+        "unknown decision type {name:?} (Hunch serves {}; llama-server also knows nimble, laya, \
+         kev, clef, lfm2-d1 and lfm2-d1-omni)",
+        SERVED_DECISION_TYPES.join(", ")
+    )]
+    UnknownType { name: String },
+    #[error("{key} must be a string naming the decision type, not {got}")]
+    TypeNotString { key: String, got: &'static str },
+    #[error("decision model has no \"systemone\" template (tokenizer.chat_template.systemone)")]
+    NoTemplate,
+    #[error("invalid decision temperature: {key} = {value} (a temperature must be a number > 0)")]
+    Temperature { key: String, value: String },
+}
+
+/// The key that makes a GGUF of architecture `arch` a decision model.
+pub fn decision_type_key(arch: &str) -> String {
+    format!("{arch}.decision.type")
+}
+
+/// The decision metadata of `file`, or `None` for a file that is not a decision model.
+pub fn decision_metadata(
+    file: &GgufFile,
+) -> Result<Option<DecisionMetadata>, DecisionMetadataError> {
+    let Some(arch) = file.architecture() else {
+        return Ok(None);
+    };
+    let type_key = decision_type_key(arch);
+    let Some(value) = file.get(&type_key) else {
+        return Ok(None);
+    };
+    let MetaValue::String(name) = value else {
+        return Err(DecisionMetadataError::TypeNotString {
+            key: type_key,
+            got: value.type_name(),
+        });
+    };
+    let kind = DecisionKind::parse(name)?;
+    let template = file
+        .string("tokenizer.chat_template.systemone")
+        .ok_or(DecisionMetadataError::NoTemplate)?
+        .to_string();
+    let prefix = format!("{arch}.decision.temperature.");
+    let mut temperatures = BTreeMap::new();
+    for (key, value) in file.metadata() {
+        let Some(name) = key.strip_prefix(&prefix) else {
+            continue;
+        };
+        let text = as_llama_string(value);
+        let temperature = text
+            .trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .ok_or_else(|| DecisionMetadataError::Temperature {
+                key: key.clone(),
+                value: text.clone(),
+            })?;
+        temperatures.insert(name.to_string(), temperature);
+    }
+    Ok(Some(DecisionMetadata {
+        kind,
+        template,
+        temperatures,
+    }))
+}
+
+/// A scalar as llama.cpp's `llama_model_meta_val_str` writes it, which is what llama-server
+/// parses a temperature from: integers in decimal, floats as C's `%f` (six decimals, so a
+/// float32 temperature is rounded to a millionth), strings as they are.
+fn as_llama_string(value: &MetaValue) -> String {
+    match value {
+        MetaValue::F32(x) => format!("{:.6}", f64::from(*x)),
+        MetaValue::F64(x) => format!("{x:.6}"),
+        MetaValue::String(s) => s.clone(),
+        MetaValue::Bool(b) => b.to_string(),
+        other => other
+            .as_i64()
+            .map(|i| i.to_string())
+            .or_else(|| other.as_u64().map(|u| u.to_string()))
+            .unwrap_or_else(|| other.type_name().to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_type_llama_server_knows_is_served_or_refused_by_name() {
+        for name in SERVED_DECISION_TYPES {
+            assert_eq!(DecisionKind::parse(name).map(DecisionKind::name), Ok(*name));
+        }
+        for (name, _) in UNSERVED_DECISION_TYPES {
+            let err = DecisionKind::parse(name).expect_err(name).to_string();
+            assert!(
+                err.contains(name) && err.contains("openjev, lev, pplx-decider"),
+                "{err}"
+            );
+        }
+        let err = DecisionKind::parse("future-decision")
+            .expect_err("unknown")
+            .to_string();
+        assert!(
+            err.contains("unknown decision type \"future-decision\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn temperatures_read_as_llama_server_reads_them() {
+        assert_eq!(as_llama_string(&MetaValue::F32(1.25)), "1.250000");
+        // %f rounds a float32 to six decimals; llama-server parses that back.
+        assert_eq!(as_llama_string(&MetaValue::F32(0.123_456_79)), "0.123457");
+        assert_eq!(as_llama_string(&MetaValue::String("1.75".into())), "1.75");
+        assert_eq!(as_llama_string(&MetaValue::U32(2)), "2");
+    }
+}

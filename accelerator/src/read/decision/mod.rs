@@ -1,0 +1,378 @@
+//! The decision-model read: llama.cpp's decision GGUFs of the label-logit types (`openjev`,
+//! `lev`, `pplx-decider`), asked as llama-server asks them (docs/models.md, "Decision models").
+//!
+//! Each question gets one prompt per variant: the model's own `systemone` template over the
+//! question as raw JSON values (`type`, `instructions`, `state`, `options` with their `key`,
+//! `description` and, for lev and pplx-decider, their `label`), tokenised with the special
+//! tokens written in it recognised and nothing added. One forward pass gives the next-token
+//! logits at the prompt's last token; the logits of the question's labels, softmaxed at the
+//! model's fitted temperature and averaged over the variants, are its distribution
+//! ([`readout`]).
+//!
+//! What differs between the types ([`LabelSet`], [`Readout`]): openjev's labels are the letters
+//! `A`–`Z` then `a`–`z` (each one token, or the model is refused at load) and its noul lists
+//! `true` first; lev's and pplx-decider's are the codes `A`…`Z`, `AA`…`ZZ` that are one token,
+//! at most 255, given to the template; lev asks a choice twice (the options reversed the second
+//! time), reads a noul on a 9-point scale at its first nine labels, and sorts every object's
+//! keys before rendering.
+//!
+//! The protocol carries the state, instructions and descriptions as text; structured values are
+//! reconstructed from it as the chat read does (`logits::canonical::reconstruct`), with its one
+//! ambiguity (a string whose text is a JSON object reads as the object). The read never sees
+//! question ids, so a template that reads `id` or `questions` is refused at load.
+
+mod readout;
+#[cfg(test)]
+mod tests;
+
+pub use readout::Readout;
+
+use serde_json::{json, Map, Value};
+
+use super::logits::canonical::reconstruct;
+use super::logits::{PromptTokenizer, Scoring, ScoringSequence};
+use crate::checkpoint::gguf::{DecisionKind, DecisionMetadata};
+use crate::tokenizer::chat::JinjaTemplate;
+use hunch_core::{LabelDistribution, QuestionKind, QuestionLimits, ReadError, ReadRequest};
+
+/// llama-server's bounds on a score's levels.
+const MAX_SCORE_LEVELS: usize = 10;
+/// The most labels a lev or pplx-decider model takes (llama-server's cap).
+const MAX_CODES: usize = 255;
+/// lev's noul scale: 0 = certainly no … 8 = certainly yes.
+pub const LEV_RATINGS: usize = 9;
+
+/// Why a decision model cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DecisionSetupError {
+    #[error("decision label '{0}' is not a single token")]
+    Label(String),
+    #[error("the systemone template: {0}")]
+    Template(String),
+    #[error(
+        "the systemone template reads `{0}`, which Hunch's read does not carry to the model \
+         (question ids and the request's other questions)"
+    )]
+    ReadsUnknown(&'static str),
+    #[error(
+        "a lev model needs {LEV_RATINGS} single-token labels for its noul scale, this one has {0}"
+    )]
+    TooFewLabels(usize),
+}
+
+/// The labels a model answers with, as token ids and (for lev and pplx-decider) their texts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelSet {
+    pub ids: Vec<u32>,
+    /// The label the template is given for each option position; empty where the template is
+    /// given none (openjev).
+    pub texts: Vec<String>,
+}
+
+impl LabelSet {
+    /// The labels of `kind` under `tokenizer`, as llama-server picks them.
+    pub fn new<T: PromptTokenizer>(
+        kind: DecisionKind,
+        tokenizer: &T,
+    ) -> Result<LabelSet, DecisionSetupError> {
+        let single = |text: &str| -> Option<u32> {
+            match tokenizer.encode(text).ok()?.as_slice() {
+                [id] => Some(*id),
+                _ => None,
+            }
+        };
+        match kind {
+            DecisionKind::Openjev => {
+                let ids = ('A'..='Z')
+                    .chain('a'..='z')
+                    .map(|c| single(&c.to_string()).ok_or(DecisionSetupError::Label(c.into())))
+                    .collect::<Result<_, _>>()?;
+                Ok(LabelSet {
+                    ids,
+                    texts: Vec::new(),
+                })
+            }
+            DecisionKind::Lev | DecisionKind::PplxDecider => {
+                let letters = ('A'..='Z').map(String::from);
+                let pairs = ('A'..='Z').flat_map(|a| ('A'..='Z').map(move |b| format!("{a}{b}")));
+                let mut set = LabelSet {
+                    ids: Vec::new(),
+                    texts: Vec::new(),
+                };
+                for code in letters.chain(pairs) {
+                    if set.ids.len() == MAX_CODES {
+                        break;
+                    }
+                    if let Some(id) = single(&code) {
+                        set.ids.push(id);
+                        set.texts.push(code);
+                    }
+                }
+                if kind == DecisionKind::Lev && set.ids.len() < LEV_RATINGS {
+                    return Err(DecisionSetupError::TooFewLabels(set.ids.len()));
+                }
+                Ok(set)
+            }
+        }
+    }
+}
+
+/// Plans decision reads for one model. Built once per model.
+pub struct DecisionPlanner<T: PromptTokenizer> {
+    tokenizer: T,
+    kind: DecisionKind,
+    template: JinjaTemplate,
+    metadata: DecisionMetadata,
+    labels: LabelSet,
+    max_prompt_tokens: usize,
+}
+
+/// The sequences of one request and how their label logits become each question's
+/// distribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionPlan {
+    /// Every question's variants, question by question.
+    pub sequences: Vec<ScoringSequence>,
+    /// One per question, in request order: which sequences are its variants.
+    pub readouts: Vec<Readout>,
+}
+
+impl DecisionPlan {
+    /// Each question's distribution from its sequences' label logits (one list per sequence, in
+    /// the order of [`sequences`](Self::sequences)).
+    pub fn distributions(&self, logits: &[Vec<f32>]) -> Result<Vec<LabelDistribution>, ReadError> {
+        distributions(&self.readouts, logits)
+    }
+}
+
+/// Each readout's distribution from the label logits of every sequence of its plan.
+pub fn distributions(
+    readouts: &[Readout],
+    logits: &[Vec<f32>],
+) -> Result<Vec<LabelDistribution>, ReadError> {
+    let needed = readouts.last().map_or(0, |r| r.sequences.end);
+    if logits.len() != needed {
+        return Err(ReadError::internal(format!(
+            "{} label logit lists for {needed} sequences",
+            logits.len()
+        )));
+    }
+    readouts
+        .iter()
+        .map(|r| r.distribution(&logits[r.sequences.clone()]))
+        .collect()
+}
+
+impl<T: PromptTokenizer> DecisionPlanner<T> {
+    /// A planner for the decision model `metadata` describes, over its `tokenizer`.
+    pub fn new(
+        tokenizer: T,
+        metadata: DecisionMetadata,
+        origin: &str,
+        max_prompt_tokens: usize,
+    ) -> Result<Self, DecisionSetupError> {
+        let template = JinjaTemplate::compile(&metadata.template, origin)
+            .map_err(|e| DecisionSetupError::Template(e.to_string()))?;
+        for unknown in ["id", "questions"] {
+            if template.reads(unknown) {
+                return Err(DecisionSetupError::ReadsUnknown(unknown));
+            }
+        }
+        let labels = LabelSet::new(metadata.kind, &tokenizer)?;
+        let planner = DecisionPlanner {
+            tokenizer,
+            kind: metadata.kind,
+            template,
+            metadata,
+            labels,
+            max_prompt_tokens,
+        };
+        // A template that cannot render a plain question is refused now, not on every read.
+        let probe = ReadRequest {
+            state: "state".into(),
+            questions: vec![hunch_core::Question {
+                instructions: "instructions".into(),
+                kind: QuestionKind::Choice {
+                    options: ["a", "b"]
+                        .map(|name| hunch_core::ChoiceOption {
+                            name: name.into(),
+                            description: None,
+                        })
+                        .into(),
+                },
+            }],
+            options: Default::default(),
+        };
+        planner
+            .render(&probe, 0, 0)
+            .map_err(|e| DecisionSetupError::Template(e.to_string()))?;
+        Ok(planner)
+    }
+
+    pub fn tokenizer(&self) -> &T {
+        &self.tokenizer
+    }
+
+    pub fn kind(&self) -> DecisionKind {
+        self.kind
+    }
+
+    /// How many options and levels a question may have: as many as the model has labels, a
+    /// score at most llama-server's 10 levels.
+    pub fn question_limits(&self) -> QuestionLimits {
+        let labels = self.labels.ids.len();
+        QuestionLimits {
+            max_choice_options: labels,
+            max_score_levels: labels.min(MAX_SCORE_LEVELS),
+        }
+    }
+
+    /// One sequence per question and variant.
+    pub fn plan(&self, request: &ReadRequest) -> Result<DecisionPlan, ReadError> {
+        let limits = self.question_limits();
+        let mut sequences = Vec::new();
+        let mut readouts = Vec::with_capacity(request.questions.len());
+        for (index, question) in request.questions.iter().enumerate() {
+            question
+                .validate(&limits)
+                .map_err(|e| ReadError::InvalidQuestion {
+                    question: index,
+                    message: e.to_string(),
+                })?;
+            let readout = Readout::new(self.kind, question, &self.metadata.temperatures);
+            let first = sequences.len();
+            for variant in 0..readout.variants() {
+                let text = self.render(request, index, variant)?;
+                let tokens = self
+                    .tokenizer
+                    .encode(&text)
+                    .map_err(|e| ReadError::internal(format!("tokenizer: {e}")))?;
+                if tokens.len() > self.max_prompt_tokens {
+                    return Err(ReadError::TooLarge {
+                        message: format!(
+                            "question {index}: the prompt is {} tokens, this model reads at most \
+                             {}",
+                            tokens.len(),
+                            self.max_prompt_tokens
+                        ),
+                    });
+                }
+                sequences.push(ScoringSequence {
+                    question: index,
+                    tokens,
+                    labels: self.labels.ids[..readout.outputs()].to_vec(),
+                    scoring: nominal_scoring(&question.kind),
+                });
+            }
+            readouts.push(readout.over(first..sequences.len()));
+        }
+        Ok(DecisionPlan {
+            sequences,
+            readouts,
+        })
+    }
+
+    /// The prompt of question `index`'s `variant` (1: the options reversed).
+    pub fn render(
+        &self,
+        request: &ReadRequest,
+        index: usize,
+        variant: usize,
+    ) -> Result<String, ReadError> {
+        let question = &request.questions[index];
+        let mut options = self.options(&question.kind);
+        if variant == 1 {
+            options.reverse();
+        }
+        let options: Vec<Value> = options
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, description))| {
+                let mut option = Map::new();
+                option.insert("key".into(), Value::String(key));
+                option.insert("description".into(), description);
+                if let Some(label) = self.labels.texts.get(i) {
+                    option.insert("label".into(), Value::String(label.clone()));
+                }
+                Value::Object(option)
+            })
+            .collect();
+        let mut input = json!({
+            "type": type_name(&question.kind),
+            "instructions": reconstruct(&question.instructions),
+            "state": reconstruct(&request.state),
+            "options": options,
+        });
+        if self.kind == DecisionKind::Lev {
+            // lev was trained on prompts whose objects have their keys sorted.
+            input = sorted_keys(input);
+        }
+        input["images"] = json!([]);
+        self.template
+            .render(&input)
+            .map_err(|e| ReadError::internal(e.to_string()))
+    }
+
+    /// The options as llama-server lists them: a choice's in the request's order, a score's
+    /// levels keyed `0`…, a noul's `false` then `true` (openjev: `true` first).
+    fn options(&self, kind: &QuestionKind) -> Vec<(String, Value)> {
+        let text = |t: &Option<String>| t.as_deref().map_or(Value::Null, reconstruct);
+        match kind {
+            QuestionKind::Choice { options } => options
+                .iter()
+                .map(|o| (o.name.clone(), text(&o.description)))
+                .collect(),
+            QuestionKind::Score { levels } => levels
+                .iter()
+                .enumerate()
+                .map(|(i, level)| (i.to_string(), reconstruct(level)))
+                .collect(),
+            QuestionKind::Noul { yes, no } => {
+                let mut pair = vec![
+                    ("false".to_string(), text(no)),
+                    ("true".to_string(), text(yes)),
+                ];
+                if self.kind == DecisionKind::Openjev {
+                    pair.reverse();
+                }
+                pair
+            }
+        }
+    }
+}
+
+fn type_name(kind: &QuestionKind) -> &'static str {
+    match kind {
+        QuestionKind::Noul { .. } => "noul",
+        QuestionKind::Choice { .. } => "choice",
+        QuestionKind::Score { .. } => "score",
+    }
+}
+
+/// The chat read's scoring of the same kind: only a label for the sequence here (the decision
+/// plan computes distributions itself, [`DecisionPlan::distributions`]).
+fn nominal_scoring(kind: &QuestionKind) -> Scoring {
+    match kind {
+        QuestionKind::Noul { .. } => Scoring::Noul,
+        QuestionKind::Choice { .. } => Scoring::Choice,
+        QuestionKind::Score { .. } => Scoring::Score,
+    }
+}
+
+/// `value` with every object's keys sorted, recursively.
+fn sorted_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
+}

@@ -1,0 +1,254 @@
+//! llama.cpp's decision models read as llama-server reads them: tiny decision GGUFs of each
+//! served type (`tests/data/decision/make_decision_goldens.py` writes them the way llama.cpp's
+//! converters do) against llama.cpp's own tokenizer and forward pass on the same files, with
+//! llama-server's prompt, label and answer rules (docs/models.md, "Decision models"): the
+//! rendered prompts byte for byte, the token and label ids exactly, the answers within the
+//! difference the two engines' arithmetic makes.
+
+use std::path::{Path, PathBuf};
+
+use hunch_accelerator::engine::causal::Planner;
+use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
+use hunch_accelerator::server::ReadEngine;
+use hunch_core::{Answer, ReadRequest};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How far Hunch's label logits may be from llama.cpp's. Both multiply the file's Q8_0
+/// weights, but llama.cpp rounds each activation block to 8 bits first and Hunch to 16
+/// (docs/logit-read.md, "Kernels"), keeps its K/V cache in float16, and sums in another order:
+/// measured on these files, at most 0.049 (0.032 with Hunch's activations at 8 bits too, so
+/// most of it is the float16 cache and the order); twice that is allowed.
+const LOGIT_TOLERANCE: f32 = 0.1;
+/// The same difference in a probability (a softmax moves at most a quarter of its logits'
+/// change, divided by the temperature; the smallest here is 0.7).
+const PROBABILITY_TOLERANCE: f64 = 0.02;
+
+#[derive(Deserialize)]
+struct Goldens {
+    files: Vec<GoldenFile>,
+}
+
+#[derive(Deserialize)]
+struct GoldenFile {
+    file: String,
+    #[serde(rename = "type")]
+    kind: String,
+    labels: usize,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    request: ReadRequest,
+    questions: Vec<GoldenQuestion>,
+}
+
+#[derive(Deserialize)]
+struct GoldenQuestion {
+    variants: Vec<Variant>,
+    distribution: Vec<f64>,
+    answer: Value,
+}
+
+#[derive(Deserialize)]
+struct Variant {
+    prompt: String,
+    tokens: Vec<u32>,
+    labels: Vec<u32>,
+    label_logits: Vec<f32>,
+}
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/decision")
+}
+
+fn goldens() -> Goldens {
+    let text = std::fs::read_to_string(data().join("decision-goldens.json")).expect("goldens");
+    serde_json::from_str(&text).expect("parse goldens")
+}
+
+fn close(a: f64, b: f64, tolerance: f64) -> bool {
+    (a - b).abs() <= tolerance
+}
+
+#[test]
+fn decision_models_answer_as_llama_server_does() {
+    for golden in goldens().files {
+        let path = data().join(&golden.file);
+        let mut engine = CausalEngine::load(&path, &CausalEngineOptions::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", golden.file));
+        let info = engine.info().expect("info");
+        let kind = info.kind.expect("kind");
+        assert_eq!(kind.read, "decision", "{}", golden.file);
+        assert_eq!(kind.family, "decision", "{}", golden.file);
+        assert_eq!(kind.decision_type.as_deref(), Some(golden.kind.as_str()));
+        assert!(
+            info.fingerprint
+                .contains(&format!("/decision-v1-{}/", golden.kind)),
+            "{}",
+            info.fingerprint
+        );
+        assert_eq!(info.limits.questions.max_choice_options, golden.labels);
+        for (c, case) in golden.cases.iter().enumerate() {
+            let name = format!("{} case {c}", golden.file);
+            let Planner::Decision(planner) = engine.planner() else {
+                panic!("{} is planned as a chat model", golden.file)
+            };
+            let plan = engine.planner().plan(&case.request).expect("plan");
+            let mut sequences = plan.sequences.iter();
+            for (q, question) in case.questions.iter().enumerate() {
+                for (v, variant) in question.variants.iter().enumerate() {
+                    let prompt = planner.render(&case.request, q, v).expect("render");
+                    assert_eq!(prompt, variant.prompt, "{name}: question {q} variant {v}");
+                    let sequence = sequences.next().expect("a sequence per variant");
+                    assert_eq!(sequence.tokens, variant.tokens, "{name}: q{q} v{v} tokens");
+                    assert_eq!(sequence.labels, variant.labels, "{name}: q{q} v{v} labels");
+                }
+            }
+            assert!(sequences.next().is_none(), "{name}: extra sequences");
+
+            let outcome = engine.read(&case.request).expect("read");
+            for (q, question) in case.questions.iter().enumerate() {
+                let ours = &outcome.distributions[q].0;
+                assert_eq!(ours.len(), question.distribution.len(), "{name}: q{q}");
+                for (a, b) in ours.iter().zip(&question.distribution) {
+                    assert!(
+                        close(*a, *b, PROBABILITY_TOLERANCE),
+                        "{name}: q{q} distribution {ours:?} against llama.cpp's {:?}",
+                        question.distribution
+                    );
+                }
+                let answer = Answer::from_distribution(
+                    &case.request.questions[q],
+                    &outcome.distributions[q],
+                )
+                .expect("answer");
+                let answer = serde_json::to_value(answer).expect("json");
+                compare_answers(&answer, &question.answer, &format!("{name}: q{q}"));
+            }
+            // The label logits themselves, sequence by sequence.
+            let hunch_logits = label_logits(&mut engine, &case.request);
+            let theirs = case.questions.iter().flat_map(|q| &q.variants);
+            let mut worst = 0f32;
+            for (ours, variant) in hunch_logits.iter().zip(theirs) {
+                for (a, b) in ours.iter().zip(&variant.label_logits) {
+                    worst = worst.max((a - b).abs());
+                    assert!(
+                        (a - b).abs() <= LOGIT_TOLERANCE,
+                        "{name}: label logits {ours:?} against llama.cpp's {:?}",
+                        variant.label_logits
+                    );
+                }
+            }
+            // Shown with --nocapture: the figure docs/models.md quotes.
+            eprintln!("{name}: largest label-logit difference from llama.cpp {worst:.5}");
+        }
+    }
+}
+
+/// Every sequence's label logits, as the engine reads them.
+fn label_logits(engine: &mut CausalEngine, request: &ReadRequest) -> Vec<Vec<f32>> {
+    let plan = engine.planner().plan(request).expect("plan");
+    let mut stats = hunch_core::ReadStats::default();
+    engine
+        .label_logits(&plan.sequences, &mut stats)
+        .expect("label logits")
+}
+
+/// The same answer: the same choice where llama.cpp's is clear, every number within tolerance.
+fn compare_answers(ours: &Value, theirs: &Value, name: &str) {
+    assert_eq!(ours["type"], theirs["type"], "{name}");
+    match (ours, theirs) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, expected) in b {
+                let got = &a[key];
+                match (got, expected) {
+                    (Value::Number(x), Value::Number(y)) => {
+                        let (x, y) = (
+                            x.as_f64().unwrap_or(f64::NAN),
+                            y.as_f64().unwrap_or(f64::NAN),
+                        );
+                        // A confidence or a score spreads a probability's difference over
+                        // the options; ten options at most.
+                        assert!(
+                            close(x, y, 10.0 * PROBABILITY_TOLERANCE),
+                            "{name}: {key} {x} vs {y}"
+                        );
+                    }
+                    (Value::Object(_), Value::Object(_)) => {
+                        compare_answers_map(got, expected, name)
+                    }
+                    (Value::String(x), Value::String(y)) if key == "choice" && x != y => {
+                        let p =
+                            |v: &Value| v["probabilities"].as_object().cloned().unwrap_or_default();
+                        let theirs = p(theirs);
+                        let margin =
+                            theirs[y].as_f64().unwrap_or(0.0) - theirs[x].as_f64().unwrap_or(0.0);
+                        assert!(margin <= 2.0 * PROBABILITY_TOLERANCE, "{name}: {x} vs {y}");
+                    }
+                    _ => assert_eq!(got, expected, "{name}: {key}"),
+                }
+            }
+        }
+        _ => panic!("{name}: answers are not objects"),
+    }
+}
+
+fn compare_answers_map(ours: &Value, theirs: &Value, name: &str) {
+    let (Some(a), Some(b)) = (ours.as_object(), theirs.as_object()) else {
+        panic!("{name}: not maps")
+    };
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "{name}: keys in order"
+    );
+    for (key, y) in b {
+        let (x, y) = (
+            a[key].as_f64().unwrap_or(f64::NAN),
+            y.as_f64().unwrap_or(f64::NAN),
+        );
+        assert!(
+            close(x, y, PROBABILITY_TOLERANCE),
+            "{name}: {key} {x} vs {y}"
+        );
+    }
+}
+
+/// A decision model Hunch cannot serve is refused at load, naming why; never read as a chat
+/// model.
+#[test]
+fn unservable_decision_models_are_refused_by_name() {
+    let causal = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal/refused");
+    for (path, expect) in [
+        (
+            data().join("tiny-llama.laya.gguf"),
+            &[
+                "\"laya\" is not served",
+                "encoder",
+                "openjev, lev, pplx-decider",
+            ][..],
+        ),
+        (
+            data().join("tiny-llama.future.gguf"),
+            &["unknown decision type \"future-decision\""][..],
+        ),
+        (
+            data().join("tiny-llama.broken-template.gguf"),
+            &["systemone template", "a decision model cannot be read"][..],
+        ),
+        (
+            causal.join("tiny-qwen2.decision.gguf"),
+            &["no \"systemone\" template"][..],
+        ),
+    ] {
+        let err = CausalEngine::load(&path, &CausalEngineOptions::default())
+            .err()
+            .unwrap_or_else(|| panic!("{} loaded", path.display()))
+            .to_string();
+        for e in expect {
+            assert!(err.contains(e), "{}: {err:?} lacks {e:?}", path.display());
+        }
+    }
+}

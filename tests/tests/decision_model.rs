@@ -1,0 +1,120 @@
+//! A llama.cpp decision model (a GGUF with `<arch>.decision.type`, docs/models.md "Decision
+//! models") served by `hunch serve` with a REAL sidecar, found in a models directory: it
+//! answers every question type on `/v1/systemone`, `/v1/models` says what it is
+//! (`x_family`/`x_read` `decision`, `x_decision_type`, the limits its labels give), a question
+//! past those limits is a 422 naming the limit, and a decision type Hunch does not serve is a
+//! 409 naming the type while the other model keeps answering.
+
+use hunch_e2e::http::{get_json, post_systemone};
+use hunch_e2e::{accelerator_bin, start_hunch_with, wait_ready_or_logs, workspace_root};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+async fn listed(url: &str, name: &str) -> Value {
+    let list = get_json(&format!("{url}/v1/models")).await;
+    list["models"]
+        .as_array()
+        .and_then(|m| m.iter().find(|e| e["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("{name} is not listed: {list}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refused() {
+    let data = workspace_root().join("accelerator/tests/data/decision");
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (file, name) in [
+        ("tiny-qwen3.lev.gguf", "lev"),
+        ("tiny-llama.laya.gguf", "laya"),
+    ] {
+        std::fs::copy(data.join(file), dir.path().join(format!("{name}.gguf")))
+            .expect("copy a checkpoint");
+    }
+    let d = dir.path().to_string_lossy().into_owned();
+    let bin = accelerator_bin().to_string_lossy().into_owned();
+    let hunch = start_hunch_with(
+        &["--models-dir", d.as_str()],
+        &[("HUNCH_ACCELERATOR_BIN", bin)],
+    );
+    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+
+    let body = json!({"model": "lev", "state": {"order": 7, "status": "crushed box"},
+        "questions": {
+            "damaged": {"type": "noul", "instructions": "Did it arrive damaged?",
+                        "criteria": {"true": "broken", "false": "intact"}},
+            "intent": {"type": "choice", "instructions": "What do they want?",
+                       "criteria": {"refund": null, "replacement": "a new one", "nothing": null}},
+            "severity": {"type": "score", "instructions": "How bad?",
+                         "criteria": ["none", "minor", "serious"]}}});
+    let response = post_systemone(&hunch.url, &body).await;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{text}\nlogs:\n{}", hunch.process.logs());
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    let noul = answer["answers"]["damaged"]["noul"].as_f64().expect("noul");
+    assert!((0.0..=1.0).contains(&noul), "{answer}");
+    let intent = &answer["answers"]["intent"];
+    let probabilities = intent["probabilities"].as_object().expect("probabilities");
+    assert_eq!(
+        probabilities.keys().collect::<Vec<_>>(),
+        ["refund", "replacement", "nothing"],
+        "the request's options, in its order: {answer}"
+    );
+    let total: f64 = probabilities.values().filter_map(Value::as_f64).sum();
+    assert!((total - 1.0).abs() < 1e-9, "{answer}");
+    assert!(
+        answer["answers"]["severity"]["score"].as_f64().is_some(),
+        "{answer}"
+    );
+    // lev reads a choice twice (the options reversed the second time): four prompts for
+    // three questions.
+    assert!(
+        answer["usage"]["input_tokens"].as_u64().unwrap_or(0) > 0,
+        "{answer}"
+    );
+
+    let entry = listed(&hunch.url, "lev").await;
+    assert_eq!(entry["x_family"], "decision", "{entry}");
+    assert_eq!(entry["x_read"], "decision", "{entry}");
+    assert_eq!(entry["x_decision_type"], "lev", "{entry}");
+    // The tiny vocabulary spells A..Z as single tokens and no pair: 26 labels.
+    assert_eq!(entry["x_max_choice_options"], 26, "{entry}");
+    assert_eq!(entry["x_max_score_levels"], 10, "{entry}");
+    assert!(
+        entry["x_fingerprint"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("/decision-v1-lev/"),
+        "{entry}"
+    );
+
+    // Past the model's limits: llama-server's bound of ten levels.
+    let levels: Vec<String> = (0..11).map(|i| format!("level {i}")).collect();
+    let too_many = json!({"model": "lev", "state": "s",
+        "questions": {"q": {"type": "score", "instructions": "How much?", "criteria": levels}}});
+    let response = post_systemone(&hunch.url, &too_many).await;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, 422, "{text}");
+    assert!(text.contains("10"), "names the limit: {text}");
+
+    // An unserved type: refused by name, and the other model unaffected.
+    let laya = json!({"model": "laya", "state": "s",
+        "questions": {"q": {"type": "noul", "instructions": "Is it?"}}});
+    let response = post_systemone(&hunch.url, &laya).await;
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    assert_eq!(status, 409, "{text}\nlogs:\n{}", hunch.process.logs());
+    assert!(text.contains("laya"), "{text}");
+    let entry = listed(&hunch.url, "laya").await;
+    assert_eq!(entry["x_state"], "failed", "{entry}");
+    assert_eq!(entry["x_refused"], true, "{entry}");
+    assert!(
+        entry["x_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not served"),
+        "{entry}"
+    );
+    let again = post_systemone(&hunch.url, &body).await;
+    assert_eq!(again.status().as_u16(), 200);
+}
