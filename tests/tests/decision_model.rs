@@ -97,6 +97,17 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
     assert_eq!(status, 422, "{text}");
     assert!(text.contains("10"), "names the limit: {text}");
 
+    // Instructions without content: llama-server's 422 (a decision template has no fallback).
+    for instructions in [json!(""), json!({}), json!([])] {
+        let empty = json!({"model": "lev", "state": "s",
+            "questions": {"q": {"type": "noul", "instructions": instructions}}});
+        let response = post_systemone(&hunch.url, &empty).await;
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        assert_eq!(status, 422, "{instructions}: {text}");
+        assert!(text.contains("instructions"), "{text}");
+    }
+
     // An unserved type: refused by name, and the other model unaffected.
     let laya = json!({"model": "laya", "state": "s",
         "questions": {"q": {"type": "noul", "instructions": "Is it?"}}});

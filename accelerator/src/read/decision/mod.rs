@@ -239,6 +239,17 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
                     question: index,
                     message: e.to_string(),
                 })?;
+            if !carries_content(&reconstruct(&question.instructions)) {
+                // A decision model's template has no fallback for missing instructions (lev's
+                // converter leaves that rule to the server), so the question is refused as
+                // llama-server refuses it.
+                return Err(ReadError::InvalidQuestion {
+                    question: index,
+                    message: "a decision model needs instructions with content: a non-empty \
+                              string, object or array"
+                        .into(),
+                });
+            }
             let readout = Readout::new(self.kind, question, &self.metadata.temperatures);
             let first = sequences.len();
             for variant in 0..readout.variants() {
@@ -356,6 +367,16 @@ fn nominal_scoring(kind: &QuestionKind) -> Scoring {
         QuestionKind::Noul { .. } => Scoring::Noul,
         QuestionKind::Choice { .. } => Scoring::Choice,
         QuestionKind::Score { .. } => Scoring::Score,
+    }
+}
+
+/// Whether instructions say something: a non-empty string, object or array.
+fn carries_content(value: &Value) -> bool {
+    match value {
+        Value::String(s) => !s.is_empty(),
+        Value::Object(map) => !map.is_empty(),
+        Value::Array(items) => !items.is_empty(),
+        _ => false,
     }
 }
 

@@ -192,6 +192,18 @@ fn limits_and_bad_templates_are_refused_by_name() {
         "{err:?}"
     );
 
+    for empty in ["", "{}", "[]"] {
+        let mut q = noul();
+        q.instructions = empty.into();
+        let err = p
+            .plan(&request("s", vec![q]))
+            .expect_err("empty instructions");
+        assert!(
+            err.to_string().contains("instructions with content"),
+            "{empty:?}: {err}"
+        );
+    }
+
     let reads_id = metadata(DecisionKind::Openjev, "{{ id }}: {{ state }}", &[]);
     let err = DecisionPlanner::new(CharTokenizer, reads_id, "t", 100)
         .err()

@@ -135,14 +135,11 @@ pub fn rows(state: &AppState) -> Vec<ModelRow> {
                 resident_bytes: resident,
                 estimated_bytes: estimated,
                 pinned,
-                family: info
-                    .kind
-                    .as_ref()
-                    .map(|k| match &k.decision_type {
-                        // A decision model says which: its type decides how it is read.
-                        Some(t) => format!("{} {t} ({})", k.family, k.architecture),
-                        None => format!("{} ({})", k.family, k.architecture),
-                    }),
+                family: info.kind.as_ref().map(|k| match &k.decision_type {
+                    // A decision model says which: its type decides how it is read.
+                    Some(t) => format!("{} {t} ({})", k.family, k.architecture),
+                    None => format!("{} ({})", k.family, k.architecture),
+                }),
                 layout: info
                     .kind
                     .as_ref()
