@@ -76,3 +76,13 @@ pub fn metric_in<T: FromStr + Sum>(text: &str, line_prefix: &str) -> T {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<T>().ok())
         .sum()
 }
+
+/// The entry `name` of the server at `url`'s `GET /v1/models` (panics, showing the list, when it
+/// is not listed).
+pub async fn listed_model(url: &str, name: &str) -> Value {
+    let list = get_json(&format!("{url}/v1/models")).await;
+    list["models"]
+        .as_array()
+        .and_then(|m| m.iter().find(|e| e["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("{name} is not listed: {list}"))
+}

@@ -11,7 +11,7 @@ pub mod http;
 pub mod webdriver;
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -207,6 +207,19 @@ pub struct Hunch {
 
 /// Starts `hunch serve --listen 127.0.0.1:0 ARGS…` with extra environment; returns once it
 /// listens. THE one place that decides which server the e2e tests run.
+/// `hunch serve` over the models directory `dir` with the real sidecar, ready (or failed with
+/// its logs) within a minute.
+pub async fn start_hunch_over_models_dir(dir: &Path) -> Hunch {
+    let d = dir.to_string_lossy().into_owned();
+    let bin = accelerator_bin().to_string_lossy().into_owned();
+    let hunch = start_hunch_with(
+        &["--models-dir", d.as_str()],
+        &[("HUNCH_ACCELERATOR_BIN", bin)],
+    );
+    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+    hunch
+}
+
 pub fn start_hunch_with(args: &[&str], env: &[(&str, String)]) -> Hunch {
     let mut all = vec!["serve".to_string(), "--listen".into(), "127.0.0.1:0".into()];
     all.extend(args.iter().map(|a| a.to_string()));

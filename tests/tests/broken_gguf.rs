@@ -5,9 +5,7 @@
 //! (`accelerator/src/checkpoint/gguf/tests.rs`); this is the path from the file to the operator.
 
 use hunch_e2e::http::{get_json, post_systemone};
-use hunch_e2e::{
-    accelerator_bin, eventually, start_hunch_with, wait_ready_or_logs, workspace_root,
-};
+use hunch_e2e::{eventually, start_hunch_over_models_dir, workspace_root};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -29,13 +27,7 @@ async fn a_truncated_gguf_fails_its_load_naming_the_tensor_and_models_lists_why(
     file.set_len(len - 100).expect("truncate");
     drop(file);
 
-    let d = dir.path().to_string_lossy().into_owned();
-    let bin = accelerator_bin().to_string_lossy().into_owned();
-    let hunch = start_hunch_with(
-        &["--models-dir", d.as_str()],
-        &[("HUNCH_ACCELERATOR_BIN", bin)],
-    );
-    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+    let hunch = start_hunch_over_models_dir(dir.path()).await;
 
     let request = json!({"model": "broken", "state": "I was charged twice this month.",
         "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"}}});

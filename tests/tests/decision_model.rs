@@ -5,18 +5,9 @@
 //! past those limits is a 422 naming the limit, and a decision type Hunch does not serve is a
 //! 409 naming the type while the other model keeps answering.
 
-use hunch_e2e::http::{get_json, post_systemone};
-use hunch_e2e::{accelerator_bin, start_hunch_with, wait_ready_or_logs, workspace_root};
+use hunch_e2e::http::{listed_model, post_systemone};
+use hunch_e2e::{start_hunch_over_models_dir, workspace_root};
 use serde_json::{json, Value};
-use std::time::Duration;
-
-async fn listed(url: &str, name: &str) -> Value {
-    let list = get_json(&format!("{url}/v1/models")).await;
-    list["models"]
-        .as_array()
-        .and_then(|m| m.iter().find(|e| e["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("{name} is not listed: {list}"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refused() {
@@ -29,13 +20,7 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
         std::fs::copy(data.join(file), dir.path().join(format!("{name}.gguf")))
             .expect("copy a checkpoint");
     }
-    let d = dir.path().to_string_lossy().into_owned();
-    let bin = accelerator_bin().to_string_lossy().into_owned();
-    let hunch = start_hunch_with(
-        &["--models-dir", d.as_str()],
-        &[("HUNCH_ACCELERATOR_BIN", bin)],
-    );
-    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+    let hunch = start_hunch_over_models_dir(dir.path()).await;
 
     let body = json!({"model": "lev", "state": {"order": 7, "status": "crushed box"},
         "questions": {
@@ -72,7 +57,7 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
         "{answer}"
     );
 
-    let entry = listed(&hunch.url, "lev").await;
+    let entry = listed_model(&hunch.url, "lev").await;
     assert_eq!(entry["x_family"], "decision", "{entry}");
     assert_eq!(entry["x_read"], "decision", "{entry}");
     assert_eq!(entry["x_decision_type"], "lev", "{entry}");
@@ -116,7 +101,7 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
     let text = response.text().await.unwrap_or_default();
     assert_eq!(status, 409, "{text}\nlogs:\n{}", hunch.process.logs());
     assert!(text.contains("laya"), "{text}");
-    let entry = listed(&hunch.url, "laya").await;
+    let entry = listed_model(&hunch.url, "laya").await;
     assert_eq!(entry["x_state"], "failed", "{entry}");
     assert_eq!(entry["x_refused"], true, "{entry}");
     assert!(

@@ -5,9 +5,10 @@
 //! keeps answering; and once the model's settings name the key harmless
 //! (`ignore_config_keys` in `hunch-models.toml`), the same request loads it and is answered.
 
-use hunch_e2e::http::{get_json, post_systemone};
+use hunch_e2e::http::{listed_model, post_systemone};
 use hunch_e2e::{
-    accelerator_bin, eventually, start_hunch_with, wait_ready_or_logs, workspace_root,
+    accelerator_bin, eventually, start_hunch_over_models_dir, start_hunch_with, wait_ready_or_logs,
+    workspace_root,
 };
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -17,14 +18,6 @@ const KEY: &str = "qwen2.attention.zoom";
 fn request(model: &str) -> Value {
     json!({"model": model, "state": "I was charged twice this month.",
            "questions": {"billing": {"type": "noul", "instructions": "Is this about billing?"}}})
-}
-
-async fn listed(url: &str, name: &str) -> Value {
-    let list = get_json(&format!("{url}/v1/models")).await;
-    list["models"]
-        .as_array()
-        .and_then(|m| m.iter().find(|e| e["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("{name} is not listed: {list}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -38,13 +31,7 @@ async fn a_refused_checkpoint_is_a_409_until_its_settings_fix_it() {
         std::fs::copy(data.join(file), dir.path().join(format!("{name}.gguf")))
             .expect("copy a checkpoint");
     }
-    let d = dir.path().to_string_lossy().into_owned();
-    let bin = accelerator_bin().to_string_lossy().into_owned();
-    let hunch = start_hunch_with(
-        &["--models-dir", d.as_str()],
-        &[("HUNCH_ACCELERATOR_BIN", bin)],
-    );
-    wait_ready_or_logs(&hunch, Duration::from_secs(60)).await;
+    let hunch = start_hunch_over_models_dir(dir.path()).await;
 
     // The first read loads it, the sidecar refuses it, and the read is told so: 4xx, no retry.
     let response = post_systemone(&hunch.url, &request("zoom")).await;
@@ -57,7 +44,7 @@ async fn a_refused_checkpoint_is_a_409_until_its_settings_fix_it() {
         assert!(text.contains(part), "{part}: {text}");
     }
 
-    let entry = listed(&hunch.url, "zoom").await;
+    let entry = listed_model(&hunch.url, "zoom").await;
     assert_eq!(entry["x_state"], "failed", "{entry}");
     assert_eq!(entry["x_refused"], true, "{entry}");
     let error = entry["x_error"].as_str().unwrap_or_default();
@@ -68,7 +55,7 @@ async fn a_refused_checkpoint_is_a_409_until_its_settings_fix_it() {
     let good_status = good.status().as_u16();
     let good_text = good.text().await.unwrap_or_default();
     assert_eq!(good_status, 200, "{good_text}");
-    let good_entry = listed(&hunch.url, "good").await;
+    let good_entry = listed_model(&hunch.url, "good").await;
     assert!(good_entry.get("x_refused").is_none(), "{good_entry}");
 
     // The operator names the key harmless; a rescan reads it and, past the failed load's
@@ -93,7 +80,7 @@ async fn a_refused_checkpoint_is_a_409_until_its_settings_fix_it() {
         }
     })
     .await;
-    let entry = listed(&hunch.url, "zoom").await;
+    let entry = listed_model(&hunch.url, "zoom").await;
     assert_eq!(entry["x_state"], "loaded", "{entry}");
     assert!(entry.get("x_refused").is_none(), "{entry}");
     assert_eq!(entry["x_ignored_config_keys"], json!([KEY]), "{entry}");
@@ -130,7 +117,7 @@ async fn a_pinned_model_whose_checkpoint_is_refused_is_a_409_too() {
     eventually(Duration::from_secs(10), || {
         let url = url.clone();
         async move {
-            let entry = listed(&url, "zoom").await;
+            let entry = listed_model(&url, "zoom").await;
             if entry["x_state"] == "failed" && entry["x_refused"] == true {
                 assert!(
                     entry["x_error"].as_str().unwrap_or_default().contains(KEY),
