@@ -9,6 +9,8 @@
 
 pub mod causal;
 mod chunk_cache;
+#[cfg(test)]
+mod decision_tests;
 mod diffusion;
 mod planner;
 mod refusal;

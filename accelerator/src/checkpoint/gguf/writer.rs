@@ -76,6 +76,19 @@ impl Writer {
         }
     }
 
+    /// Every key and tensor of `file`, to be written again (with more keys: [`meta`](Self::meta)).
+    pub fn copy_of(file: &super::GgufFile) -> Self {
+        let mut writer = Writer::new();
+        for (key, value) in file.metadata() {
+            writer = writer.meta(key, value.clone());
+        }
+        for info in file.tensors() {
+            let bytes = file.bytes_of(info).to_vec();
+            writer = writer.tensor(&info.name, &info.dims, info.ggml_type.id(), bytes);
+        }
+        writer
+    }
+
     pub fn meta(mut self, key: &str, v: MetaValue) -> Self {
         self.metadata.push((key.to_owned(), v));
         self

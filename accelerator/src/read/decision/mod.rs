@@ -217,6 +217,11 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         self.kind
     }
 
+    /// The labels the model answers with, in option order.
+    pub fn labels(&self) -> &LabelSet {
+        &self.labels
+    }
+
     /// How many options and levels a question may have: as many as the model has labels, a
     /// score at most llama-server's 10 levels.
     pub fn question_limits(&self) -> QuestionLimits {

@@ -287,6 +287,40 @@ def main():
     for name, base, dtype, template, temps in REFUSED:
         write_fixture(name, base, dtype, template, temps)
     (HERE / "decision-goldens.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    smollm2()
+
+
+def smollm2():
+    """The same cases on the default model's real file (SmolLM2-135M-Instruct Q4_1: a 49,152-id
+    BPE vocabulary, so lev's and pplx-decider's labels run past A..Z into the two-letter codes
+    that are one token) made a decision model, for the engine's unit test
+    (`engine/decision_tests.rs`, which makes the same copy itself). Not committed: the copies."""
+    import os
+    import tempfile
+    p = os.environ.get("HUNCH_SMOLLM2_GGUF")
+    source = Path(p) if p else Path.home() / ".cache/hunch/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+    out = {"source_bytes": source.stat().st_size, "files": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for dtype, template, temps in (("lev", lev_template(), SMOLLM2_TEMPERATURES),
+                                       ("pplx-decider", pplx_template(), SMOLLM2_TEMPERATURES)):
+            path = Path(tmp) / f"smollm2.{dtype}.gguf"
+            write_decision_gguf(source, path, dtype, template, temps)
+            server = Server(path, dtype, template, temps)
+            cases = []
+            for case in CASES:
+                answers = {qid: server.answer(copy.deepcopy(case["state"]), qid, q)
+                           for qid, q in case["questions"].items()}
+                cases.append({"request": hunch_request(case), "questions": list(answers.values())})
+            out["files"].append({"type": dtype, "template": template,
+                                 "temperatures": {k: v for k, (v, _) in temps.items()},
+                                 "label_ids": server.labels,
+                                 "label_texts": server.label_texts, "cases": cases})
+            print(f"SmolLM2 {dtype}: {len(server.labels)} labels")
+    (HERE / "decision-goldens-smollm2.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+
+
+# The temperatures the engine test writes into its copies (float32 keys).
+SMOLLM2_TEMPERATURES = {"choice": (1.2, "f32"), "score": (0.8, "f32"), "noul": (1.0, "f32")}
 
 
 if __name__ == "__main__":
