@@ -6,7 +6,7 @@
 //! `scripts/setup.sh` fills; without it that test says so and passes.
 
 use hunch_accelerator::checkpoint::gguf::GgufFile;
-use hunch_accelerator::read::logits::labels::LabelTables;
+use hunch_accelerator::read::logits::plan::label_tables;
 use hunch_accelerator::read::logits::PromptTokenizer;
 use hunch_accelerator::tokenizer::chat::{ChatMessage, ChatTokenizer, ChatTokenizerError};
 use serde_json::Value;
@@ -126,7 +126,7 @@ fn check(name: &str, t: &ChatTokenizer, g: &Value) {
             "{name}: BOS already written"
         );
     }
-    LabelTables::new(t).expect("label tables");
+    label_tables(t).expect("label tables");
 }
 
 #[test]
@@ -188,7 +188,7 @@ fn smollm2_gguf_matches_llama_cpp_and_transformers() {
     assert_eq!(t.eos_id(), Some(2));
     assert_eq!(t.bos_for("<|im_start|>"), None, "SmolLM2 adds no BOS");
     // Every v1 label and every extra choice label is one token at SmolLM2's answer boundary.
-    let limits = LabelTables::new(&t).expect("label tables").limits();
+    let limits = label_tables(&t).expect("label tables").limits();
     assert_eq!(
         (limits.max_choice_options, limits.max_score_levels),
         (255, 50)

@@ -22,11 +22,31 @@
 //! exactly the probe's answer for every label. A request that does not gets every label checked
 //! on its own prompt.
 
-use super::prompt::{self, Prefill};
 use super::score::Scoring;
 use super::PromptTokenizer;
 use hunch_core::{Question, QuestionKind, QuestionLimits, MAX_CHOICE_OPTIONS};
 use std::collections::{HashMap, HashSet};
+
+/// The unfinished assistant answer appended to the rendered chat template: the next token the
+/// model predicts is the label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Prefill {
+    /// `{"answer": "` — letter labels (choice; score above 10 levels).
+    Letter,
+    /// `{"answer": ` (one trailing space) — digit labels (score up to 10 levels; noul).
+    Digit,
+}
+
+impl Prefill {
+    pub const ALL: [Prefill; 2] = [Prefill::Letter, Prefill::Digit];
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Prefill::Letter => "{\"answer\": \"",
+            Prefill::Digit => "{\"answer\": ",
+        }
+    }
+}
 
 /// How many letters v1 defines: `A`–`Z`, then `a`–`x`.
 pub const V1_LETTERS: usize = 50;
@@ -229,22 +249,12 @@ impl KindTable {
 }
 
 impl LabelTables {
-    /// Checks every label of every scheme after a probe prompt of `tokenizer`'s template.
-    pub fn new<T: PromptTokenizer>(tokenizer: &T) -> Result<LabelTables, LabelError> {
-        let probe_question = Question {
-            instructions: String::new(),
-            kind: QuestionKind::Noul {
-                yes: None,
-                no: None,
-            },
-        };
-        let system = prompt::system_message([""]);
-        let user =
-            prompt::user_message("", &probe_question, &question_labels(&probe_question, &[]));
-        let rendered = tokenizer
-            .render_chat(&system, &user)
-            .map_err(LabelError::Render)?;
-
+    /// Checks every label of every scheme after `rendered`, a probe prompt of `tokenizer`'s
+    /// template (`prompt::probe_messages` rendered).
+    pub fn new<T: PromptTokenizer>(
+        tokenizer: &T,
+        rendered: &str,
+    ) -> Result<LabelTables, LabelError> {
         let digit_probe = format!("{rendered}{}", Prefill::Digit.text());
         let digit = KindTable::build(tokenizer, &digit_probe, &digits(0..10))?;
 

@@ -36,8 +36,9 @@ pub mod prompt;
 pub mod score;
 
 pub use labels::LabelError;
+pub use labels::Prefill;
 pub use plan::{LogitPlan, LogitPlanner, ScoringSequence};
-pub use prompt::{v1_messages, Prefill};
+pub use prompt::v1_messages;
 pub use score::Scoring;
 
 /// What the label-logit read needs from a chat model's tokenizer.
@@ -88,7 +89,6 @@ impl PromptTokenizer for crate::tokenizer::chat::ChatTokenizer {
 
 #[cfg(test)]
 mod chat_tokenizer_tests {
-    use crate::read::logits::labels::LabelTables;
     use crate::tokenizer::chat::ChatTokenizer;
 
     /// A real chat tokenizer (the tiny Llama checkpoint's folder) answers what the label
@@ -98,6 +98,6 @@ mod chat_tokenizer_tests {
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/causal/tiny-llama");
         let t = ChatTokenizer::from_dir(&dir).expect("loads");
-        LabelTables::new(&t).expect("tables");
+        crate::read::logits::plan::label_tables(&t).expect("tables");
     }
 }

@@ -2,7 +2,7 @@
 //! the labels whose next-token logits make the question's distribution.
 
 use super::labels::{question_labels, LabelError, LabelFailure, LabelTables};
-use super::prompt::{briefing, system_message, user_message};
+use super::prompt::{briefing, probe_messages, system_message, user_message};
 use super::score::Scoring;
 use super::PromptTokenizer;
 use hunch_core::{LabelDistribution, QuestionLimits, ReadError, ReadRequest};
@@ -50,10 +50,19 @@ impl ScoringSequence {
     }
 }
 
+/// `tokenizer`'s label tables, checked after the probe prompt rendered by its template.
+pub fn label_tables<T: PromptTokenizer>(tokenizer: &T) -> Result<LabelTables, LabelError> {
+    let (system, user) = probe_messages();
+    let rendered = tokenizer
+        .render_chat(&system, &user)
+        .map_err(LabelError::Render)?;
+    LabelTables::new(tokenizer, &rendered)
+}
+
 impl<T: PromptTokenizer> LogitPlanner<T> {
     /// A planner over `tokenizer`, refusing sequences longer than `max_prompt_tokens`.
     pub fn new(tokenizer: T, max_prompt_tokens: usize) -> Result<Self, LabelError> {
-        let tables = LabelTables::new(&tokenizer)?;
+        let tables = label_tables(&tokenizer)?;
         Ok(LogitPlanner {
             tokenizer,
             max_prompt_tokens,

@@ -28,25 +28,18 @@ const SCORE_HEAD: &str = "Select the best matching level from the ordered rubric
 const NOUL_HEAD: &str = "Truth rubric:";
 const NOUL_TAIL: &str = "Rate the probability that the answer is yes as a single whole number from 1 to 9, where 1 means definitely no and 9 means definitely yes.";
 
-/// The unfinished assistant answer appended to the rendered chat template: the next token the
-/// model predicts is the label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Prefill {
-    /// `{"answer": "` — letter labels (choice; score above 10 levels).
-    Letter,
-    /// `{"answer": ` (one trailing space) — digit labels (score up to 10 levels; noul).
-    Digit,
-}
-
-impl Prefill {
-    pub const ALL: [Prefill; 2] = [Prefill::Letter, Prefill::Digit];
-
-    pub fn text(self) -> &'static str {
-        match self {
-            Prefill::Letter => "{\"answer\": \"",
-            Prefill::Digit => "{\"answer\": ",
-        }
-    }
+/// The messages of the probe prompt the label tables are checked after
+/// ([`labels::LabelTables::new`]): an empty noul asked about an empty state.
+pub fn probe_messages() -> (String, String) {
+    let question = Question {
+        instructions: String::new(),
+        kind: QuestionKind::Noul {
+            yes: None,
+            no: None,
+        },
+    };
+    let user = user_message("", &question, &labels::question_labels(&question, &[]));
+    (system_message([""]), user)
 }
 
 /// The system message over the briefing's instruction texts (rendered, as the protocol carries
