@@ -377,6 +377,21 @@ fn the_engine_answers_the_same_bits_from_its_cache_on_the_native_path() {
                 common % 11 != 0,
                 "{name}: the test needs a prefix off the chunk bounds ({common} tokens)"
             );
+            // After the first request, the second's first question restores to the exact
+            // token where its prompt parts from the first's (part of a cached chunk), as
+            // llama.cpp reuses its cache's common prefix.
+            let earlier = cold.planner().plan(&first).expect("plan");
+            let across = earlier.sequences[0]
+                .tokens
+                .iter()
+                .zip(p)
+                .take_while(|(a, b)| a == b)
+                .count();
+            assert!(
+                across % 11 != 0 && after.stats.reused_tokens >= across as u64,
+                "{name}: {} reused, {across} shared with the earlier request",
+                after.stats.reused_tokens
+            );
         }
         assert_eq!(
             format!("{:?}", after.distributions),

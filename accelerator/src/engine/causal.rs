@@ -350,7 +350,9 @@ impl CausalEngine {
         let mut progress = Vec::with_capacity(sequences.len());
         for (i, sequence) in sequences.iter().enumerate() {
             let bounds = self.bounds(sequences, i);
-            let (chunks, reused) = self.cache.restore(&sequence.tokens, &bounds);
+            let (chunks, reused) =
+                self.cache
+                    .restore(&sequence.tokens, &bounds, self.model.splits_anywhere());
             stats.prompt_tokens += sequence.tokens.len() as u64;
             stats.reused_tokens += reused as u64;
             if reused > 0 {

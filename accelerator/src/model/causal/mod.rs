@@ -50,6 +50,48 @@ pub struct CausalChunk {
 }
 
 impl CausalChunk {
+    /// The chunk's first `n` positions: its tokens and each layer's keys and values cut there,
+    /// or `None` where its arrays are not the native path's float32 `[1, kv_heads, len,
+    /// head_dim]` (only a model whose bits do not depend on the split,
+    /// [`CausalLm::splits_anywhere`], may be restored from part of a chunk: a position's keys and
+    /// values then depend only on the tokens up to it).
+    pub fn prefix(&self, n: usize) -> Option<CausalChunk> {
+        let len = self.tokens.len();
+        if n == 0 || n > len {
+            return None;
+        }
+        let cut = |a: &Array| -> Option<Array> {
+            let shape = a.shape();
+            if a.dtype() != mlx_rs::Dtype::Float32 || shape.len() != 4 || shape[2] as usize != len {
+                return None;
+            }
+            let (heads, d) = (shape[1] as usize, shape[3] as usize);
+            let data = a.try_as_slice::<f32>().ok()?;
+            let mut out = Vec::with_capacity(heads * n * d);
+            for h in 0..heads {
+                out.extend_from_slice(&data[h * len * d..(h * len + n) * d]);
+            }
+            Some(Array::from_slice(
+                &out,
+                &[1, heads as i32, n as i32, d as i32],
+            ))
+        };
+        let kv = self
+            .kv
+            .iter()
+            .map(|kv| {
+                Some(LayerKv {
+                    keys: cut(&kv.keys)?,
+                    values: cut(&kv.values)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(CausalChunk {
+            tokens: self.tokens[..n].to_vec(),
+            kv,
+        })
+    }
+
     /// Bytes its arrays hold.
     pub fn nbytes(&self) -> usize {
         self.kv
