@@ -4,7 +4,8 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
+use super::weights::PanelBiases;
+use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// One tile; the row count picks an instantiation whose sums all live in registers.
 ///
@@ -14,18 +15,50 @@ use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, 
 pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match (x.precision == Precision::Fine, w.parts) {
-            (true, 1) => by_rows::<true, 1>(x, w, t, out),
-            (false, 1) => by_rows::<false, 1>(x, w, t, out),
-            (true, _) => by_rows::<true, 2>(x, w, t, out),
-            (false, _) => by_rows::<false, 2>(x, w, t, out),
+        match (x.precision == Precision::Fine, w.parts, w.nibbles) {
+            (true, 1, false) => by_rows::<true, 1, false>(x, w, t, out),
+            (false, 1, false) => by_rows::<false, 1, false>(x, w, t, out),
+            (true, _, false) => by_rows::<true, 2, false>(x, w, t, out),
+            (false, _, false) => by_rows::<false, 2, false>(x, w, t, out),
+            (true, 1, true) => by_rows::<true, 1, true>(x, w, t, out),
+            (false, 1, true) => by_rows::<false, 1, true>(x, w, t, out),
+            (true, _, true) => by_rows::<true, 2, true>(x, w, t, out),
+            (false, _, true) => by_rows::<false, 2, true>(x, w, t, out),
+        }
+    }
+}
+
+/// The 64-byte operands of the pair of steps at input `k` (a multiple of [`PAIR`]) of a
+/// panel's codes: two loads of byte codes, or one of nibbles split into the same two
+/// registers (`v & 15` the first step's, `(v >> 4) & 15` the second's; `quant/mod.rs`, "The
+/// packed weight").
+///
+/// # Safety
+/// The pair is inside the panel's codes.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m512i; 2] {
+    // SAFETY: the caller's contract: a pair is 64 bytes of nibbles or 128 of bytes.
+    unsafe {
+        if NIBBLES {
+            let v = _mm512_loadu_si512(codes.add(k / PAIR * PANEL * STEP).cast());
+            let low = _mm512_set1_epi8(0x0F);
+            [
+                _mm512_and_si512(v, low),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+            ]
+        } else {
+            [
+                _mm512_loadu_si512(codes.add(k * PANEL).cast()),
+                _mm512_loadu_si512(codes.add((k + STEP) * PANEL).cast()),
+            ]
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn by_rows<const FINE: bool, const PARTS: usize>(
+unsafe fn by_rows<const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -34,21 +67,21 @@ unsafe fn by_rows<const FINE: bool, const PARTS: usize>(
     // SAFETY: passed on from the caller.
     unsafe {
         match t.rows {
-            8 => rows::<8, FINE, PARTS>(x, w, t, out),
-            7 => rows::<7, FINE, PARTS>(x, w, t, out),
-            6 => rows::<6, FINE, PARTS>(x, w, t, out),
-            5 => rows::<5, FINE, PARTS>(x, w, t, out),
-            4 => rows::<4, FINE, PARTS>(x, w, t, out),
-            3 => rows::<3, FINE, PARTS>(x, w, t, out),
-            2 => rows::<2, FINE, PARTS>(x, w, t, out),
-            _ => rows::<1, FINE, PARTS>(x, w, t, out),
+            8 => rows::<8, FINE, PARTS, NIBBLES>(x, w, t, out),
+            7 => rows::<7, FINE, PARTS, NIBBLES>(x, w, t, out),
+            6 => rows::<6, FINE, PARTS, NIBBLES>(x, w, t, out),
+            5 => rows::<5, FINE, PARTS, NIBBLES>(x, w, t, out),
+            4 => rows::<4, FINE, PARTS, NIBBLES>(x, w, t, out),
+            3 => rows::<3, FINE, PARTS, NIBBLES>(x, w, t, out),
+            2 => rows::<2, FINE, PARTS, NIBBLES>(x, w, t, out),
+            _ => rows::<1, FINE, PARTS, NIBBLES>(x, w, t, out),
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -56,15 +89,15 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
 ) {
     const { assert!(R <= ROWS) };
     let blocks = x.input / BLOCK;
-    let input = x.input;
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
-    // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales; `PARTS` is the
-    // weight's, passed by `tile`) and inside rows
-    // `first_row..first_row + R` of `x` (R ≤ rows left, checked by the caller).
+    // panel is `PANEL · input` codes, bytes or nibbles as `NIBBLES` says, and `blocks · PARTS
+    // · PANEL` scales, and biases unless implicit; `PARTS` and `NIBBLES` are the weight's,
+    // passed by `tile`) and inside rows `first_row..first_row + R` of `x` (R ≤ rows left,
+    // checked by the caller).
     unsafe {
-        let codes = w.codes.as_ptr().add(t.panel * PANEL * input);
+        let codes = w.codes.as_ptr().add(t.panel * w.panel_bytes());
         let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
-        let biases = w.biases.as_ptr().add(t.panel * blocks * PARTS * PANEL);
+        let biases = w.panel_biases(t.panel * blocks * PARTS * PANEL);
         // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
@@ -81,21 +114,24 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
                 // even and odd steps' where not. The weight load is shared.
                 let mut first = [_mm512_setzero_si512(); R];
                 let mut second = [_mm512_setzero_si512(); R];
-                for s in 0..steps {
-                    let k = j * BLOCK + (h * steps + s) * STEP;
-                    let wv = _mm512_loadu_si512(codes.add(k * PANEL).cast());
-                    for i in 0..R {
-                        let at = a.add((k / STEP * ROWS + i) * slot);
-                        let four = at.cast::<i32>().read_unaligned();
-                        let four = _mm512_set1_epi32(four);
-                        if FINE {
-                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                            let f = at.add(STEP).cast::<i32>().read_unaligned();
-                            second[i] = _mm512_dpbusd_epi32(second[i], wv, _mm512_set1_epi32(f));
-                        } else if s % 2 == 0 {
-                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                        } else {
-                            second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
+                for s in (0..steps).step_by(2) {
+                    let pair_at = j * BLOCK + (h * steps + s) * STEP;
+                    for (d, wv) in pair::<NIBBLES>(codes, pair_at).into_iter().enumerate() {
+                        let k = pair_at + d * STEP;
+                        for i in 0..R {
+                            let at = a.add((k / STEP * ROWS + i) * slot);
+                            let four = at.cast::<i32>().read_unaligned();
+                            let four = _mm512_set1_epi32(four);
+                            if FINE {
+                                first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
+                                let f = at.add(STEP).cast::<i32>().read_unaligned();
+                                let f = _mm512_set1_epi32(f);
+                                second[i] = _mm512_dpbusd_epi32(second[i], wv, f);
+                            } else if d == 0 {
+                                first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
+                            } else {
+                                second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
+                            }
                         }
                     }
                 }
@@ -111,7 +147,10 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
                 }
                 let part = (j * PARTS + h) * PANEL;
                 let sw = _mm512_loadu_ps(scales.add(part));
-                let bw = _mm512_loadu_ps(biases.add(part));
+                let bw = match biases {
+                    PanelBiases::Implicit(o) => _mm512_mul_ps(_mm512_set1_ps(o), sw),
+                    PanelBiases::Stored(b) => _mm512_loadu_ps(b.add(part)),
+                };
                 for i in 0..R {
                     let s = _mm512_mul_ps(sw, _mm512_set1_ps(*a_steps.add(i * blocks + j)));
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[i]), s, acc[i]);

@@ -12,10 +12,30 @@
 //!   product, its split between threads, the portable copy of the kernel (the bit reference
 //!   of all the others).
 //!
-//! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, 4 or 8 bits, groups of
-//! 32, 64 or 128 inputs) is repacked once into [`PackedWeight`]: codes as bytes in panels of 16
-//! rows, four inputs of each row side by side, so that one 64-byte load feeds one `vpdpbusd` for
-//! 16 outputs; scales and biases per row and per block of 32 inputs.
+//! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, up to 8 bits, groups
+//! of 32, 64 or 128 inputs, or 16 for ggml's Q6_K) is repacked once into [`PackedWeight`].
+//!
+//! **The packed weight.** Rows in panels of 16; a panel's inputs in steps of 4, each row's 4
+//! codes side by side, so that one step (16 rows × 4 codes, 64 bytes) is one `vpdpbusd`
+//! operand for 16 outputs. The codes are held one of two ways, chosen from the codes
+//! themselves (never from the file's type):
+//!
+//! - *bytes* (any code above 15: Q5_*, Q6_K, 8-bit): step after step, 64 bytes each, row `r`'s
+//!   codes at bytes `4r..4r + 4`;
+//! - *nibbles* (every code at most 15: Q4_0, Q4_1, Q4_K, MLX's 4-bit): half as many bytes, a
+//!   pair of steps (8 inputs) in one step's 64 bytes, the first step's code in the low nibble
+//!   of the byte where its byte code would be and the second step's in the high nibble. A
+//!   copy loads what it loaded for one step (64 bytes on AVX-512, a half panel's 32 on AVX2 and
+//!   AVX-VNNI, four registers of 16 on NEON) and gets both steps' operands with a mask (`& 15`)
+//!   and a shift (`>> 4`, then `& 15`): the registers the byte layout would have loaded, with no
+//!   shuffle, so the rest of each copy is the same for both layouts. A pair never straddles a
+//!   part (8 inputs inside a half block of 16), so weights with two parts unpack alike.
+//!
+//! Scales per row and per part (32 inputs, or 16) as float32; biases likewise, or none where
+//! every bias is the same multiple of its scale bit for bit (Q4_0's −8, Q5_0's −16, Q8_0's
+//! −128, Q6_K's −32, checked value by value at packing): then each copy computes `offset ·
+//! scale`, one float32 product whose bits are the stored value's. Bytes a weight, with file
+//! sizes: docs/checkpoint-layouts.md, "GGUF blocks on the native path".
 //!
 //! Activations `x[m, k]` are quantised per row and block of 32 ([`QuantizedRows`]):
 //! `x ≈ d[m, j] · c[m, k]`, `c` in −127..=127 (what llama.cpp does to activations before its
@@ -67,6 +87,8 @@ pub const BLOCK: usize = 32;
 pub const PANEL: usize = 16;
 /// Inputs of a row side by side in a panel (one `vpdpbusd` lane).
 const STEP: usize = 4;
+/// Inputs of a pair of steps: nibble codes hold two steps in one step's bytes.
+const PAIR: usize = 2 * STEP;
 /// Activation rows per call of the inner kernel (eight sums and eight accumulators in
 /// registers).
 const ROWS: usize = 8;
@@ -277,14 +299,13 @@ struct Tile {
 /// As [`panels_product`].
 unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     let blocks = x.input / BLOCK;
-    let codes = &w.codes[t.panel * PANEL * w.input..(t.panel + 1) * PANEL * w.input];
     for i in 0..t.rows {
         let m = t.first_row + i;
         let code = |k: usize| x.tiled[x.at(m, k)] as i32;
         let fine = |k: usize| x.tiled[x.at(m, k) + STEP] as i32;
         for r in 0..t.cols {
             let mut acc = 0.0f32;
-            let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
+            let q = |k: usize| w.code(t.panel, r, k) as i32;
             let len = BLOCK / w.parts;
             for j in 0..blocks {
                 for h in 0..w.parts {
@@ -301,7 +322,7 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
                     } else {
                         x.half_sums[(m * blocks + j) * 2 + h]
                     };
-                    acc = w.biases[at].mul_add(sum, acc);
+                    acc = w.bias(at).mul_add(sum, acc);
                 }
             }
             // SAFETY: (m, panel·16 + r) is inside `[rows, out]`; the caller's contract.

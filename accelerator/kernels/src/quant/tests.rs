@@ -352,3 +352,136 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
         Err(QuantError::Group { .. })
     ));
 }
+
+/// A weight from rows whose code `(n, k)` is `code(n, k)` and whose scales and biases are
+/// `scale(n, p)`, `bias(n, p)` (`p` the row's `p`-th part of `scale_len` inputs), with the
+/// values `scale · code + bias` it stands for.
+fn from_parts(
+    (out, input): (usize, usize),
+    scale_len: usize,
+    code: impl Fn(usize, usize) -> u8,
+    scale: impl Fn(usize, usize) -> f32,
+    bias: impl Fn(usize, usize) -> f32,
+) -> (PackedWeight, Vec<f32>) {
+    let w = PackedWeight::from_rows((out, input), scale_len, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for p in 0..input / scale_len {
+            (row.scales[p], row.biases[p]) = (scale(n, p), bias(n, p));
+        }
+    })
+    .expect("packs");
+    let values = (0..out * input)
+        .map(|i| {
+            let (n, k) = (i / input, i % input);
+            scale(n, k / scale_len) * f32::from(code(n, k)) + bias(n, k / scale_len)
+        })
+        .collect();
+    (w, values)
+}
+
+/// Every row of `w` read back is `values`, bit for bit.
+fn assert_rows_read_back(w: &PackedWeight, values: &[f32], what: &str) {
+    let mut row = vec![f32::NAN; w.input()];
+    for n in 0..w.out() {
+        w.row(n, &mut row).expect("a row");
+        let expected = &values[n * w.input()..(n + 1) * w.input()];
+        for (k, (got, want)) in row.iter().zip(expected).enumerate() {
+            assert_eq!(got.to_bits(), want.to_bits(), "{what}: row {n} input {k}");
+        }
+    }
+}
+
+#[test]
+fn codes_are_nibbles_exactly_where_every_one_is_at_most_15() {
+    let (out, input) = (37usize, 96usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    let scale = |n: usize, p: usize| 0.01 * (1 + (n + p) % 7) as f32;
+    let bias = |n: usize, p: usize| -0.1 * (1 + (n * 3 + p) % 5) as f32;
+    let mut r = stream(41);
+    let small: Vec<u8> = (0..out * input)
+        .map(|_| ((r() * 0.5 + 0.5) * 15.0).round() as u8)
+        .collect();
+    // All at most 15: nibbles, half a byte a code (and two floats a block).
+    let (w, values) = from_parts((out, input), 32, |n, k| small[n * input + k], scale, bias);
+    assert!(w.nibbles() && !w.implicit_biases());
+    assert_eq!(w.bytes(), padded * input / 2 + 8 * padded * input / 32);
+    assert_rows_read_back(&w, &values, "nibbles");
+    // One code of 16 in the last row (after 36 rows were packed as nibbles): bytes, and every
+    // earlier row's codes as they were given.
+    let last = |n: usize, k: usize| {
+        if (n, k) == (out - 1, input - 1) {
+            16
+        } else {
+            small[n * input + k]
+        }
+    };
+    let (w, values) = from_parts((out, input), 32, last, scale, bias);
+    assert!(!w.nibbles());
+    assert_eq!(w.bytes(), padded * input + 8 * padded * input / 32);
+    assert_rows_read_back(&w, &values, "bytes after nibbles");
+    // The same codes as nibbles and as bytes multiply alike, both against float64.
+    let x = activations(5, input, 43);
+    let (nibbles, _) = from_parts((out, input), 32, |n, k| small[n * input + k], scale, bias);
+    let (bytes, _) = from_parts(
+        (out, input),
+        32,
+        |n, k| small[n * input + k] | if n == out - 1 && k == 0 { 0x30 } else { 0 },
+        scale,
+        bias,
+    );
+    assert!(nibbles.nibbles() && !bytes.nibbles());
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let a = product(&x, 5, &nibbles, precision);
+        let b = product(&x, 5, &bytes, precision);
+        // The rows whose codes are the same (all but the last) have the same bits.
+        for m in 0..5 {
+            assert_eq!(
+                bits(&a[m * out..m * out + out - 1]),
+                bits(&b[m * out..m * out + out - 1]),
+                "{precision:?} row {m}"
+            );
+        }
+    }
+}
+
+#[test]
+fn biases_are_implicit_exactly_where_every_one_is_the_same_multiple_of_its_scale() {
+    let (out, input) = (21usize, 64usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    // Q6_K's: a scale per 16 inputs, the bias −32 times it (zero scales among them, whose
+    // biases are −0).
+    let scale = |n: usize, p: usize| ((n * 5 + p) % 9) as f32 * 0.003_906_25 - 0.007_812_5;
+    let q6k = |n: usize, p: usize| -32.0 * scale(n, p);
+    let code = |n: usize, k: usize| ((n * 7 + k * 3) % 64) as u8;
+    let (w, values) = from_parts((out, input), 16, code, scale, q6k);
+    assert!(w.implicit_biases() && !w.nibbles());
+    assert_eq!(w.bytes(), padded * input + 4 * padded * input / 16);
+    assert_rows_read_back(&w, &values, "implicit biases");
+    // One bias one unit in the last place off, in the last row: every bias stored, that one
+    // read back as it was given.
+    let off = |n: usize, p: usize| {
+        let b = q6k(n, p);
+        if (n, p) == (out - 1, 3) {
+            f32::from_bits(b.to_bits() + 1)
+        } else {
+            b
+        }
+    };
+    let (w, values) = from_parts((out, input), 16, code, scale, off);
+    assert!(!w.implicit_biases());
+    assert_eq!(w.bytes(), padded * input + 8 * padded * input / 16);
+    assert_rows_read_back(&w, &values, "one bias off");
+    // A scale that is not finite keeps the biases stored.
+    let nan = |n: usize, p: usize| if n == 2 { f32::NAN } else { scale(n, p) };
+    let (w, _) = from_parts((out, input), 16, code, nan, |n, p| -32.0 * nan(n, p));
+    assert!(!w.implicit_biases());
+    // Every scale zero and every bias −0: implicit (−1 · 0 is −0); +0 biases likewise.
+    for zero in [-0.0f32, 0.0] {
+        let (w, values) = from_parts((out, input), 32, code, |_, _| 0.0, |_, _| zero);
+        assert!(w.implicit_biases(), "biases {zero:?}");
+        assert_rows_read_back(&w, &values, "zero scales");
+    }
+}
