@@ -29,7 +29,7 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::weights::PanelBiases;
+use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Outputs of a panel in one register of 32-bit sums.
@@ -135,18 +135,38 @@ unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m256i; 2] 
     }
 }
 
-/// The biases of part `part` of a half panel whose scales are `sw`: loaded, or `offset ·
-/// scale` (the product the stored value would be).
+/// A half panel's 8 scales (or stored biases) of the part at `part`, whose unit is at `unit`
+/// where factored: loaded, or `unit · small` (the product `scales.rs` checked at packing).
 ///
 /// # Safety
-/// Stored biases start at the half panel's; `part` is one of its parts.
+/// `part` and `unit` are the half panel's (`scales.rs`, `PanelParts`).
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn biases_at(biases: PanelBiases, part: usize, sw: __m256) -> __m256 {
+unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> __m256 {
+    // SAFETY: the caller's contract: 8 values (or small integers) and 8 units.
+    unsafe {
+        match parts {
+            PanelParts::Floats(v) => _mm256_loadu_ps(v.add(part)),
+            PanelParts::Factored { units, small } => {
+                let small = _mm256_cvtepi8_epi32(_mm_loadl_epi64(small.add(part).cast()));
+                _mm256_mul_ps(_mm256_loadu_ps(units.add(unit)), _mm256_cvtepi32_ps(small))
+            }
+        }
+    }
+}
+
+/// The biases of part `part` (unit `unit`) of a half panel whose scales are `sw`: stored, or
+/// `offset · scale` (the product the stored value would be).
+///
+/// # Safety
+/// As [`values`].
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn biases_at(biases: PanelBiases, part: usize, unit: usize, sw: __m256) -> __m256 {
     match biases {
         PanelBiases::Implicit(o) => _mm256_mul_ps(_mm256_set1_ps(o), sw),
         // SAFETY: the caller's contract.
-        PanelBiases::Stored(b) => unsafe { _mm256_loadu_ps(b.add(part)) },
+        PanelBiases::Stored(b) => unsafe { values(b, part, unit) },
     }
 }
 
@@ -189,11 +209,8 @@ unsafe fn rows<
             .codes
             .as_ptr()
             .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
-        let scales = w
-            .scales
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
-        let biases = w.panel_biases(t.panel * blocks * PARTS * PANEL + p.half * HALF);
+        let scales = w.panel_scales(t.panel).after_rows(p.half * HALF);
+        let biases = w.panel_biases(t.panel).after_rows(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -241,8 +258,9 @@ unsafe fn rows<
                     }
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let sw = _mm256_loadu_ps(scales.add(part));
-                let bw = biases_at(biases, part, sw);
+                let unit = j / SUPER_BLOCKS * PANEL;
+                let sw = values(scales, part, unit);
+                let bw = biases_at(biases, part, unit, sw);
                 for i in 0..R {
                     let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
                     if FINE {
@@ -403,11 +421,8 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize, const 
             .codes
             .as_ptr()
             .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
-        let scales = w
-            .scales
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
-        let biases = w.panel_biases(t.panel * blocks * PARTS * PANEL + p.half * HALF);
+        let scales = w.panel_scales(t.panel).after_rows(p.half * HALF);
+        let biases = w.panel_biases(t.panel).after_rows(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -440,8 +455,9 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize, const 
                     }
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let sw = _mm256_loadu_ps(scales.add(part));
-                let bw = biases_at(biases, part, sw);
+                let unit = j / SUPER_BLOCKS * PANEL;
+                let sw = values(scales, part, unit);
+                let bw = biases_at(biases, part, unit, sw);
                 for i in 0..R {
                     let high = if FINE {
                         _mm256_slli_epi32::<8>(first[i])

@@ -4,7 +4,7 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::weights::PanelBiases;
+use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// One tile; the row count picks an instantiation whose sums all live in registers.
@@ -96,8 +96,8 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
     // checked by the caller).
     unsafe {
         let codes = w.codes.as_ptr().add(t.panel * w.panel_bytes());
-        let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
-        let biases = w.panel_biases(t.panel * blocks * PARTS * PANEL);
+        let scales = w.panel_scales(t.panel);
+        let biases = w.panel_biases(t.panel);
         // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
@@ -146,10 +146,11 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
                     dots[i] = _mm512_add_epi32(high, second[i]);
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let sw = _mm512_loadu_ps(scales.add(part));
+                let unit = j / SUPER_BLOCKS * PANEL;
+                let sw = values(scales, part, unit);
                 let bw = match biases {
                     PanelBiases::Implicit(o) => _mm512_mul_ps(_mm512_set1_ps(o), sw),
-                    PanelBiases::Stored(b) => _mm512_loadu_ps(b.add(part)),
+                    PanelBiases::Stored(b) => values(b, part, unit),
                 };
                 for i in 0..R {
                     let s = _mm512_mul_ps(sw, _mm512_set1_ps(*a_steps.add(i * blocks + j)));
@@ -171,6 +172,26 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
         for (i, value) in acc.iter().enumerate() {
             let at = (t.first_row + i) * w.out + t.panel * PANEL;
             _mm512_mask_storeu_ps(out.0.add(at), mask, *value);
+        }
+    }
+}
+
+/// A panel's 16 scales (or stored biases) of the part at `part`, whose unit is at `unit` where
+/// factored: loaded, or `unit · small` (the product `scales.rs` checked at packing).
+///
+/// # Safety
+/// `part` and `unit` are the panel's (`scales.rs`, `PanelParts`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> __m512 {
+    // SAFETY: the caller's contract: 16 values (or small integers) and 16 units.
+    unsafe {
+        match parts {
+            PanelParts::Floats(v) => _mm512_loadu_ps(v.add(part)),
+            PanelParts::Factored { units, small } => {
+                let small = _mm512_cvtepi8_epi32(_mm_loadu_si128(small.add(part).cast()));
+                _mm512_mul_ps(_mm512_loadu_ps(units.add(unit)), _mm512_cvtepi32_ps(small))
+            }
         }
     }
 }

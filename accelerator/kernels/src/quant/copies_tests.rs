@@ -2,6 +2,7 @@
 //! of a copy by name: the exactness rule of `quant/mod.rs` across instruction sets (the
 //! products' own checks are `tests.rs`).
 
+use super::scales::{self, Parts};
 use super::tests::{activations, stream};
 use super::*;
 use super::{isa, weights};
@@ -17,51 +18,86 @@ enum Biases {
 
 /// A weight `[out, input]` whose code `(n, k)` is `code(n, k)`, with a scale per `scale_len`
 /// inputs (16 through [`PackedWeight::from_rows`], two a block; 32 or more through
-/// [`PackedWeight::from_codes`], groups) and random scales. Checks the layout it got against
-/// the codes and biases asked for: nibbles exactly where every code is at most 15, biases
-/// implicit exactly where they are an offset times the scales.
+/// [`PackedWeight::from_codes`], groups) and random scales; `factored`: each scale (and free
+/// bias) a small integer times a unit per 256 inputs, given as such (through `from_rows`, 16 or
+/// 32). Checks the layout it got against what was asked for: nibbles exactly where every code is
+/// at most 15, biases implicit exactly where they are an offset times the scales, scales and
+/// free biases factored exactly where they were given so.
 fn weight_of(
     (out, input): (usize, usize),
     scale_len: usize,
     code: impl Fn(usize, usize) -> u8,
     biases: Biases,
+    factored: bool,
     seed: u64,
 ) -> PackedWeight {
     let mut r = stream(seed);
-    let groups = out * input / scale_len;
-    let scales: Vec<f32> = (0..groups).map(|_| 0.01 + 0.05 * r().abs()).collect();
+    let scale_len = if factored {
+        scale_len.min(BLOCK)
+    } else {
+        scale_len
+    };
+    let (groups, per_row) = (out * input / scale_len, input / scale_len);
+    let supers = input.div_ceil(256);
+    // Per row and super-block, a unit of each; per value a small integer.
+    let unit: Vec<[f32; 2]> = (0..out * supers)
+        .map(|_| [0.002 * (1.0 + r().abs()), 0.01 * r()])
+        .collect();
+    let small: Vec<[i8; 2]> = (0..groups)
+        .map(|_| [(r() * 127.0) as i8, (r() * 63.0) as i8])
+        .collect();
+    let unit_of = |g: usize| unit[g / per_row * supers + g % per_row * scale_len / 256];
+    let scales: Vec<f32> = (0..groups)
+        .map(|g| match factored {
+            true => unit_of(g)[0] * f32::from(small[g][0]),
+            false => 0.01 + 0.05 * r().abs(),
+        })
+        .collect();
     let biases_of: Vec<f32> = match biases {
+        Biases::Free if factored => (0..groups)
+            .map(|g| unit_of(g)[1] * f32::from(small[g][1]))
+            .collect(),
         Biases::Free => (0..groups).map(|_| -0.3 * r()).collect(),
         Biases::Offset(o) => scales.iter().map(|s| o * s).collect(),
     };
-    let w = if scale_len == 16 {
-        PackedWeight::from_rows((out, input), 16, |n, row| {
+    let w = if scale_len <= BLOCK {
+        PackedWeight::from_rows((out, input), scale_len, |n, row| {
             for (k, c) in row.codes.iter_mut().enumerate() {
                 *c = code(n, k);
             }
-            let per_row = input / 16;
-            row.scales
-                .copy_from_slice(&scales[n * per_row..(n + 1) * per_row]);
-            row.biases
-                .copy_from_slice(&biases_of[n * per_row..(n + 1) * per_row]);
+            let at = n * per_row..(n + 1) * per_row;
+            row.scales.values.copy_from_slice(&scales[at.clone()]);
+            row.biases.values.copy_from_slice(&biases_of[at.clone()]);
+            if factored {
+                for s in 0..supers {
+                    row.scales.units[s] = unit[n * supers + s][0];
+                    row.biases.units[s] = unit[n * supers + s][1];
+                }
+                for (p, g) in at.enumerate() {
+                    row.scales.small[p] = small[g][0];
+                    row.biases.small[p] = small[g][1];
+                }
+            }
         })
     } else {
         PackedWeight::from_codes(&code, &scales, &biases_of, (out, input), scale_len)
     }
     .expect("packs");
-    let small = (0..out).all(|n| (0..input).all(|k| code(n, k) <= 15));
+    let small_codes = (0..out).all(|n| (0..input).all(|k| code(n, k) <= 15));
     assert_eq!(
         w.nibbles(),
-        small,
+        small_codes,
         "nibbles exactly where every code is ≤ 15"
     );
     assert_eq!(w.implicit_biases(), biases != Biases::Free);
+    assert_eq!(w.factored(), (factored, factored && biases == Biases::Free));
     assert_eq!(w.scale_len(), scale_len.min(BLOCK));
     w
 }
 
-/// `w` as the layout before nibbles and implicit biases: a byte a code, every bias stored
-/// (the portable copy on it is the reference each layout's products are held to).
+/// `w` as the layout before nibbles, factors and implicit biases: a byte a code, every scale
+/// and bias stored as a float (the portable copy on it is the reference each layout's products
+/// are held to).
 fn plain(w: &PackedWeight) -> PackedWeight {
     let panels = w.out.div_ceil(PANEL);
     let mut codes = vec![0u8; panels * PANEL * w.input];
@@ -73,11 +109,12 @@ fn plain(w: &PackedWeight) -> PackedWeight {
             }
         }
     }
+    let values = panels * w.geometry().per_panel();
     PackedWeight {
         codes,
         nibbles: false,
-        biases: (0..w.scales.len()).map(|at| w.bias(at)).collect(),
-        bias_offset: None,
+        scales: Parts::Floats((0..values).map(|at| w.scale(at)).collect()),
+        biases: scales::Biases::Stored(Parts::Floats((0..values).map(|at| w.bias(at)).collect())),
         ..w.clone()
     }
 }
@@ -210,11 +247,16 @@ fn random_shapes_match(halves: bool) {
                     .map(|_| ((r() * 0.5 + 0.5) * code_max as f32).round() as u8)
                     .collect();
                 for &biases in biases_for(code_max) {
-                    let code = |n, k| codes[n * input + k];
-                    let w = weight_of((out, input), scale_len, code, biases, s as u64);
-                    let what =
-                        format!("{rows}x{out}x{input}/{scale_len} codes ≤ {code_max}, {biases:?}");
-                    assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                    for factored in [false, true] {
+                        let code = |n, k| codes[n * input + k];
+                        let w =
+                            weight_of((out, input), scale_len, code, biases, factored, s as u64);
+                        let what = format!(
+                            "{rows}x{out}x{input}/{scale_len} codes ≤ {code_max}, {biases:?}, \
+                             factored {factored}"
+                        );
+                        assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                    }
                 }
             }
         }
@@ -302,9 +344,13 @@ fn extremes_match(scale_len: usize) {
             for (wname, code) in &weights {
                 for out in [16, 21] {
                     for biases in [Biases::Free, Biases::Offset(-32.0)] {
-                        let w = weight_of((out, input), scale_len, code, biases, 3);
-                        let what = format!("{xname}, {wname} per {scale_len}, {biases:?}");
-                        assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                        for factored in [false, true] {
+                            let w = weight_of((out, input), scale_len, code, biases, factored, 3);
+                            let what = format!(
+                                "{xname}, {wname} per {scale_len}, {biases:?}, factored {factored}"
+                            );
+                            assert_copy_matches_portable(isa, &x, rows, &w, &what);
+                        }
                     }
                 }
             }
@@ -318,7 +364,7 @@ fn every_copy_gives_the_portable_bits_on_extreme_codes() {
     // The portable copy itself is exact here: all codes 255 against all +1 activations (codes
     // 127) is 255·127·256 per row before the scales, which float64 checks.
     let input = 256;
-    let w = weight_of((16, input), input, |_, _| 255, Biases::Free, 3);
+    let w = weight_of((16, input), input, |_, _| 255, Biases::Free, false, 3);
     let mut q = QuantizedRows::default();
     q.quantize_with(QuantIsa::Portable, &vec![1.0; input], 1, Precision::Coarse)
         .expect("quantizes");
@@ -327,7 +373,7 @@ fn every_copy_gives_the_portable_bits_on_extreme_codes() {
     let mut fast = vec![0.0f32; 16];
     matmul_with(quant_isa(), &q, &w, &mut fast).expect("multiplies");
     assert_eq!(bits_of(&y), bits_of(&fast));
-    let (s, b) = (w.scales[0] as f64, w.biases[0] as f64);
+    let (s, b) = (w.scale(0) as f64, w.bias(0) as f64);
     let exact = s * 255.0 * input as f64 + b * input as f64;
     assert!(
         ((y[0] as f64) - exact).abs() < 1e-4 * exact.abs(),
@@ -391,7 +437,7 @@ fn an_isa_is_chosen_by_name_and_one_this_cpu_lacks_is_an_error() {
                 QuantIsa::Avx2
             },
             &QuantizedRows::default(),
-            &weight_of((16, 32), 32, |_, _| 1, Biases::Free, 1),
+            &weight_of((16, 32), 32, |_, _| 1, Biases::Free, false, 1),
             &mut []
         ),
         Err(QuantError::Isa(_))

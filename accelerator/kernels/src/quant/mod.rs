@@ -68,6 +68,7 @@ mod copies_tests;
 mod isa;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod scales;
 #[cfg(test)]
 mod tests;
 mod weights;
@@ -77,6 +78,7 @@ pub use isa::{
     available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
     ISA_VARIABLE,
 };
+pub use scales::RowValues;
 pub use weights::{PackedWeight, RowParts};
 
 use std::fmt;
@@ -315,7 +317,7 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
                         dot = (dot << 8) + inputs.map(|k| q(k) * fine(k)).sum::<i32>();
                     }
                     let at = ((t.panel * blocks + j) * w.parts + h) * PANEL + r;
-                    let s = w.scales[at] * x.steps[m * blocks + j];
+                    let s = w.scale(at) * x.steps[m * blocks + j];
                     acc = (dot as f32).mul_add(s, acc);
                     let sum = if w.parts == 1 {
                         x.sums[m * blocks + j]

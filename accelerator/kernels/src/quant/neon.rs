@@ -22,7 +22,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use super::activations::{block_sums, ROUND};
-use super::weights::PanelBiases;
+use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Rows of a panel in one 128-bit register of sums.
@@ -332,8 +332,8 @@ macro_rules! tile_copy {
                         slot: x.slot(),
                         first,
                     };
-                    let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
-                    let biases = w.panel_biases(t.panel * blocks * PARTS * PANEL);
+                    let scales = w.panel_scales(t.panel);
+                    let biases = w.panel_biases(t.panel);
                     let row = (t.first_row + first) * blocks;
                     // Each part's quantised sum: the block's, or its half's.
                     let sums = if PARTS == 1 {
@@ -345,17 +345,19 @@ macro_rules! tile_copy {
                     for j in 0..blocks {
                         for h in 0..PARTS {
                             let dots = $dots::<R, FINE, PARTS, NIBBLES>(c, j, h, wide);
+                            let part = (j * PARTS + h) * PANEL;
+                            let unit = j / SUPER_BLOCKS * PANEL;
+                            let sw = values(scales, part, unit);
+                            let bw = match biases {
+                                PanelBiases::Implicit(o) => sw.map(|s| vmulq_f32(vdupq_n_f32(o), s)),
+                                PanelBiases::Stored(b) => values(b, part, unit),
+                            };
                             for i in 0..R {
                                 let at = i * blocks + j;
                                 let step = vdupq_n_f32(*x.steps.as_ptr().add(row + at));
                                 let sum = vdupq_n_f32(*sums.add(at * PARTS + h));
                                 for g in 0..4 {
-                                    let part = (j * PARTS + h) * PANEL + g * QUARTER;
-                                    let sw = vld1q_f32(scales.add(part));
-                                    let bw = match biases {
-                                        PanelBiases::Implicit(o) => vmulq_f32(vdupq_n_f32(o), sw),
-                                        PanelBiases::Stored(b) => vld1q_f32(b.add(part)),
-                                    };
+                                    let (sw, bw) = (sw[g], bw[g]);
                                     let s = vmulq_f32(sw, step);
                                     let a = vfmaq_f32(acc[i][g], vcvtq_f32_s32(dots[i][g]), s);
                                     acc[i][g] = vfmaq_f32(a, bw, sum);
@@ -426,6 +428,37 @@ tile_copy!(
     /// One tile with the int8 matrix extension.
     tile_i8mm, "neon,i8mm", dots_i8mm, 2
 );
+
+/// A panel's 16 scales (or stored biases) of the part at `part`, whose unit is at `unit` where
+/// factored, in four registers of 4 rows: loaded, or `unit · small` (the product `scales.rs`
+/// checked at packing).
+///
+/// # Safety
+/// `part` and `unit` are the panel's (`scales.rs`, `PanelParts`).
+#[target_feature(enable = "neon")]
+#[inline]
+unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> [float32x4_t; 4] {
+    // SAFETY: the caller's contract: 16 values (or small integers) and 16 units.
+    unsafe {
+        match parts {
+            PanelParts::Floats(v) => [0, 1, 2, 3].map(|g| vld1q_f32(v.add(part + g * QUARTER))),
+            PanelParts::Factored { units, small } => {
+                let small = vld1q_s8(small.add(part));
+                let wide = [vmovl_s8(vget_low_s8(small)), vmovl_high_s8(small)];
+                [0, 1, 2, 3].map(|g| {
+                    let half = wide[g / 2];
+                    let four = if g % 2 == 0 {
+                        vmovl_s16(vget_low_s16(half))
+                    } else {
+                        vmovl_high_s16(half)
+                    };
+                    let u = vld1q_f32(units.add(unit + g * QUARTER));
+                    vmulq_f32(u, vcvtq_f32_s32(four))
+                })
+            }
+        }
+    }
+}
 
 /// A pass's rows of sums into `out`, only the columns inside `width`.
 ///

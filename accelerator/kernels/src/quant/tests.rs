@@ -285,7 +285,12 @@ fn halves_case(
     let w = PackedWeight::from_rows((out, input), 16, |n, row| {
         row.codes
             .copy_from_slice(&codes[n * input..(n + 1) * input]);
-        for (p, (s, b)) in row.scales.iter_mut().zip(row.biases.iter_mut()).enumerate() {
+        let values = row
+            .scales
+            .values
+            .iter_mut()
+            .zip(row.biases.values.iter_mut());
+        for (p, (s, b)) in values.enumerate() {
             *s = scales[n * input / 16 + p];
             *b = -32.0 * *s;
         }
@@ -368,7 +373,7 @@ fn from_parts(
             *c = code(n, k);
         }
         for p in 0..input / scale_len {
-            (row.scales[p], row.biases[p]) = (scale(n, p), bias(n, p));
+            (row.scales.values[p], row.biases.values[p]) = (scale(n, p), bias(n, p));
         }
     })
     .expect("packs");
@@ -484,4 +489,87 @@ fn biases_are_implicit_exactly_where_every_one_is_the_same_multiple_of_its_scale
         assert!(w.implicit_biases(), "biases {zero:?}");
         assert_rows_read_back(&w, &values, "zero scales");
     }
+}
+
+#[test]
+fn scales_and_biases_are_factored_exactly_where_every_product_gives_the_value() {
+    // Q4_K's form: per 256 inputs a unit (a float16's value) for the scales and one (negated)
+    // for the biases, per 32 a 6-bit integer of each; 320 inputs, so the last unit covers
+    // two blocks only.
+    let (out, input) = (19usize, 320usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    let d = |n: usize, s: usize| 0.000_976_562_5 * (1 + (n + 3 * s) % 11) as f32;
+    let dmin = |n: usize, s: usize| -0.003_906_25 * (1 + (2 * n + s) % 5) as f32;
+    let sc = |n: usize, p: usize| ((n * 7 + p * 5) % 64) as i8;
+    let m = |n: usize, p: usize| ((n * 3 + p * 11) % 64) as i8;
+    let code = |n: usize, k: usize| ((n + k) % 16) as u8;
+    let make = |off: Option<(usize, usize)>| {
+        PackedWeight::from_rows((out, input), 32, |n, row| {
+            for (k, c) in row.codes.iter_mut().enumerate() {
+                *c = code(n, k);
+            }
+            for s in 0..input.div_ceil(256) {
+                (row.scales.units[s], row.biases.units[s]) = (d(n, s), dmin(n, s));
+            }
+            for p in 0..input / 32 {
+                (row.scales.small[p], row.biases.small[p]) = (sc(n, p), m(n, p));
+                row.scales.values[p] = d(n, p / 8) * f32::from(sc(n, p));
+                row.biases.values[p] = dmin(n, p / 8) * f32::from(m(n, p));
+                if off == Some((n, p)) {
+                    // A value its factors do not give (one unit in the last place off).
+                    row.scales.values[p] = f32::from_bits(row.scales.values[p].to_bits() + 1);
+                }
+            }
+        })
+        .expect("packs")
+    };
+    let values: Vec<f32> = (0..out * input)
+        .map(|i| {
+            let (n, k) = (i / input, i % input);
+            let p = k / 32;
+            let scale = d(n, p / 8) * f32::from(sc(n, p));
+            scale * f32::from(code(n, k)) + dmin(n, p / 8) * f32::from(m(n, p))
+        })
+        .collect();
+    let w = make(None);
+    assert_eq!(w.factored(), (true, true));
+    let units = padded * input.div_ceil(256);
+    assert_eq!(
+        w.bytes(),
+        padded * input / 2 + 2 * (padded * input / 32 + 4 * units)
+    );
+    assert_rows_read_back(&w, &values, "factored");
+    // The same weight from floats alone multiplies to the same bits.
+    let floats = PackedWeight::from_rows((out, input), 32, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for p in 0..input / 32 {
+            row.scales.values[p] = d(n, p / 8) * f32::from(sc(n, p));
+            row.biases.values[p] = dmin(n, p / 8) * f32::from(m(n, p));
+        }
+    })
+    .expect("packs");
+    assert_eq!(floats.factored(), (false, false));
+    let x = activations(3, input, 47);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        assert_eq!(
+            bits(&product(&x, 3, &w, precision)),
+            bits(&product(&x, 3, &floats, precision)),
+            "{precision:?}"
+        );
+    }
+    // One scale its factors do not give, in the last row: the scales are kept as floats (the
+    // biases still factored), and that one reads back as given.
+    let w = make(Some((out - 1, 9)));
+    assert_eq!(w.factored(), (false, true));
+    let mut row = vec![0.0f32; input];
+    w.row(out - 1, &mut row).expect("a row");
+    let p = 9;
+    let given = f32::from_bits((d(out - 1, p / 8) * f32::from(sc(out - 1, p))).to_bits() + 1);
+    let k = p * 32 + 1;
+    let want =
+        given * f32::from(code(out - 1, k)) + dmin(out - 1, p / 8) * f32::from(m(out - 1, p));
+    assert_eq!(row[k].to_bits(), want.to_bits());
 }

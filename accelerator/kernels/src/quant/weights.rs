@@ -1,5 +1,8 @@
 //! [`PackedWeight`]: an affine-quantised weight repacked for the integer products.
 
+use super::scales::{
+    implicit_offset, Biases, Geometry, PanelBiases, PanelParts, Parts, PartsBuilder, RowValues,
+};
 use super::{QuantError, BLOCK, PANEL, STEP};
 
 /// An affine-quantised weight `[out, input]` repacked for the integer products (the layout:
@@ -19,29 +22,14 @@ pub struct PackedWeight {
     /// Whether the codes are nibbles: every code is at most 15 (decided from the codes
     /// themselves, whatever the file's type says).
     pub(super) nibbles: bool,
-    /// Per panel, per block, per part: 16 rows' scales.
-    pub(super) scales: Vec<f32>,
-    /// Per panel, per block, per part: 16 rows' biases; empty where `bias_offset` stands for
-    /// them.
-    pub(super) biases: Vec<f32>,
-    /// Where every row's every bias is `offset · scale`, bit for bit (Q4_0's −8, Q5_0's −16,
-    /// Q8_0's −128, Q6_K's −32; checked value by value, never assumed from a type): the
-    /// offset, and each copy computes the bias as that one float32 product, the same bits as
-    /// the stored value would be.
-    pub(super) bias_offset: Option<f32>,
+    /// Per panel, per block, per part: 16 rows' scales (`scales.rs`).
+    pub(super) scales: Parts,
+    /// Likewise the biases, or none where each is the same multiple of its scale.
+    pub(super) biases: Biases,
     /// The largest code (from the codes themselves): the copies whose byte products saturate
     /// or are signed (AVX2's `vpmaddubsw`, NEON's `sdot`) take a cheaper exact route where the
     /// codes are small.
     pub(super) code_max: u8,
-}
-
-/// A panel's biases as a SIMD copy reads them: stored from here on (the scales' layout), or
-/// `offset · scale`, computed by the copy as that one float32 product (the stored value's
-/// bits).
-#[derive(Clone, Copy)]
-pub(super) enum PanelBiases {
-    Stored(*const f32),
-    Implicit(f32),
 }
 
 /// Codes at most this are held as nibbles.
@@ -60,11 +48,12 @@ pub(super) fn place(nibbles: bool, r: usize, k: usize) -> (usize, u32) {
 }
 
 /// One row of a weight as [`PackedWeight::from_rows`] asks for it: its codes (`input`), and
-/// its scales and biases (one per `scale_len` inputs), all to be filled.
+/// its scales and biases (one per `scale_len` inputs, each optionally also as a small integer
+/// times a unit per 256 inputs), all to be filled.
 pub struct RowParts<'a> {
     pub codes: &'a mut [u8],
-    pub scales: &'a mut [f32],
-    pub biases: &'a mut [f32],
+    pub scales: RowValues<'a>,
+    pub biases: RowValues<'a>,
 }
 
 impl PackedWeight {
@@ -122,8 +111,8 @@ impl PackedWeight {
                 *c = code(n, k);
             }
             for j in 0..input / BLOCK {
-                row.scales[j] = scales[n * groups + j * BLOCK / group];
-                row.biases[j] = biases[n * groups + j * BLOCK / group];
+                row.scales.values[j] = scales[n * groups + j * BLOCK / group];
+                row.biases.values[j] = biases[n * groups + j * BLOCK / group];
             }
         })
     }
@@ -156,39 +145,52 @@ impl PackedWeight {
         };
         let panels = out.div_ceil(PANEL);
         let blocks = input / BLOCK;
+        let g = Geometry { blocks, parts };
         // Rows past `out` in the last panel stay zero (codes, scales and biases): they add
         // nothing and are never stored.
         let mut codes = Codes::new(panels * PANEL * input);
-        let mut packed_scales = vec![0.0f32; panels * blocks * parts * PANEL];
-        let mut packed_biases = vec![0.0f32; panels * blocks * parts * PANEL];
+        let mut scales = PartsBuilder::new(g, panels);
+        let mut biases = PartsBuilder::new(g, panels);
         let mut row_codes = vec![0u8; input];
-        let mut row_scales = vec![0.0f32; blocks * parts];
-        let mut row_biases = vec![0.0f32; blocks * parts];
+        let mut row = [(); 2].map(|_| {
+            (
+                vec![0.0f32; blocks * parts],
+                vec![0.0f32; g.supers()],
+                vec![0i8; blocks * parts],
+            )
+        });
         for n in 0..out {
             row_codes.fill(0);
-            row_scales.fill(0.0);
-            row_biases.fill(0.0);
+            for (values, units, small) in row.iter_mut() {
+                values.fill(0.0);
+                units.fill(0.0);
+                small.fill(0);
+            }
+            let [(sv, su, ss), (bv, bu, bs)] = &mut row;
             fill(
                 n,
                 RowParts {
                     codes: &mut row_codes,
-                    scales: &mut row_scales,
-                    biases: &mut row_biases,
+                    scales: RowValues {
+                        values: sv.as_mut_slice(),
+                        units: su.as_mut_slice(),
+                        small: ss.as_mut_slice(),
+                    },
+                    biases: RowValues {
+                        values: bv.as_mut_slice(),
+                        units: bu.as_mut_slice(),
+                        small: bs.as_mut_slice(),
+                    },
                 },
             );
             codes.put_row(n, input, &row_codes);
-            let (panel, row) = (n / PANEL, n % PANEL);
-            for p in 0..blocks * parts {
-                let at = (panel * blocks * parts + p) * PANEL + row;
-                packed_scales[at] = row_scales[p];
-                packed_biases[at] = row_biases[p];
-            }
+            scales.put_row(n, sv, su, ss);
+            biases.put_row(n, bv, bu, bs);
         }
-        let bias_offset =
-            implicit_offset(out, blocks * parts * PANEL, &packed_scales, &packed_biases);
-        if bias_offset.is_some() {
-            packed_biases = Vec::new();
-        }
+        let biases = match implicit_offset(out, g.per_panel(), scales.floats(), biases.floats()) {
+            Some(offset) => Biases::Implicit(offset),
+            None => Biases::Stored(biases.finish()),
+        };
         let (codes, nibbles, code_max) = codes.finish();
         Ok(PackedWeight {
             out,
@@ -197,9 +199,8 @@ impl PackedWeight {
             code_max,
             codes,
             nibbles,
-            scales: packed_scales,
-            biases: packed_biases,
-            bias_offset,
+            scales: scales.finish(),
+            biases,
         })
     }
 
@@ -232,7 +233,7 @@ impl PackedWeight {
         for (k, v) in values.iter_mut().enumerate() {
             let q = self.code(panel, row, k);
             let at = (panel * blocks * self.parts + k / len) * PANEL + row;
-            *v = self.scales[at] * f32::from(q) + self.bias(at);
+            *v = self.scale(at) * f32::from(q) + self.bias(at);
         }
         Ok(())
     }
@@ -250,23 +251,42 @@ impl PackedWeight {
         }
     }
 
-    /// The bias at `at` (an index of [`PackedWeight::scales`]): stored, or `offset · scale`.
+    /// Where its scales and biases are.
     #[inline(always)]
-    pub(super) fn bias(&self, at: usize) -> f32 {
-        match self.bias_offset {
-            Some(offset) => offset * self.scales[at],
-            None => self.biases[at],
+    pub(super) fn geometry(&self) -> Geometry {
+        Geometry {
+            blocks: self.input / BLOCK,
+            parts: self.parts,
         }
     }
 
-    /// The biases of the panel whose scales start at `first` (an index of
-    /// [`PackedWeight::scales`]), as the SIMD copies read them.
+    /// The scale at `at` (per panel, per block, per part, 16 rows).
     #[inline(always)]
-    pub(super) fn panel_biases(&self, first: usize) -> PanelBiases {
-        match self.bias_offset {
-            Some(offset) => PanelBiases::Implicit(offset),
-            // The stored biases have the scales' layout: `first` is inside them.
-            None => PanelBiases::Stored(self.biases[first..].as_ptr()),
+    pub(super) fn scale(&self, at: usize) -> f32 {
+        self.scales.value(self.geometry(), at)
+    }
+
+    /// The bias at `at`: stored, or `offset · scale`.
+    #[inline(always)]
+    pub(super) fn bias(&self, at: usize) -> f32 {
+        match &self.biases {
+            Biases::Implicit(offset) => offset * self.scale(at),
+            Biases::Stored(parts) => parts.value(self.geometry(), at),
+        }
+    }
+
+    /// Panel `panel`'s scales as the SIMD copies read them.
+    #[inline(always)]
+    pub(super) fn panel_scales(&self, panel: usize) -> PanelParts {
+        self.scales.panel(self.geometry(), panel)
+    }
+
+    /// Panel `panel`'s biases as the SIMD copies read them.
+    #[inline(always)]
+    pub(super) fn panel_biases(&self, panel: usize) -> PanelBiases {
+        match &self.biases {
+            Biases::Implicit(offset) => PanelBiases::Implicit(*offset),
+            Biases::Stored(parts) => PanelBiases::Stored(parts.panel(self.geometry(), panel)),
         }
     }
 
@@ -283,37 +303,23 @@ impl PackedWeight {
 
     /// Whether the biases are left implicit (every one is the same multiple of its scale).
     pub fn implicit_biases(&self) -> bool {
-        self.bias_offset.is_some()
+        matches!(self.biases, Biases::Implicit(_))
     }
 
-    /// Bytes it holds: half a byte or one per weight (nibbles or bytes), and four or eight per
-    /// row and scale (per block of 32, or of 16; four where the biases are implicit).
+    /// Whether the scales (and stored biases) are held as small integers times a unit per 256
+    /// inputs: `(scales, biases)`.
+    pub fn factored(&self) -> (bool, bool) {
+        (
+            matches!(self.scales, Parts::Factored { .. }),
+            matches!(self.biases, Biases::Stored(Parts::Factored { .. })),
+        )
+    }
+
+    /// Bytes it holds: half a byte or one per weight (nibbles or bytes), and for each scale and
+    /// bias four, or one (and four per 256 inputs) where factored, or none (implicit biases).
     pub fn bytes(&self) -> usize {
-        self.codes.len() + 4 * (self.scales.len() + self.biases.len())
+        self.codes.len() + self.scales.bytes() + self.biases.bytes()
     }
-}
-
-/// The offset `o` such that every row's bias is `o · scale` bit for bit, if there is one: `o`
-/// from the first row with a finite non-zero scale (`bias / scale`; a division that does not
-/// round-trip fails the check below, which is what decides). Rows past `out` (the last panel's
-/// padding, zeros) are never stored, so they are not looked at. Scales that are not finite
-/// keep the biases stored (a NaN's bits through a product are the hardware's to choose).
-fn implicit_offset(out: usize, per_panel: usize, scales: &[f32], biases: &[f32]) -> Option<f32> {
-    // Value `at` is row `at % PANEL` of panel `at / per_panel`.
-    let real = |at: &usize| (at / per_panel) * PANEL + at % PANEL < out;
-    if scales.iter().any(|s| !s.is_finite()) {
-        return None;
-    }
-    let offset = (0..scales.len())
-        .filter(real)
-        .find(|&at| scales[at] != 0.0)
-        .map(|at| biases[at] / scales[at])
-        // Every scale zero: the biases must then be zeros of one sign (`±1 · 0`).
-        .or_else(|| biases.first().map(|b| 1.0f32.copysign(*b)))?;
-    let holds = (0..scales.len())
-        .filter(real)
-        .all(|at| (offset * scales[at]).to_bits() == biases[at].to_bits());
-    holds.then_some(offset)
 }
 
 /// A weight's codes while its rows are packed: nibbles as long as every code so far is at

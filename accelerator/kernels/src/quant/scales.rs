@@ -1,0 +1,249 @@
+//! A packed weight's scales and biases: a float32 value per row and part (32 inputs, or 16),
+//! held as the values themselves ([`Parts::Floats`]), as a small integer times a unit per 256
+//! inputs where the file stores them so ([`Parts::Factored`]: ggml's K-quants, whose scales are
+//! a 6- or 8-bit integer times a super-block's float16), or, for biases, not at all where each
+//! is the same multiple of its scale ([`Biases::Implicit`]).
+//!
+//! Whatever the form, every copy of the kernel computes a value as the same float32 operations
+//! (a load, or one product of two exact numbers), and the packing keeps a form only where it
+//! gives every value's bits as given (checked value by value, never assumed from a file's
+//! type), so the products' bits do not depend on the form.
+
+use super::PANEL;
+
+/// Blocks of 32 inputs per unit of factored values: ggml's super-block of 256.
+pub(super) const SUPER_BLOCKS: usize = 8;
+
+/// Where a weight's per-part values are: value `at` is row `at % 16` of part `at / 16 % parts`
+/// of block `at / 16 / parts % blocks` of panel `at / (16 · parts · blocks)`; a factored value's
+/// unit is row `at % 16` of its panel's `j / 8`-th super-block.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Geometry {
+    pub(super) blocks: usize,
+    pub(super) parts: usize,
+}
+
+impl Geometry {
+    /// Values a panel holds.
+    pub(super) fn per_panel(self) -> usize {
+        self.blocks * self.parts * PANEL
+    }
+
+    /// Super-blocks a row has (the last may be short).
+    pub(super) fn supers(self) -> usize {
+        self.blocks.div_ceil(SUPER_BLOCKS)
+    }
+
+    /// The unit of value `at`.
+    fn unit_of(self, at: usize) -> usize {
+        let block = at / PANEL / self.parts;
+        let (panel, j) = (block / self.blocks, block % self.blocks);
+        (panel * self.supers() + j / SUPER_BLOCKS) * PANEL + at % PANEL
+    }
+}
+
+/// Scales or biases, per panel, per block, per part, 16 rows.
+#[derive(Clone, Debug)]
+pub(super) enum Parts {
+    /// The float32 values.
+    Floats(Vec<f32>),
+    /// Each value `unit · small` in float32: `units` per panel, per super-block, 16 rows;
+    /// `small` in the values' layout, a byte each.
+    Factored { units: Vec<f32>, small: Vec<i8> },
+}
+
+impl Parts {
+    /// Value `at`.
+    #[inline(always)]
+    pub(super) fn value(&self, g: Geometry, at: usize) -> f32 {
+        match self {
+            Parts::Floats(values) => values[at],
+            Parts::Factored { units, small } => units[g.unit_of(at)] * f32::from(small[at]),
+        }
+    }
+
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Parts::Floats(values) => 4 * values.len(),
+            Parts::Factored { units, small } => 4 * units.len() + small.len(),
+        }
+    }
+
+    /// Panel `panel`'s values as the SIMD copies read them.
+    pub(super) fn panel(&self, g: Geometry, panel: usize) -> PanelParts {
+        match self {
+            Parts::Floats(values) => PanelParts::Floats(values[panel * g.per_panel()..].as_ptr()),
+            Parts::Factored { units, small } => PanelParts::Factored {
+                units: units[panel * g.supers() * PANEL..].as_ptr(),
+                small: small[panel * g.per_panel()..].as_ptr(),
+            },
+        }
+    }
+}
+
+/// A weight's biases: stored, or each `offset · scale`.
+#[derive(Clone, Debug)]
+pub(super) enum Biases {
+    Stored(Parts),
+    /// Every row's every bias is `offset · scale` bit for bit (Q4_0's −8, Q5_0's −16, Q8_0's
+    /// −128, Q6_K's −32): each copy computes it as that one float32 product.
+    Implicit(f32),
+}
+
+impl Biases {
+    pub(super) fn bytes(&self) -> usize {
+        match self {
+            Biases::Stored(parts) => parts.bytes(),
+            Biases::Implicit(_) => 0,
+        }
+    }
+}
+
+/// A panel's scales or stored biases as a SIMD copy reads them: `Floats` from the panel's first
+/// value; `Factored` from its first unit and its first small integer (offsets: a part's
+/// `(j · parts + h) · 16 + row`, its unit's `(j / 8) · 16 + row`).
+#[derive(Clone, Copy)]
+pub(super) enum PanelParts {
+    Floats(*const f32),
+    Factored { units: *const f32, small: *const i8 },
+}
+
+impl PanelParts {
+    /// The same values from row `rows` of the panel on (AVX2's half panels).
+    ///
+    /// # Safety
+    /// `rows < 16`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline(always)]
+    pub(super) unsafe fn after_rows(self, rows: usize) -> Self {
+        // SAFETY: the caller's contract: inside the panel's first part and unit.
+        unsafe {
+            match self {
+                PanelParts::Floats(values) => PanelParts::Floats(values.add(rows)),
+                PanelParts::Factored { units, small } => PanelParts::Factored {
+                    units: units.add(rows),
+                    small: small.add(rows),
+                },
+            }
+        }
+    }
+}
+
+/// A panel's biases as a SIMD copy reads them.
+#[derive(Clone, Copy)]
+pub(super) enum PanelBiases {
+    Stored(PanelParts),
+    /// `offset · scale`, computed by the copy as that one float32 product.
+    Implicit(f32),
+}
+
+impl PanelBiases {
+    /// From row `rows` of the panel on.
+    ///
+    /// # Safety
+    /// `rows < 16`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    #[inline(always)]
+    pub(super) unsafe fn after_rows(self, rows: usize) -> Self {
+        match self {
+            // SAFETY: passed on.
+            PanelBiases::Stored(parts) => PanelBiases::Stored(unsafe { parts.after_rows(rows) }),
+            implicit => implicit,
+        }
+    }
+}
+
+/// One row's values as a loader gives them: the float32 values, and optionally each as a small
+/// integer times a unit per 256 inputs (as the file stores it), all to be filled; left as they
+/// are (zeros), the factors are not used.
+pub struct RowValues<'a> {
+    pub values: &'a mut [f32],
+    /// One per 256 inputs (the last may cover fewer).
+    pub units: &'a mut [f32],
+    /// One per value.
+    pub small: &'a mut [i8],
+}
+
+/// Scales or biases while a weight's rows are packed: the float32 values, and their factors for
+/// as long as every row's factors give its values bit for bit (finite ones: a NaN's bits through
+/// a product are the hardware's to choose).
+pub(super) struct PartsBuilder {
+    g: Geometry,
+    floats: Vec<f32>,
+    units: Vec<f32>,
+    small: Vec<i8>,
+    factored: bool,
+}
+
+impl PartsBuilder {
+    pub(super) fn new(g: Geometry, panels: usize) -> Self {
+        PartsBuilder {
+            g,
+            floats: vec![0.0; panels * g.per_panel()],
+            units: vec![0.0; panels * g.supers() * PANEL],
+            small: vec![0; panels * g.per_panel()],
+            factored: true,
+        }
+    }
+
+    /// Row `n`'s values (`blocks · parts`), units (`supers`) and small integers.
+    pub(super) fn put_row(&mut self, n: usize, values: &[f32], units: &[f32], small: &[i8]) {
+        let (panel, row) = (n / PANEL, n % PANEL);
+        let per_super = SUPER_BLOCKS * self.g.parts;
+        for (p, &v) in values.iter().enumerate() {
+            let at = panel * self.g.per_panel() + p * PANEL + row;
+            self.floats[at] = v;
+            self.small[at] = small[p];
+            let unit = units[p / per_super];
+            self.factored &= v.is_finite() && (unit * f32::from(small[p])).to_bits() == v.to_bits();
+        }
+        for (s, &u) in units.iter().enumerate() {
+            self.units[(panel * self.g.supers() + s) * PANEL + row] = u;
+        }
+    }
+
+    /// The float32 values so far.
+    pub(super) fn floats(&self) -> &[f32] {
+        &self.floats
+    }
+
+    /// The values in the smallest form that gives them all.
+    pub(super) fn finish(self) -> Parts {
+        if self.factored {
+            Parts::Factored {
+                units: self.units,
+                small: self.small,
+            }
+        } else {
+            Parts::Floats(self.floats)
+        }
+    }
+}
+
+/// The offset `o` such that every row's bias is `o · scale` bit for bit, if there is one: `o`
+/// from the first row with a non-zero scale (`bias / scale`; a division that does not round-trip
+/// fails the check below, which is what decides). Rows past `out` (the last panel's padding,
+/// zeros) are never stored, so they are not looked at. Scales that are not finite keep the
+/// biases stored (a NaN's bits through a product are the hardware's to choose).
+pub(super) fn implicit_offset(
+    out: usize,
+    per_panel: usize,
+    scales: &[f32],
+    biases: &[f32],
+) -> Option<f32> {
+    // Value `at` is row `at % PANEL` of panel `at / per_panel`.
+    let real = |at: &usize| (at / per_panel) * PANEL + at % PANEL < out;
+    if scales.iter().any(|s| !s.is_finite()) {
+        return None;
+    }
+    let offset = (0..scales.len())
+        .filter(real)
+        .find(|&at| scales[at] != 0.0)
+        .map(|at| biases[at] / scales[at])
+        // Every scale zero: the biases must then be zeros of one sign (`±1 · 0`).
+        .or_else(|| biases.first().map(|b| 1.0f32.copysign(*b)))?;
+    let holds = (0..scales.len())
+        .filter(real)
+        .all(|at| (offset * scales[at]).to_bits() == biases[at].to_bits());
+    holds.then_some(offset)
+}
