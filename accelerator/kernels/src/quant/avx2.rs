@@ -29,7 +29,6 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Outputs of a panel in one register of 32-bit sums.
@@ -135,41 +134,6 @@ unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m256i; 2] 
     }
 }
 
-/// A half panel's 8 scales (or stored biases) of the part at `part`, whose unit is at `unit`
-/// where factored: loaded, or `unit · small` (the product `scales.rs` checked at packing).
-///
-/// # Safety
-/// `part` and `unit` are the half panel's (`scales.rs`, `PanelParts`).
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> __m256 {
-    // SAFETY: the caller's contract: 8 values (or small integers) and 8 units.
-    unsafe {
-        match parts {
-            PanelParts::Floats(v) => _mm256_loadu_ps(v.add(part)),
-            PanelParts::Factored { units, small } => {
-                let small = _mm256_cvtepi8_epi32(_mm_loadl_epi64(small.add(part).cast()));
-                _mm256_mul_ps(_mm256_loadu_ps(units.add(unit)), _mm256_cvtepi32_ps(small))
-            }
-        }
-    }
-}
-
-/// The biases of part `part` (unit `unit`) of a half panel whose scales are `sw`: stored, or
-/// `offset · scale` (the product the stored value would be).
-///
-/// # Safety
-/// As [`values`].
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn biases_at(biases: PanelBiases, part: usize, unit: usize, sw: __m256) -> __m256 {
-    match biases {
-        PanelBiases::Implicit(o) => _mm256_mul_ps(_mm256_set1_ps(o), sw),
-        // SAFETY: the caller's contract.
-        PanelBiases::Stored(b) => unsafe { values(b, part, unit) },
-    }
-}
-
 /// A block's sum of one row from its 16-bit lanes: `l` alone, or `16·h + l` where split.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -209,8 +173,8 @@ unsafe fn rows<
             .codes
             .as_ptr()
             .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
-        let scales = w.panel_scales(t.panel).after_rows(p.half * HALF);
-        let biases = w.panel_biases(t.panel).after_rows(p.half * HALF);
+        let scales = t.scales.add(p.half * HALF);
+        let biases = t.biases.add(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -258,9 +222,8 @@ unsafe fn rows<
                     }
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let unit = j / SUPER_BLOCKS * PANEL;
-                let sw = values(scales, part, unit);
-                let bw = biases_at(biases, part, unit, sw);
+                let sw = _mm256_loadu_ps(scales.add(part));
+                let bw = _mm256_loadu_ps(biases.add(part));
                 for i in 0..R {
                     let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
                     if FINE {
@@ -421,8 +384,8 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize, const 
             .codes
             .as_ptr()
             .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
-        let scales = w.panel_scales(t.panel).after_rows(p.half * HALF);
-        let biases = w.panel_biases(t.panel).after_rows(p.half * HALF);
+        let scales = t.scales.add(p.half * HALF);
+        let biases = t.biases.add(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -455,9 +418,8 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize, const 
                     }
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let unit = j / SUPER_BLOCKS * PANEL;
-                let sw = values(scales, part, unit);
-                let bw = biases_at(biases, part, unit, sw);
+                let sw = _mm256_loadu_ps(scales.add(part));
+                let bw = _mm256_loadu_ps(biases.add(part));
                 for i in 0..R {
                     let high = if FINE {
                         _mm256_slli_epi32::<8>(first[i])

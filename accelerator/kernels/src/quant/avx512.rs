@@ -4,7 +4,6 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// One tile; the row count picks an instantiation whose sums all live in registers.
@@ -96,8 +95,7 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
     // checked by the caller).
     unsafe {
         let codes = w.codes.as_ptr().add(t.panel * w.panel_bytes());
-        let scales = w.panel_scales(t.panel);
-        let biases = w.panel_biases(t.panel);
+        let (scales, biases) = (t.scales, t.biases);
         // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
@@ -114,24 +112,29 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
                 // even and odd steps' where not. The weight load is shared.
                 let mut first = [_mm512_setzero_si512(); R];
                 let mut second = [_mm512_setzero_si512(); R];
-                for s in (0..steps).step_by(2) {
-                    let pair_at = j * BLOCK + (h * steps + s) * STEP;
-                    for (d, wv) in pair::<NIBBLES>(codes, pair_at).into_iter().enumerate() {
-                        let k = pair_at + d * STEP;
-                        for i in 0..R {
-                            let at = a.add((k / STEP * ROWS + i) * slot);
-                            let four = at.cast::<i32>().read_unaligned();
-                            let four = _mm512_set1_epi32(four);
-                            if FINE {
-                                first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                                let f = at.add(STEP).cast::<i32>().read_unaligned();
-                                let f = _mm512_set1_epi32(f);
-                                second[i] = _mm512_dpbusd_epi32(second[i], wv, f);
-                            } else if d == 0 {
-                                first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                            } else {
-                                second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
-                            }
+                // The pair's two steps written out: the coarse path feeds one chain from each
+                // (the even and odd steps', as before nibbles), the fine one both chains from
+                // both.
+                for pair_index in 0..steps / 2 {
+                    let k = j * BLOCK + (h * steps + 2 * pair_index) * STEP;
+                    let [w0, w1] = pair::<NIBBLES>(codes, k);
+                    for i in 0..R {
+                        let at0 = a.add((k / STEP * ROWS + i) * slot);
+                        let at1 = a.add(((k / STEP + 1) * ROWS + i) * slot);
+                        let c0 = _mm512_set1_epi32(at0.cast::<i32>().read_unaligned());
+                        let c1 = _mm512_set1_epi32(at1.cast::<i32>().read_unaligned());
+                        if FINE {
+                            let f0 =
+                                _mm512_set1_epi32(at0.add(STEP).cast::<i32>().read_unaligned());
+                            let f1 =
+                                _mm512_set1_epi32(at1.add(STEP).cast::<i32>().read_unaligned());
+                            first[i] = _mm512_dpbusd_epi32(first[i], w0, c0);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w0, f0);
+                            first[i] = _mm512_dpbusd_epi32(first[i], w1, c1);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w1, f1);
+                        } else {
+                            first[i] = _mm512_dpbusd_epi32(first[i], w0, c0);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w1, c1);
                         }
                     }
                 }
@@ -146,12 +149,8 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
                     dots[i] = _mm512_add_epi32(high, second[i]);
                 }
                 let part = (j * PARTS + h) * PANEL;
-                let unit = j / SUPER_BLOCKS * PANEL;
-                let sw = values(scales, part, unit);
-                let bw = match biases {
-                    PanelBiases::Implicit(o) => _mm512_mul_ps(_mm512_set1_ps(o), sw),
-                    PanelBiases::Stored(b) => values(b, part, unit),
-                };
+                let sw = _mm512_loadu_ps(scales.add(part));
+                let bw = _mm512_loadu_ps(biases.add(part));
                 for i in 0..R {
                     let s = _mm512_mul_ps(sw, _mm512_set1_ps(*a_steps.add(i * blocks + j)));
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots[i]), s, acc[i]);
@@ -172,26 +171,6 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBL
         for (i, value) in acc.iter().enumerate() {
             let at = (t.first_row + i) * w.out + t.panel * PANEL;
             _mm512_mask_storeu_ps(out.0.add(at), mask, *value);
-        }
-    }
-}
-
-/// A panel's 16 scales (or stored biases) of the part at `part`, whose unit is at `unit` where
-/// factored: loaded, or `unit · small` (the product `scales.rs` checked at packing).
-///
-/// # Safety
-/// `part` and `unit` are the panel's (`scales.rs`, `PanelParts`).
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> __m512 {
-    // SAFETY: the caller's contract: 16 values (or small integers) and 16 units.
-    unsafe {
-        match parts {
-            PanelParts::Floats(v) => _mm512_loadu_ps(v.add(part)),
-            PanelParts::Factored { units, small } => {
-                let small = _mm512_cvtepi8_epi32(_mm_loadu_si128(small.add(part).cast()));
-                _mm512_mul_ps(_mm512_loadu_ps(units.add(unit)), _mm512_cvtepi32_ps(small))
-            }
         }
     }
 }

@@ -31,11 +31,15 @@
 //!   shuffle, so the rest of each copy is the same for both layouts. A pair never straddles a
 //!   part (8 inputs inside a half block of 16), so weights with two parts unpack alike.
 //!
-//! Scales per row and per part (32 inputs, or 16) as float32; biases likewise, or none where
-//! every bias is the same multiple of its scale bit for bit (Q4_0's −8, Q5_0's −16, Q8_0's
-//! −128, Q6_K's −32, checked value by value at packing): then each copy computes `offset ·
-//! scale`, one float32 product whose bits are the stored value's. Bytes a weight, with file
-//! sizes: docs/checkpoint-layouts.md, "GGUF blocks on the native path".
+//! Scales per row and per part (32 inputs, or 16): float32 values, or (ggml's K-quants) an int8
+//! per value times a float32 unit per 256 inputs as the file holds them; biases likewise, or none
+//! where every bias is the same multiple of its scale (Q4_0's −8, Q5_0's −16, Q8_0's −128,
+//! Q6_K's −32). Each form is kept only where its one float32 product gives every value's bits
+//! (checked value by value at packing, `scales.rs`), and the products compute a panel's values
+//! once per pass into float32 (`scales::PanelValues`) which every SIMD copy reads as before, so
+//! their inner loops know nothing of the forms (the portable copy computes each value itself).
+//! Bytes a weight, with file sizes: docs/checkpoint-layouts.md, "GGUF blocks on the native
+//! path".
 //!
 //! Activations `x[m, k]` are quantised per row and block of 32 ([`QuantizedRows`]):
 //! `x ≈ d[m, j] · c[m, k]`, `c` in −127..=127 (what llama.cpp does to activations before its
@@ -78,6 +82,7 @@ pub use isa::{
     available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
     ISA_VARIABLE,
 };
+use scales::PanelValues;
 pub use scales::RowValues;
 pub use weights::{PackedWeight, RowParts};
 
@@ -261,11 +266,13 @@ unsafe fn panels_product(
 ) {
     let row_bytes = (x.group_bytes() / ROWS).max(1);
     let block = (ROW_BLOCK_BYTES / row_bytes / ROWS * ROWS).max(ROWS);
+    let mut values = PanelValues::default();
     let mut first = 0;
     while first < x.rows {
         let last = (first + block).min(x.rows);
         for panel in range.clone() {
             let cols = (w.out - panel * PANEL).min(PANEL);
+            let (scales, biases) = w.panel_values(panel, &mut values);
             let mut m = first;
             while m < last {
                 let rows = (last - m).min(ROWS);
@@ -274,8 +281,11 @@ unsafe fn panels_product(
                     first_row: m,
                     rows,
                     cols,
+                    scales: scales.as_ptr(),
+                    biases: biases.as_ptr(),
                 };
-                // SAFETY: the caller's contract covers `out` and `tile`.
+                // SAFETY: the caller's contract covers `out` and `tile`; `t`'s values are the
+                // panel's, alive until the next panel.
                 unsafe { tile(x, w, t, out) };
                 m += rows;
             }
@@ -292,6 +302,10 @@ struct Tile {
     rows: usize,
     /// Columns of the panel inside `w.out`.
     cols: usize,
+    /// The panel's scales and biases as float32 values, per block, per part, 16 rows
+    /// ([`PanelValues`]: the SIMD copies read these, never the weight's own forms).
+    scales: *const f32,
+    biases: *const f32,
 }
 
 /// The bit reference of every other copy: the same integer sums (exact, so their order does not

@@ -22,7 +22,6 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use super::activations::{block_sums, ROUND};
-use super::scales::{PanelBiases, PanelParts, SUPER_BLOCKS};
 use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Rows of a panel in one 128-bit register of sums.
@@ -332,8 +331,7 @@ macro_rules! tile_copy {
                         slot: x.slot(),
                         first,
                     };
-                    let scales = w.panel_scales(t.panel);
-                    let biases = w.panel_biases(t.panel);
+                    let (scales, biases) = (t.scales, t.biases);
                     let row = (t.first_row + first) * blocks;
                     // Each part's quantised sum: the block's, or its half's.
                     let sums = if PARTS == 1 {
@@ -346,12 +344,8 @@ macro_rules! tile_copy {
                         for h in 0..PARTS {
                             let dots = $dots::<R, FINE, PARTS, NIBBLES>(c, j, h, wide);
                             let part = (j * PARTS + h) * PANEL;
-                            let unit = j / SUPER_BLOCKS * PANEL;
-                            let sw = values(scales, part, unit);
-                            let bw = match biases {
-                                PanelBiases::Implicit(o) => sw.map(|s| vmulq_f32(vdupq_n_f32(o), s)),
-                                PanelBiases::Stored(b) => values(b, part, unit),
-                            };
+                            let sw = [0, 1, 2, 3].map(|g| vld1q_f32(scales.add(part + g * QUARTER)));
+                            let bw = [0, 1, 2, 3].map(|g| vld1q_f32(biases.add(part + g * QUARTER)));
                             for i in 0..R {
                                 let at = i * blocks + j;
                                 let step = vdupq_n_f32(*x.steps.as_ptr().add(row + at));
@@ -428,37 +422,6 @@ tile_copy!(
     /// One tile with the int8 matrix extension.
     tile_i8mm, "neon,i8mm", dots_i8mm, 2
 );
-
-/// A panel's 16 scales (or stored biases) of the part at `part`, whose unit is at `unit` where
-/// factored, in four registers of 4 rows: loaded, or `unit · small` (the product `scales.rs`
-/// checked at packing).
-///
-/// # Safety
-/// `part` and `unit` are the panel's (`scales.rs`, `PanelParts`).
-#[target_feature(enable = "neon")]
-#[inline]
-unsafe fn values(parts: PanelParts, part: usize, unit: usize) -> [float32x4_t; 4] {
-    // SAFETY: the caller's contract: 16 values (or small integers) and 16 units.
-    unsafe {
-        match parts {
-            PanelParts::Floats(v) => [0, 1, 2, 3].map(|g| vld1q_f32(v.add(part + g * QUARTER))),
-            PanelParts::Factored { units, small } => {
-                let small = vld1q_s8(small.add(part));
-                let wide = [vmovl_s8(vget_low_s8(small)), vmovl_high_s8(small)];
-                [0, 1, 2, 3].map(|g| {
-                    let half = wide[g / 2];
-                    let four = if g % 2 == 0 {
-                        vmovl_s16(vget_low_s16(half))
-                    } else {
-                        vmovl_high_s16(half)
-                    };
-                    let u = vld1q_f32(units.add(unit + g * QUARTER));
-                    vmulq_f32(u, vcvtq_f32_s32(four))
-                })
-            }
-        }
-    }
-}
 
 /// A pass's rows of sums into `out`, only the columns inside `width`.
 ///

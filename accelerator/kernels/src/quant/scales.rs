@@ -4,10 +4,12 @@
 //! a 6- or 8-bit integer times a super-block's float16), or, for biases, not at all where each
 //! is the same multiple of its scale ([`Biases::Implicit`]).
 //!
-//! Whatever the form, every copy of the kernel computes a value as the same float32 operations
-//! (a load, or one product of two exact numbers), and the packing keeps a form only where it
-//! gives every value's bits as given (checked value by value, never assumed from a file's
-//! type), so the products' bits do not depend on the form.
+//! Whatever the form, a value is the same float32 operation (a load, or one product), and the
+//! packing keeps a form only where it gives every value's bits as given (checked value by value,
+//! never assumed from a file's type), so the products' bits do not depend on the form. The SIMD
+//! copies read a panel's values as float32 computed once per pass ([`PanelValues`]): with the
+//! forms matched inside their inner loops the AVX-512 copy's registers spilled (1,290 spills in
+//! its tile, the 8-bit-input products at half their rate), none now.
 
 use super::PANEL;
 
@@ -68,17 +70,6 @@ impl Parts {
             Parts::Factored { units, small } => 4 * units.len() + small.len(),
         }
     }
-
-    /// Panel `panel`'s values as the SIMD copies read them.
-    pub(super) fn panel(&self, g: Geometry, panel: usize) -> PanelParts {
-        match self {
-            Parts::Floats(values) => PanelParts::Floats(values[panel * g.per_panel()..].as_ptr()),
-            Parts::Factored { units, small } => PanelParts::Factored {
-                units: units[panel * g.supers() * PANEL..].as_ptr(),
-                small: small[panel * g.per_panel()..].as_ptr(),
-            },
-        }
-    }
 }
 
 /// A weight's biases: stored, or each `offset · scale`.
@@ -99,57 +90,63 @@ impl Biases {
     }
 }
 
-/// A panel's scales or stored biases as a SIMD copy reads them: `Floats` from the panel's first
-/// value; `Factored` from its first unit and its first small integer (offsets: a part's
-/// `(j · parts + h) · 16 + row`, its unit's `(j / 8) · 16 + row`).
-#[derive(Clone, Copy)]
-pub(super) enum PanelParts {
-    Floats(*const f32),
-    Factored { units: *const f32, small: *const i8 },
+/// A panel's scales and biases as float32 values (per block, per part, 16 rows), what the SIMD
+/// copies read: borrowed where the weight holds floats, else computed here once per panel and
+/// pass (each value `unit · small` or `offset · scale`, the operations of [`Parts::value`] and
+/// the portable copy, so the same bits), which keeps every copy's inner loop free of the forms:
+/// a vectorised loop over 16 values a part, against the panel's `16 · input` byte products per
+/// row.
+#[derive(Default)]
+pub(super) struct PanelValues {
+    scales: Vec<f32>,
+    biases: Vec<f32>,
 }
 
-impl PanelParts {
-    /// The same values from row `rows` of the panel on (AVX2's half panels).
-    ///
-    /// # Safety
-    /// `rows < 16`.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    #[inline(always)]
-    pub(super) unsafe fn after_rows(self, rows: usize) -> Self {
-        // SAFETY: the caller's contract: inside the panel's first part and unit.
-        unsafe {
-            match self {
-                PanelParts::Floats(values) => PanelParts::Floats(values.add(rows)),
-                PanelParts::Factored { units, small } => PanelParts::Factored {
-                    units: units.add(rows),
-                    small: small.add(rows),
-                },
+impl Parts {
+    /// Panel `panel`'s values: borrowed, or computed into `into`.
+    fn panel_values<'a>(&'a self, g: Geometry, panel: usize, into: &'a mut Vec<f32>) -> &'a [f32] {
+        let per_panel = g.per_panel();
+        match self {
+            Parts::Floats(values) => &values[panel * per_panel..][..per_panel],
+            Parts::Factored { units, small } => {
+                into.clear();
+                let units = &units[panel * g.supers() * PANEL..][..g.supers() * PANEL];
+                let small = &small[panel * per_panel..][..per_panel];
+                for (j, block) in small.chunks_exact(g.parts * PANEL).enumerate() {
+                    let unit = &units[j / SUPER_BLOCKS * PANEL..][..PANEL];
+                    for part in block.chunks_exact(PANEL) {
+                        into.extend(unit.iter().zip(part).map(|(u, &s)| u * f32::from(s)));
+                    }
+                }
+                into
             }
         }
     }
 }
 
-/// A panel's biases as a SIMD copy reads them.
-#[derive(Clone, Copy)]
-pub(super) enum PanelBiases {
-    Stored(PanelParts),
-    /// `offset · scale`, computed by the copy as that one float32 product.
-    Implicit(f32),
-}
-
-impl PanelBiases {
-    /// From row `rows` of the panel on.
-    ///
-    /// # Safety
-    /// `rows < 16`.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    #[inline(always)]
-    pub(super) unsafe fn after_rows(self, rows: usize) -> Self {
-        match self {
-            // SAFETY: passed on.
-            PanelBiases::Stored(parts) => PanelBiases::Stored(unsafe { parts.after_rows(rows) }),
-            implicit => implicit,
-        }
+impl PanelValues {
+    /// Panel `panel`'s scales and biases.
+    pub(super) fn of<'a>(
+        &'a mut self,
+        g: Geometry,
+        scales: &'a Parts,
+        biases: &'a Biases,
+        panel: usize,
+    ) -> (&'a [f32], &'a [f32]) {
+        let PanelValues {
+            scales: scale_buffer,
+            biases: bias_buffer,
+        } = self;
+        let scales = scales.panel_values(g, panel, scale_buffer);
+        let biases = match biases {
+            Biases::Stored(parts) => parts.panel_values(g, panel, bias_buffer),
+            Biases::Implicit(offset) => {
+                bias_buffer.clear();
+                bias_buffer.extend(scales.iter().map(|s| offset * s));
+                bias_buffer
+            }
+        };
+        (scales, biases)
     }
 }
 

@@ -97,13 +97,17 @@ fn portable_product(x: &QuantizedRows, w: &PackedWeight) -> Vec<f32> {
     let (rows, out) = (x.rows(), w.out());
     let mut y = vec![0.0f32; rows * out];
     let ptr = OutPtr(y.as_mut_ptr());
+    let mut values = scales::PanelValues::default();
     for panel in 0..out.div_ceil(PANEL) {
+        let (scales, biases) = w.panel_values(panel, &mut values);
         for first_row in (0..rows).step_by(ROWS) {
             let tile = Tile {
                 panel,
                 first_row,
                 rows: (rows - first_row).min(ROWS),
                 cols: (out - panel * PANEL).min(PANEL),
+                scales: scales.as_ptr(),
+                biases: biases.as_ptr(),
             };
             // SAFETY: a single thread writes inside `y` ([rows, out]).
             unsafe { portable_tile(x, w, tile, ptr) };

@@ -1,7 +1,7 @@
 //! [`PackedWeight`]: an affine-quantised weight repacked for the integer products.
 
 use super::scales::{
-    implicit_offset, Biases, Geometry, PanelBiases, PanelParts, Parts, PartsBuilder, RowValues,
+    implicit_offset, Biases, Geometry, PanelValues, Parts, PartsBuilder, RowValues,
 };
 use super::{QuantError, BLOCK, PANEL, STEP};
 
@@ -275,19 +275,13 @@ impl PackedWeight {
         }
     }
 
-    /// Panel `panel`'s scales as the SIMD copies read them.
-    #[inline(always)]
-    pub(super) fn panel_scales(&self, panel: usize) -> PanelParts {
-        self.scales.panel(self.geometry(), panel)
-    }
-
-    /// Panel `panel`'s biases as the SIMD copies read them.
-    #[inline(always)]
-    pub(super) fn panel_biases(&self, panel: usize) -> PanelBiases {
-        match &self.biases {
-            Biases::Implicit(offset) => PanelBiases::Implicit(*offset),
-            Biases::Stored(parts) => PanelBiases::Stored(parts.panel(self.geometry(), panel)),
-        }
+    /// Panel `panel`'s scales and biases as float32 values (`scales.rs`, [`PanelValues`]).
+    pub(super) fn panel_values<'a>(
+        &'a self,
+        panel: usize,
+        values: &'a mut PanelValues,
+    ) -> (&'a [f32], &'a [f32]) {
+        values.of(self.geometry(), &self.scales, &self.biases, panel)
     }
 
     /// Bytes of one panel's codes.
