@@ -8,13 +8,13 @@
 //! packing keeps a form only where it gives every value's bits as given (checked value by value,
 //! never assumed from a file's type), so the products' bits do not depend on the form. The SIMD
 //! copies read a panel's values as float32 computed once per pass ([`PanelValues`]): with the
-//! forms matched inside their inner loops the AVX-512 copy's registers spilled (1,290 spills in
-//! its tile, the 8-bit-input products at half their rate), none now.
+//! forms matched inside their inner loops the AVX-512 copy's registers spilled (1,290 vector
+//! moves to or from the stack in its tile, the 8-bit-input products at half their rate).
 
 use super::PANEL;
 
 /// Blocks of 32 inputs per unit of factored values: ggml's super-block of 256.
-pub(super) const SUPER_BLOCKS: usize = 8;
+const SUPER_BLOCKS: usize = 8;
 
 /// Where a weight's per-part values are: value `at` is row `at % 16` of part `at / 16 % parts`
 /// of block `at / 16 / parts % blocks` of panel `at / (16 · parts · blocks)`; a factored value's
