@@ -3,7 +3,9 @@
 //! model's projections cost on a CPU with AVX-512 VNNI, where a float32 product of widened
 //! weights runs at a quarter of the rate (docs/benchmarks.md, "Integer products").
 //!
-//! - `weights`: [`PackedWeight`], the repacked weight;
+//! - `weights`: [`PackedWeight`], the repacked weight and its codes (bytes or nibbles);
+//! - `scales`: its scales and biases (floats, the file's factors, or implicit biases) and a
+//!   panel's values as the SIMD copies read them;
 //! - `activations`: [`QuantizedRows`] at a [`Precision`] (16 or 8 bits);
 //! - `isa`: [`QuantIsa`], which copy of the kernel runs (detected at run time, capped by
 //!   `HUNCH_CPU_ISA`);
