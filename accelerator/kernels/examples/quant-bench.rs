@@ -7,8 +7,9 @@
 //!     cargo run --release -p hunch-kernels --example quant-bench [-- --rows 128 --reps 5]
 //!
 //! `--portable 1` adds the portable copy (one scalar at a time: minutes). Shapes are a 1B
-//! Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down; 4-bit codes, and the
-//! q/o shape again with 8-bit codes (which AVX2 splits in two).
+//! Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down; 4-bit codes packed as
+//! a Q4_K file's are (nibbles, scales and biases factored), and the q/o shape again with 8-bit
+//! codes (which AVX2 splits in two; bytes, float scales and biases).
 
 use std::time::Instant;
 
@@ -82,14 +83,20 @@ fn main() {
         let codes: Vec<u8> = (0..out * input)
             .map(|_| ((values.next() + 1.0) * levels / 2.0).min(levels - 1.0) as u8)
             .collect();
-        let w = PackedWeight::from_codes(
-            |n, k| codes[n * input + k],
-            &scales,
-            &biases,
-            (out, input),
-            32,
-        )
-        .expect("pack");
+        let w = if bits == 4 {
+            // As a Q4_K file packs: nibble codes, each scale and bias a 6-bit integer times a
+            // unit per 256 inputs.
+            k_quant_like(&codes, (out, input), &mut values)
+        } else {
+            PackedWeight::from_codes(
+                |n, k| codes[n * input + k],
+                &scales,
+                &biases,
+                (out, input),
+                32,
+            )
+            .expect("pack")
+        };
         let x: Vec<f32> = (0..rows * input).map(|_| values.next()).collect();
         let mut y = vec![0.0f32; rows * out];
         for precision in [Precision::Fine, Precision::Coarse] {
@@ -134,6 +141,42 @@ fn main() {
             }
         }
     }
+}
+
+/// A weight of these codes packed as ggml's Q4_K is: per 256 inputs a unit for the scales and
+/// one for the biases, per 32 a 6-bit integer of each (the packing holds them factored).
+fn k_quant_like(codes: &[u8], (out, input): (usize, usize), values: &mut Values) -> PackedWeight {
+    let supers = input.div_ceil(256);
+    let units: Vec<(f32, f32)> = (0..out * supers)
+        .map(|_| {
+            (
+                0.0005 + 0.0001 * values.next(),
+                -0.001 + 0.0001 * values.next(),
+            )
+        })
+        .collect();
+    let small: Vec<(i8, i8)> = (0..out * input / 32)
+        .map(|_| {
+            (
+                32 + (values.next() * 31.0) as i8,
+                32 + (values.next() * 31.0) as i8,
+            )
+        })
+        .collect();
+    PackedWeight::from_rows((out, input), 32, |n, row| {
+        row.codes
+            .copy_from_slice(&codes[n * input..(n + 1) * input]);
+        for s in 0..supers {
+            (row.scales.units[s], row.biases.units[s]) = units[n * supers + s];
+        }
+        for p in 0..input / 32 {
+            let (sc, m) = small[n * input / 32 + p];
+            let (d, dmin) = units[n * supers + p / 8];
+            (row.scales.small[p], row.biases.small[p]) = (sc, m);
+            (row.scales.values[p], row.biases.values[p]) = (d * f32::from(sc), dmin * f32::from(m));
+        }
+    })
+    .expect("pack")
 }
 
 fn cpu_name() -> String {

@@ -9,7 +9,8 @@
 //! and would saturate at 32,767. So the codes multiplied are never above 15:
 //!
 //! - a weight whose codes are all ≤ 15 (4-bit; [`PackedWeight::code_max`] says, from the
-//!   codes) multiplies them as they are;
+//!   codes, and such a weight's codes are nibbles, unpacked by a mask and a shift) multiplies
+//!   them as they are;
 //! - any other splits each code `q = 16·h + l` (`h = q >> 4`, `l = q & 15`, both ≤ 15) and sums
 //!   `16·Σ h·c + Σ l·c`.
 //!
@@ -28,7 +29,7 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
+use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Outputs of a panel in one register of 32-bit sums.
 const HALF: usize = PANEL / 2;
@@ -43,7 +44,9 @@ const NIBBLE_MAX: u8 = 15;
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     let fine = x.precision == Precision::Fine;
-    let wide = w.code_max > NIBBLE_MAX;
+    // Nibble codes are at most 15 (never split), and this says so where the match below reads
+    // the layout.
+    let wide = !w.nibbles && w.code_max > NIBBLE_MAX;
     // Split fine codes hold four sums a row: two rows keep them in registers.
     let chunk = if fine && wide { 2 } else { 4 };
     for half in 0..t.cols.div_ceil(HALF) {
@@ -53,15 +56,20 @@ pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: Out
             let p = Pass { half, first, n };
             // SAFETY: passed on from the caller; the pass is inside the tile.
             unsafe {
-                match (fine, wide, w.parts) {
-                    (true, true, 1) => by_rows::<true, true, 1>(x, w, t, p, out),
-                    (true, false, 1) => by_rows::<true, false, 1>(x, w, t, p, out),
-                    (false, true, 1) => by_rows::<false, true, 1>(x, w, t, p, out),
-                    (false, false, 1) => by_rows::<false, false, 1>(x, w, t, p, out),
-                    (true, true, _) => by_rows::<true, true, 2>(x, w, t, p, out),
-                    (true, false, _) => by_rows::<true, false, 2>(x, w, t, p, out),
-                    (false, true, _) => by_rows::<false, true, 2>(x, w, t, p, out),
-                    (false, false, _) => by_rows::<false, false, 2>(x, w, t, p, out),
+                // Nibble codes are at most 15: never split (`wide` is false).
+                match (fine, wide, w.parts, w.nibbles) {
+                    (true, true, 1, _) => by_rows::<true, true, 1, false>(x, w, t, p, out),
+                    (true, false, 1, false) => by_rows::<true, false, 1, false>(x, w, t, p, out),
+                    (false, true, 1, _) => by_rows::<false, true, 1, false>(x, w, t, p, out),
+                    (false, false, 1, false) => by_rows::<false, false, 1, false>(x, w, t, p, out),
+                    (true, true, _, _) => by_rows::<true, true, 2, false>(x, w, t, p, out),
+                    (true, false, _, false) => by_rows::<true, false, 2, false>(x, w, t, p, out),
+                    (false, true, _, _) => by_rows::<false, true, 2, false>(x, w, t, p, out),
+                    (false, false, _, false) => by_rows::<false, false, 2, false>(x, w, t, p, out),
+                    (true, false, 1, true) => by_rows::<true, false, 1, true>(x, w, t, p, out),
+                    (false, false, 1, true) => by_rows::<false, false, 1, true>(x, w, t, p, out),
+                    (true, false, _, true) => by_rows::<true, false, 2, true>(x, w, t, p, out),
+                    (false, false, _, true) => by_rows::<false, false, 2, true>(x, w, t, p, out),
                 }
             }
             first += n;
@@ -79,7 +87,7 @@ struct Pass {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize>(
+unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -89,10 +97,39 @@ unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize>(
     // SAFETY: passed on from the caller.
     unsafe {
         match p.n {
-            4 => rows::<4, FINE, WIDE, PARTS>(x, w, t, p, out),
-            3 => rows::<3, FINE, WIDE, PARTS>(x, w, t, p, out),
-            2 => rows::<2, FINE, WIDE, PARTS>(x, w, t, p, out),
-            _ => rows::<1, FINE, WIDE, PARTS>(x, w, t, p, out),
+            4 => rows::<4, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
+            3 => rows::<3, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
+            2 => rows::<2, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
+            _ => rows::<1, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
+        }
+    }
+}
+
+/// A half panel's 32-byte operands of the pair of steps at input `k` (a multiple of
+/// [`PAIR`]): two loads of byte codes, or one of nibbles split into the same two registers
+/// (`v & 15` the first step's, `(v >> 4) & 15` the second's; `quant/mod.rs`, "The packed
+/// weight").
+///
+/// # Safety
+/// `codes` is a half panel's first code; the pair is inside the panel's codes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m256i; 2] {
+    // SAFETY: the caller's contract: a half pair is 32 bytes of nibbles, or 32 bytes of each
+    // step's bytes.
+    unsafe {
+        if NIBBLES {
+            let v = _mm256_loadu_si256(codes.add(k / PAIR * PANEL * STEP).cast());
+            let low = _mm256_set1_epi8(0x0F);
+            [
+                _mm256_and_si256(v, low),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+            ]
+        } else {
+            [
+                _mm256_loadu_si256(codes.add(k * PANEL).cast()),
+                _mm256_loadu_si256(codes.add((k + STEP) * PANEL).cast()),
+            ]
         }
     }
 }
@@ -111,7 +148,13 @@ fn block_sum<const WIDE: bool>(l: __m256i, h: __m256i) -> __m256i {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool, const PARTS: usize>(
+unsafe fn rows<
+    const R: usize,
+    const FINE: bool,
+    const WIDE: bool,
+    const PARTS: usize,
+    const NIBBLES: bool,
+>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -120,24 +163,18 @@ unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool, const PARTS: 
 ) {
     const { assert!(R <= ROWS) };
     let blocks = x.input / BLOCK;
-    let input = x.input;
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
-    // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales, `PARTS` the
-    // weight's, passed by `tile`; a half is the first or last 8 of each 16) and inside rows
-    // `first_row + first..+ R` of `x` (inside the tile).
+    // panel is `PANEL · input` codes, bytes or nibbles, and `blocks · PARTS · PANEL` scales,
+    // and biases unless implicit; `PARTS` and `NIBBLES` the weight's, passed by `tile`; a
+    // half is the first or last 8 rows of each 16, the first or last 32 bytes of each 64)
+    // and inside rows `first_row + first..+ R` of `x` (inside the tile).
     unsafe {
         let codes = w
             .codes
             .as_ptr()
-            .add(t.panel * PANEL * input + p.half * HALF * STEP);
-        let scales = w
-            .scales
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
-        let biases = w
-            .biases
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
+            .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
+        let scales = t.scales.add(p.half * HALF);
+        let biases = t.biases.add(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -151,30 +188,35 @@ unsafe fn rows<const R: usize, const FINE: bool, const WIDE: bool, const PARTS: 
                 // 16-bit sums of the low (or only) and high nibbles, coarse and fine codes.
                 let (mut lo, mut hi) = ([zero; R], [zero; R]);
                 let (mut fine_lo, mut fine_hi) = ([zero; R], [zero; R]);
-                for s in 0..steps {
-                    let k = j * BLOCK + (h * steps + s) * STEP;
-                    let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
-                    let (wl, wh) = if WIDE {
-                        (
-                            _mm256_and_si256(wv, nibble),
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
-                        )
-                    } else {
-                        (wv, zero)
-                    };
-                    for i in 0..R {
-                        let at = a.add((k / STEP * ROWS + p.first + i) * slot);
-                        let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
-                        lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
-                        if WIDE {
-                            hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
-                        }
-                        if FINE {
-                            let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
-                            fine_lo[i] = _mm256_add_epi16(fine_lo[i], _mm256_maddubs_epi16(wl, f));
+                for s in (0..steps).step_by(2) {
+                    let pair_at = j * BLOCK + (h * steps + s) * STEP;
+                    for (d, wv) in pair::<NIBBLES>(codes, pair_at).into_iter().enumerate() {
+                        let k = pair_at + d * STEP;
+                        // A byte code split in two where wide (`q = 16·h + l`).
+                        let (wl, wh) = if WIDE {
+                            (
+                                _mm256_and_si256(wv, nibble),
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
+                            )
+                        } else {
+                            (wv, zero)
+                        };
+                        for i in 0..R {
+                            let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                            let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                            lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
                             if WIDE {
-                                fine_hi[i] =
-                                    _mm256_add_epi16(fine_hi[i], _mm256_maddubs_epi16(wh, f));
+                                hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
+                            }
+                            if FINE {
+                                let f = at.add(STEP).cast::<i32>().read_unaligned();
+                                let f = _mm256_set1_epi32(f);
+                                let fl = _mm256_maddubs_epi16(wl, f);
+                                fine_lo[i] = _mm256_add_epi16(fine_lo[i], fl);
+                                if WIDE {
+                                    let fh = _mm256_maddubs_epi16(wh, f);
+                                    fine_hi[i] = _mm256_add_epi16(fine_hi[i], fh);
+                                }
                             }
                         }
                     }
@@ -289,11 +331,15 @@ pub(super) unsafe fn tile_vnni(x: &QuantizedRows, w: &PackedWeight, t: Tile, out
             let p = Pass { half, first, n };
             // SAFETY: passed on from the caller; the pass is inside the tile.
             unsafe {
-                match (fine, w.parts) {
-                    (true, 1) => by_rows_vnni::<true, 1>(x, w, t, p, out),
-                    (false, 1) => by_rows_vnni::<false, 1>(x, w, t, p, out),
-                    (true, _) => by_rows_vnni::<true, 2>(x, w, t, p, out),
-                    (false, _) => by_rows_vnni::<false, 2>(x, w, t, p, out),
+                match (fine, w.parts, w.nibbles) {
+                    (true, 1, false) => by_rows_vnni::<true, 1, false>(x, w, t, p, out),
+                    (false, 1, false) => by_rows_vnni::<false, 1, false>(x, w, t, p, out),
+                    (true, _, false) => by_rows_vnni::<true, 2, false>(x, w, t, p, out),
+                    (false, _, false) => by_rows_vnni::<false, 2, false>(x, w, t, p, out),
+                    (true, 1, true) => by_rows_vnni::<true, 1, true>(x, w, t, p, out),
+                    (false, 1, true) => by_rows_vnni::<false, 1, true>(x, w, t, p, out),
+                    (true, _, true) => by_rows_vnni::<true, 2, true>(x, w, t, p, out),
+                    (false, _, true) => by_rows_vnni::<false, 2, true>(x, w, t, p, out),
                 }
             }
             first += n;
@@ -303,7 +349,7 @@ pub(super) unsafe fn tile_vnni(x: &QuantizedRows, w: &PackedWeight, t: Tile, out
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
 #[inline]
-unsafe fn by_rows_vnni<const FINE: bool, const PARTS: usize>(
+unsafe fn by_rows_vnni<const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -313,17 +359,17 @@ unsafe fn by_rows_vnni<const FINE: bool, const PARTS: usize>(
     // SAFETY: passed on from the caller.
     unsafe {
         match p.n {
-            4 => rows_vnni::<4, FINE, PARTS>(x, w, t, p, out),
-            3 => rows_vnni::<3, FINE, PARTS>(x, w, t, p, out),
-            2 => rows_vnni::<2, FINE, PARTS>(x, w, t, p, out),
-            _ => rows_vnni::<1, FINE, PARTS>(x, w, t, p, out),
+            4 => rows_vnni::<4, FINE, PARTS, NIBBLES>(x, w, t, p, out),
+            3 => rows_vnni::<3, FINE, PARTS, NIBBLES>(x, w, t, p, out),
+            2 => rows_vnni::<2, FINE, PARTS, NIBBLES>(x, w, t, p, out),
+            _ => rows_vnni::<1, FINE, PARTS, NIBBLES>(x, w, t, p, out),
         }
     }
 }
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
 #[inline]
-unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -332,21 +378,14 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize>(
 ) {
     const { assert!(R <= ROWS) };
     let blocks = x.input / BLOCK;
-    let input = x.input;
     // SAFETY: the offsets of the AVX2 copy's `rows`, which stay inside the tile.
     unsafe {
         let codes = w
             .codes
             .as_ptr()
-            .add(t.panel * PANEL * input + p.half * HALF * STEP);
-        let scales = w
-            .scales
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
-        let biases = w
-            .biases
-            .as_ptr()
-            .add(t.panel * blocks * PARTS * PANEL + p.half * HALF);
+            .add(t.panel * w.panel_bytes() + p.half * HALF * STEP);
+        let scales = t.scales.add(p.half * HALF);
+        let biases = t.biases.add(p.half * HALF);
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
         let rows = Rows::new::<PARTS>(x, t.first_row + p.first);
@@ -358,20 +397,23 @@ unsafe fn rows_vnni<const R: usize, const FINE: bool, const PARTS: usize>(
                 // where fine, even and odd steps' where not.
                 let mut first = [_mm256_setzero_si256(); R];
                 let mut second = [_mm256_setzero_si256(); R];
-                for s in 0..steps {
-                    let k = j * BLOCK + (h * steps + s) * STEP;
-                    let wv = _mm256_loadu_si256(codes.add(k * PANEL).cast());
-                    for i in 0..R {
-                        let at = a.add((k / STEP * ROWS + p.first + i) * slot);
-                        let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
-                        if FINE {
-                            first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
-                            let f = _mm256_set1_epi32(at.add(STEP).cast::<i32>().read_unaligned());
-                            second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, f);
-                        } else if s % 2 == 0 {
-                            first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
-                        } else {
-                            second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, c);
+                for s in (0..steps).step_by(2) {
+                    let pair_at = j * BLOCK + (h * steps + s) * STEP;
+                    for (d, wv) in pair::<NIBBLES>(codes, pair_at).into_iter().enumerate() {
+                        let k = pair_at + d * STEP;
+                        for i in 0..R {
+                            let at = a.add((k / STEP * ROWS + p.first + i) * slot);
+                            let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
+                            if FINE {
+                                first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                                let f = at.add(STEP).cast::<i32>().read_unaligned();
+                                let f = _mm256_set1_epi32(f);
+                                second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, f);
+                            } else if d == 0 {
+                                first[i] = _mm256_dpbusd_avx_epi32(first[i], wv, c);
+                            } else {
+                                second[i] = _mm256_dpbusd_avx_epi32(second[i], wv, c);
+                            }
                         }
                     }
                 }

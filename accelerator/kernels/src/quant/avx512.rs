@@ -4,7 +4,7 @@
 use core::arch::x86_64::*;
 
 use super::activations::{block_sums, ROUND};
-use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
+use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// One tile; the row count picks an instantiation whose sums all live in registers.
 ///
@@ -14,18 +14,50 @@ use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, 
 pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     // SAFETY: passed on from the caller.
     unsafe {
-        match (x.precision == Precision::Fine, w.parts) {
-            (true, 1) => by_rows::<true, 1>(x, w, t, out),
-            (false, 1) => by_rows::<false, 1>(x, w, t, out),
-            (true, _) => by_rows::<true, 2>(x, w, t, out),
-            (false, _) => by_rows::<false, 2>(x, w, t, out),
+        match (x.precision == Precision::Fine, w.parts, w.nibbles) {
+            (true, 1, false) => by_rows::<true, 1, false>(x, w, t, out),
+            (false, 1, false) => by_rows::<false, 1, false>(x, w, t, out),
+            (true, _, false) => by_rows::<true, 2, false>(x, w, t, out),
+            (false, _, false) => by_rows::<false, 2, false>(x, w, t, out),
+            (true, 1, true) => by_rows::<true, 1, true>(x, w, t, out),
+            (false, 1, true) => by_rows::<false, 1, true>(x, w, t, out),
+            (true, _, true) => by_rows::<true, 2, true>(x, w, t, out),
+            (false, _, true) => by_rows::<false, 2, true>(x, w, t, out),
+        }
+    }
+}
+
+/// The 64-byte operands of the pair of steps at input `k` (a multiple of [`PAIR`]) of a
+/// panel's codes: two loads of byte codes, or one of nibbles split into the same two
+/// registers (`v & 15` the first step's, `(v >> 4) & 15` the second's; `quant/mod.rs`, "The
+/// packed weight").
+///
+/// # Safety
+/// The pair is inside the panel's codes.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m512i; 2] {
+    // SAFETY: the caller's contract: a pair is 64 bytes of nibbles or 128 of bytes.
+    unsafe {
+        if NIBBLES {
+            let v = _mm512_loadu_si512(codes.add(k / PAIR * PANEL * STEP).cast());
+            let low = _mm512_set1_epi8(0x0F);
+            [
+                _mm512_and_si512(v, low),
+                _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+            ]
+        } else {
+            [
+                _mm512_loadu_si512(codes.add(k * PANEL).cast()),
+                _mm512_loadu_si512(codes.add((k + STEP) * PANEL).cast()),
+            ]
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn by_rows<const FINE: bool, const PARTS: usize>(
+unsafe fn by_rows<const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -34,21 +66,21 @@ unsafe fn by_rows<const FINE: bool, const PARTS: usize>(
     // SAFETY: passed on from the caller.
     unsafe {
         match t.rows {
-            8 => rows::<8, FINE, PARTS>(x, w, t, out),
-            7 => rows::<7, FINE, PARTS>(x, w, t, out),
-            6 => rows::<6, FINE, PARTS>(x, w, t, out),
-            5 => rows::<5, FINE, PARTS>(x, w, t, out),
-            4 => rows::<4, FINE, PARTS>(x, w, t, out),
-            3 => rows::<3, FINE, PARTS>(x, w, t, out),
-            2 => rows::<2, FINE, PARTS>(x, w, t, out),
-            _ => rows::<1, FINE, PARTS>(x, w, t, out),
+            8 => rows::<8, FINE, PARTS, NIBBLES>(x, w, t, out),
+            7 => rows::<7, FINE, PARTS, NIBBLES>(x, w, t, out),
+            6 => rows::<6, FINE, PARTS, NIBBLES>(x, w, t, out),
+            5 => rows::<5, FINE, PARTS, NIBBLES>(x, w, t, out),
+            4 => rows::<4, FINE, PARTS, NIBBLES>(x, w, t, out),
+            3 => rows::<3, FINE, PARTS, NIBBLES>(x, w, t, out),
+            2 => rows::<2, FINE, PARTS, NIBBLES>(x, w, t, out),
+            _ => rows::<1, FINE, PARTS, NIBBLES>(x, w, t, out),
         }
     }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[inline]
-unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -56,15 +88,14 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
 ) {
     const { assert!(R <= ROWS) };
     let blocks = x.input / BLOCK;
-    let input = x.input;
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
-    // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales; `PARTS` is the
-    // weight's, passed by `tile`) and inside rows
-    // `first_row..first_row + R` of `x` (R ≤ rows left, checked by the caller).
+    // panel is `PANEL · input` codes, bytes or nibbles as `NIBBLES` says, and `blocks · PARTS
+    // · PANEL` scales, and biases unless implicit; `PARTS` and `NIBBLES` are the weight's,
+    // passed by `tile`) and inside rows `first_row..first_row + R` of `x` (R ≤ rows left,
+    // checked by the caller).
     unsafe {
-        let codes = w.codes.as_ptr().add(t.panel * PANEL * input);
-        let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
-        let biases = w.biases.as_ptr().add(t.panel * blocks * PARTS * PANEL);
+        let codes = w.codes.as_ptr().add(t.panel * w.panel_bytes());
+        let (scales, biases) = (t.scales, t.biases);
         // The tile's group in the interleaved codes (tiles start at multiples of ROWS).
         let slot = x.slot();
         let a = x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes());
@@ -81,21 +112,29 @@ unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
                 // even and odd steps' where not. The weight load is shared.
                 let mut first = [_mm512_setzero_si512(); R];
                 let mut second = [_mm512_setzero_si512(); R];
-                for s in 0..steps {
-                    let k = j * BLOCK + (h * steps + s) * STEP;
-                    let wv = _mm512_loadu_si512(codes.add(k * PANEL).cast());
+                // The pair's two steps written out: the coarse path feeds one chain from each
+                // (the even and odd steps', as before nibbles), the fine one both chains from
+                // both.
+                for pair_index in 0..steps / 2 {
+                    let k = j * BLOCK + (h * steps + 2 * pair_index) * STEP;
+                    let [w0, w1] = pair::<NIBBLES>(codes, k);
                     for i in 0..R {
-                        let at = a.add((k / STEP * ROWS + i) * slot);
-                        let four = at.cast::<i32>().read_unaligned();
-                        let four = _mm512_set1_epi32(four);
+                        let at0 = a.add((k / STEP * ROWS + i) * slot);
+                        let at1 = a.add(((k / STEP + 1) * ROWS + i) * slot);
+                        let c0 = _mm512_set1_epi32(at0.cast::<i32>().read_unaligned());
+                        let c1 = _mm512_set1_epi32(at1.cast::<i32>().read_unaligned());
                         if FINE {
-                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
-                            let f = at.add(STEP).cast::<i32>().read_unaligned();
-                            second[i] = _mm512_dpbusd_epi32(second[i], wv, _mm512_set1_epi32(f));
-                        } else if s % 2 == 0 {
-                            first[i] = _mm512_dpbusd_epi32(first[i], wv, four);
+                            let f0 =
+                                _mm512_set1_epi32(at0.add(STEP).cast::<i32>().read_unaligned());
+                            let f1 =
+                                _mm512_set1_epi32(at1.add(STEP).cast::<i32>().read_unaligned());
+                            first[i] = _mm512_dpbusd_epi32(first[i], w0, c0);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w0, f0);
+                            first[i] = _mm512_dpbusd_epi32(first[i], w1, c1);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w1, f1);
                         } else {
-                            second[i] = _mm512_dpbusd_epi32(second[i], wv, four);
+                            first[i] = _mm512_dpbusd_epi32(first[i], w0, c0);
+                            second[i] = _mm512_dpbusd_epi32(second[i], w1, c1);
                         }
                     }
                 }

@@ -3,7 +3,9 @@
 //! model's projections cost on a CPU with AVX-512 VNNI, where a float32 product of widened
 //! weights runs at a quarter of the rate (docs/benchmarks.md, "Integer products").
 //!
-//! - `weights`: [`PackedWeight`], the repacked weight;
+//! - `weights`: [`PackedWeight`], the repacked weight and its codes (bytes or nibbles);
+//! - `scales`: its scales and biases (floats, the file's factors, or implicit biases) and a
+//!   panel's values as the SIMD copies read them;
 //! - `activations`: [`QuantizedRows`] at a [`Precision`] (16 or 8 bits);
 //! - `isa`: [`QuantIsa`], which copy of the kernel runs (detected at run time, capped by
 //!   `HUNCH_CPU_ISA`);
@@ -12,10 +14,34 @@
 //!   product, its split between threads, the portable copy of the kernel (the bit reference
 //!   of all the others).
 //!
-//! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, 4 or 8 bits, groups of
-//! 32, 64 or 128 inputs) is repacked once into [`PackedWeight`]: codes as bytes in panels of 16
-//! rows, four inputs of each row side by side, so that one 64-byte load feeds one `vpdpbusd` for
-//! 16 outputs; scales and biases per row and per block of 32 inputs.
+//! A weight `W[n, k] = s[n, g] · q[n, k] + b[n, g]` (codes `q` unsigned, up to 8 bits, groups
+//! of 32, 64 or 128 inputs, or 16 for ggml's Q6_K) is repacked once into [`PackedWeight`].
+//!
+//! **The packed weight.** Rows in panels of 16; a panel's inputs in steps of 4, each row's 4
+//! codes side by side, so that one step (16 rows × 4 codes, 64 bytes) is one `vpdpbusd`
+//! operand for 16 outputs. The codes are held one of two ways, chosen from the codes
+//! themselves (never from the file's type):
+//!
+//! - *bytes* (any code above 15: Q5_*, Q6_K, 8-bit): step after step, 64 bytes each, row `r`'s
+//!   codes at bytes `4r..4r + 4`;
+//! - *nibbles* (every code at most 15: Q4_0, Q4_1, Q4_K, MLX's 4-bit): half as many bytes, a
+//!   pair of steps (8 inputs) in one step's 64 bytes, the first step's code in the low nibble
+//!   of the byte where its byte code would be and the second step's in the high nibble. A
+//!   copy loads what it loaded for one step (64 bytes on AVX-512, a half panel's 32 on AVX2 and
+//!   AVX-VNNI, four registers of 16 on NEON) and gets both steps' operands with a mask (`& 15`)
+//!   and a shift (`>> 4`, then `& 15`): the registers the byte layout would have loaded, with no
+//!   shuffle, so the rest of each copy is the same for both layouts. A pair never straddles a
+//!   part (8 inputs inside a half block of 16), so weights with two parts unpack alike.
+//!
+//! Scales per row and per part (32 inputs, or 16): float32 values, or (ggml's K-quants) an int8
+//! per value times a float32 unit per 256 inputs as the file holds them; biases likewise, or none
+//! where every bias is the same multiple of its scale (Q4_0's −8, Q5_0's −16, Q8_0's −128,
+//! Q6_K's −32). Each form is kept only where its one float32 product gives every value's bits
+//! (checked value by value at packing, `scales.rs`), and the products compute a panel's values
+//! once per pass into float32 (`scales::PanelValues`) which every SIMD copy reads as before, so
+//! their inner loops know nothing of the forms (the portable copy computes each value itself).
+//! Bytes a weight, with file sizes: docs/checkpoint-layouts.md, "GGUF blocks on the native
+//! path".
 //!
 //! Activations `x[m, k]` are quantised per row and block of 32 ([`QuantizedRows`]):
 //! `x ≈ d[m, j] · c[m, k]`, `c` in −127..=127 (what llama.cpp does to activations before its
@@ -48,6 +74,7 @@ mod copies_tests;
 mod isa;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod scales;
 #[cfg(test)]
 mod tests;
 mod weights;
@@ -57,6 +84,8 @@ pub use isa::{
     available, configure, configured, cpu_features, quant_isa, IsaError, IsaProblem, QuantIsa,
     ISA_VARIABLE,
 };
+use scales::PanelValues;
+pub use scales::RowValues;
 pub use weights::{PackedWeight, RowParts};
 
 use std::fmt;
@@ -67,6 +96,8 @@ pub const BLOCK: usize = 32;
 pub const PANEL: usize = 16;
 /// Inputs of a row side by side in a panel (one `vpdpbusd` lane).
 const STEP: usize = 4;
+/// Inputs of a pair of steps: nibble codes hold two steps in one step's bytes.
+const PAIR: usize = 2 * STEP;
 /// Activation rows per call of the inner kernel (eight sums and eight accumulators in
 /// registers).
 const ROWS: usize = 8;
@@ -237,11 +268,13 @@ unsafe fn panels_product(
 ) {
     let row_bytes = (x.group_bytes() / ROWS).max(1);
     let block = (ROW_BLOCK_BYTES / row_bytes / ROWS * ROWS).max(ROWS);
+    let mut values = PanelValues::default();
     let mut first = 0;
     while first < x.rows {
         let last = (first + block).min(x.rows);
         for panel in range.clone() {
             let cols = (w.out - panel * PANEL).min(PANEL);
+            let (scales, biases) = w.panel_values(panel, &mut values);
             let mut m = first;
             while m < last {
                 let rows = (last - m).min(ROWS);
@@ -250,8 +283,11 @@ unsafe fn panels_product(
                     first_row: m,
                     rows,
                     cols,
+                    scales: scales.as_ptr(),
+                    biases: biases.as_ptr(),
                 };
-                // SAFETY: the caller's contract covers `out` and `tile`.
+                // SAFETY: the caller's contract covers `out` and `tile`; `t`'s values are the
+                // panel's, alive until the next panel.
                 unsafe { tile(x, w, t, out) };
                 m += rows;
             }
@@ -268,6 +304,10 @@ struct Tile {
     rows: usize,
     /// Columns of the panel inside `w.out`.
     cols: usize,
+    /// The panel's scales and biases as float32 values, per block, per part, 16 rows
+    /// ([`PanelValues`]: the SIMD copies read these, never the weight's own forms).
+    scales: *const f32,
+    biases: *const f32,
 }
 
 /// The bit reference of every other copy: the same integer sums (exact, so their order does not
@@ -277,14 +317,13 @@ struct Tile {
 /// As [`panels_product`].
 unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     let blocks = x.input / BLOCK;
-    let codes = &w.codes[t.panel * PANEL * w.input..(t.panel + 1) * PANEL * w.input];
     for i in 0..t.rows {
         let m = t.first_row + i;
         let code = |k: usize| x.tiled[x.at(m, k)] as i32;
         let fine = |k: usize| x.tiled[x.at(m, k) + STEP] as i32;
         for r in 0..t.cols {
             let mut acc = 0.0f32;
-            let q = |k: usize| codes[(k / STEP) * PANEL * STEP + r * STEP + k % STEP] as i32;
+            let q = |k: usize| w.code(t.panel, r, k) as i32;
             let len = BLOCK / w.parts;
             for j in 0..blocks {
                 for h in 0..w.parts {
@@ -294,14 +333,14 @@ unsafe fn portable_tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPt
                         dot = (dot << 8) + inputs.map(|k| q(k) * fine(k)).sum::<i32>();
                     }
                     let at = ((t.panel * blocks + j) * w.parts + h) * PANEL + r;
-                    let s = w.scales[at] * x.steps[m * blocks + j];
+                    let s = w.scale(at) * x.steps[m * blocks + j];
                     acc = (dot as f32).mul_add(s, acc);
                     let sum = if w.parts == 1 {
                         x.sums[m * blocks + j]
                     } else {
                         x.half_sums[(m * blocks + j) * 2 + h]
                     };
-                    acc = w.biases[at].mul_add(sum, acc);
+                    acc = w.bias(at).mul_add(sum, acc);
                 }
             }
             // SAFETY: (m, panel·16 + r) is inside `[rows, out]`; the caller's contract.

@@ -1,7 +1,8 @@
 //! The aarch64 copies of the integer kernel: plain NEON, the dot-product extension (`sdot`) and
 //! the int8 matrix extension (`usdot`); and the activations' quantisation on NEON. A panel's
-//! step (16 rows × 4 codes) is four 128-bit registers of 4 rows each; a tile runs one or two of
-//! its rows at a time against the whole panel.
+//! step (16 rows × 4 codes) is four 128-bit registers of 4 rows each (from nibble codes, the
+//! same four registers of a pair of steps give both steps' registers, by `& 15` and `>> 4`); a
+//! tile runs one or two of its rows at a time against the whole panel.
 //!
 //! **Why the sums are exact** (the portable copy's bits follow as on x86, `avx2.rs`):
 //!
@@ -21,7 +22,7 @@ use core::arch::aarch64::*;
 use core::arch::asm;
 
 use super::activations::{block_sums, ROUND};
-use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PANEL, ROWS, STEP};
+use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, PANEL, ROWS, STEP};
 
 /// Rows of a panel in one 128-bit register of sums.
 const QUARTER: usize = 4;
@@ -41,14 +42,28 @@ struct Codes {
 }
 
 impl Codes {
-    /// The four registers of the panel's step at input `k`.
+    /// The four registers of each step of the pair at input `k` (a multiple of [`PAIR`]):
+    /// loaded from byte codes, or from one step's bytes of nibbles split in two (`v & 15` the
+    /// first step's, `v >> 4` the second's; `quant/mod.rs`, "The packed weight").
     ///
     /// # Safety
-    /// `k` is a step inside the panel's inputs.
+    /// `k` is a pair inside the panel's inputs; `NIBBLES` is the weight's layout.
     #[inline(always)]
-    unsafe fn weights(self, k: usize) -> [uint8x16_t; 4] {
-        // SAFETY: the panel holds `PANEL · input` codes; step `k / 4` is 64 of them.
-        unsafe { [0, 1, 2, 3].map(|g| vld1q_u8(self.w.add(k * PANEL + 16 * g))) }
+    unsafe fn pair<const NIBBLES: bool>(self, k: usize) -> [[uint8x16_t; 4]; 2] {
+        // SAFETY: the panel holds `PANEL · input` codes, a pair of steps 128 of them (64 bytes
+        // of nibbles, or 128 of bytes).
+        unsafe {
+            if NIBBLES {
+                let at = self.w.add(k / PAIR * PANEL * STEP);
+                let v = [0, 1, 2, 3].map(|g| vld1q_u8(at.add(16 * g)));
+                let low = vdupq_n_u8(0x0F);
+                [v.map(|v| vandq_u8(v, low)), v.map(|v| vshrq_n_u8::<4>(v))]
+            } else {
+                let step =
+                    |k: usize| [0, 1, 2, 3].map(|g| vld1q_u8(self.w.add(k * PANEL + 16 * g)));
+                [step(k), step(k + STEP)]
+            }
+        }
     }
 
     /// Row `i` of the pass's 4 codes at step `k` (its fine ones `STEP` bytes on), repeated in
@@ -68,7 +83,7 @@ impl Codes {
     }
 }
 
-/// The first input of step `s` of part `h` (of `PARTS`) of block `j`.
+/// The first input of step `s` of part `h` (of `PARTS`) of block `j` (`s` even: a pair's).
 #[inline(always)]
 fn part_input<const PARTS: usize>(j: usize, h: usize, s: usize) -> usize {
     j * BLOCK + (h * (BLOCK / STEP / PARTS) + s) * STEP
@@ -114,7 +129,7 @@ fn usdot(mut acc: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon")]
 #[inline]
-unsafe fn dots_neon<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn dots_neon<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     c: Codes,
     j: usize,
     h: usize,
@@ -126,23 +141,25 @@ unsafe fn dots_neon<const R: usize, const FINE: bool, const PARTS: usize>(
     let mut finer = [[zero; 8]; R];
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP / PARTS {
-            let k = part_input::<PARTS>(j, h, s);
-            let wv = c.weights(k);
-            let mut w16 = [vdupq_n_s16(0); 8];
-            for g in 0..4 {
-                w16[2 * g] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(wv[g])));
-                w16[2 * g + 1] = vreinterpretq_s16_u16(vmovl_high_u8(wv[g]));
-            }
-            for i in 0..R {
-                let a = vmovl_s8(vget_low_s8(c.activation(k, i, false)));
-                for h in 0..8 {
-                    coarse[i][h] = vpadalq_s16(coarse[i][h], vmulq_s16(w16[h], a));
+        for s in (0..BLOCK / STEP / PARTS).step_by(2) {
+            let pair_at = part_input::<PARTS>(j, h, s);
+            for (d, wv) in c.pair::<NIBBLES>(pair_at).into_iter().enumerate() {
+                let k = pair_at + d * STEP;
+                let mut w16 = [vdupq_n_s16(0); 8];
+                for g in 0..4 {
+                    w16[2 * g] = vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(wv[g])));
+                    w16[2 * g + 1] = vreinterpretq_s16_u16(vmovl_high_u8(wv[g]));
                 }
-                if FINE {
-                    let f = vmovl_s8(vget_low_s8(c.activation(k, i, true)));
+                for i in 0..R {
+                    let a = vmovl_s8(vget_low_s8(c.activation(k, i, false)));
                     for h in 0..8 {
-                        finer[i][h] = vpadalq_s16(finer[i][h], vmulq_s16(w16[h], f));
+                        coarse[i][h] = vpadalq_s16(coarse[i][h], vmulq_s16(w16[h], a));
+                    }
+                    if FINE {
+                        let f = vmovl_s8(vget_low_s8(c.activation(k, i, true)));
+                        for h in 0..8 {
+                            finer[i][h] = vpadalq_s16(finer[i][h], vmulq_s16(w16[h], f));
+                        }
                     }
                 }
             }
@@ -169,7 +186,12 @@ unsafe fn dots_neon<const R: usize, const FINE: bool, const PARTS: usize>(
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon,dotprod")]
 #[inline]
-unsafe fn dots_dotprod<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn dots_dotprod<
+    const R: usize,
+    const FINE: bool,
+    const PARTS: usize,
+    const NIBBLES: bool,
+>(
     c: Codes,
     j: usize,
     h: usize,
@@ -185,26 +207,27 @@ unsafe fn dots_dotprod<const R: usize, const FINE: bool, const PARTS: usize>(
     let ones = vdupq_n_s8(1);
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP / PARTS {
-            let k = part_input::<PARTS>(j, h, s);
-            let wv = c
-                .weights(k)
-                .map(|w| vreinterpretq_s8_u8(if wide { veorq_u8(w, flip) } else { w }));
-            for i in 0..R {
-                let a = c.activation(k, i, false);
-                for g in 0..4 {
-                    coarse[i][g] = sdot(coarse[i][g], wv[g], a);
-                }
-                if wide {
-                    sums[i] = sdot(sums[i], ones, a);
-                }
-                if FINE {
-                    let f = c.activation(k, i, true);
+        for s in (0..BLOCK / STEP / PARTS).step_by(2) {
+            let pair_at = part_input::<PARTS>(j, h, s);
+            for (d, wv) in c.pair::<NIBBLES>(pair_at).into_iter().enumerate() {
+                let k = pair_at + d * STEP;
+                let wv = wv.map(|w| vreinterpretq_s8_u8(if wide { veorq_u8(w, flip) } else { w }));
+                for i in 0..R {
+                    let a = c.activation(k, i, false);
                     for g in 0..4 {
-                        finer[i][g] = sdot(finer[i][g], wv[g], f);
+                        coarse[i][g] = sdot(coarse[i][g], wv[g], a);
                     }
                     if wide {
-                        fine_sums[i] = sdot(fine_sums[i], ones, f);
+                        sums[i] = sdot(sums[i], ones, a);
+                    }
+                    if FINE {
+                        let f = c.activation(k, i, true);
+                        for g in 0..4 {
+                            finer[i][g] = sdot(finer[i][g], wv[g], f);
+                        }
+                        if wide {
+                            fine_sums[i] = sdot(fine_sums[i], ones, f);
+                        }
                     }
                 }
             }
@@ -234,7 +257,7 @@ unsafe fn dots_dotprod<const R: usize, const FINE: bool, const PARTS: usize>(
 /// As [`Codes`] says, for the pass's rows and block `j`.
 #[target_feature(enable = "neon,i8mm")]
 #[inline]
-unsafe fn dots_i8mm<const R: usize, const FINE: bool, const PARTS: usize>(
+unsafe fn dots_i8mm<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
     c: Codes,
     j: usize,
     h: usize,
@@ -245,18 +268,20 @@ unsafe fn dots_i8mm<const R: usize, const FINE: bool, const PARTS: usize>(
     let mut finer = [[zero; 4]; R];
     // SAFETY: passed on from the caller.
     unsafe {
-        for s in 0..BLOCK / STEP / PARTS {
-            let k = part_input::<PARTS>(j, h, s);
-            let wv = c.weights(k);
-            for i in 0..R {
-                let a = c.activation(k, i, false);
-                for g in 0..4 {
-                    coarse[i][g] = usdot(coarse[i][g], wv[g], a);
-                }
-                if FINE {
-                    let f = c.activation(k, i, true);
+        for s in (0..BLOCK / STEP / PARTS).step_by(2) {
+            let pair_at = part_input::<PARTS>(j, h, s);
+            for (d, wv) in c.pair::<NIBBLES>(pair_at).into_iter().enumerate() {
+                let k = pair_at + d * STEP;
+                for i in 0..R {
+                    let a = c.activation(k, i, false);
                     for g in 0..4 {
-                        finer[i][g] = usdot(finer[i][g], wv[g], f);
+                        coarse[i][g] = usdot(coarse[i][g], wv[g], a);
+                    }
+                    if FINE {
+                        let f = c.activation(k, i, true);
+                        for g in 0..4 {
+                            finer[i][g] = usdot(finer[i][g], wv[g], f);
+                        }
                     }
                 }
             }
@@ -286,7 +311,7 @@ macro_rules! tile_copy {
         pub(super) unsafe fn $tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize>(
+            unsafe fn rows<const R: usize, const FINE: bool, const PARTS: usize, const NIBBLES: bool>(
                 x: &QuantizedRows,
                 w: &PackedWeight,
                 t: Tile,
@@ -296,18 +321,17 @@ macro_rules! tile_copy {
                 let blocks = x.input / BLOCK;
                 let wide = w.code_max > 127;
                 // SAFETY: every offset stays inside the panel's codes, scales and biases (the
-                // panel is `PANEL · input` codes and `blocks · PARTS · PANEL` scales, `PARTS`
-                // the weight's) and inside rows `first_row + first..+ R` of `x` (inside the
-                // tile).
+                // panel is `PANEL · input` codes, bytes or nibbles, and `blocks · PARTS ·
+                // PANEL` scales, and biases unless implicit; `PARTS` and `NIBBLES` the
+                // weight's) and inside rows `first_row + first..+ R` of `x` (inside the tile).
                 unsafe {
                     let c = Codes {
-                        w: w.codes.as_ptr().add(t.panel * PANEL * x.input),
+                        w: w.codes.as_ptr().add(t.panel * w.panel_bytes()),
                         a: x.tiled.as_ptr().add(t.first_row / ROWS * x.group_bytes()),
                         slot: x.slot(),
                         first,
                     };
-                    let scales = w.scales.as_ptr().add(t.panel * blocks * PARTS * PANEL);
-                    let biases = w.biases.as_ptr().add(t.panel * blocks * PARTS * PANEL);
+                    let (scales, biases) = (t.scales, t.biases);
                     let row = (t.first_row + first) * blocks;
                     // Each part's quantised sum: the block's, or its half's.
                     let sums = if PARTS == 1 {
@@ -318,16 +342,19 @@ macro_rules! tile_copy {
                     let mut acc = [[vdupq_n_f32(0.0); 4]; R];
                     for j in 0..blocks {
                         for h in 0..PARTS {
-                            let dots = $dots::<R, FINE, PARTS>(c, j, h, wide);
+                            let dots = $dots::<R, FINE, PARTS, NIBBLES>(c, j, h, wide);
+                            let part = (j * PARTS + h) * PANEL;
+                            let sw = [0, 1, 2, 3].map(|g| vld1q_f32(scales.add(part + g * QUARTER)));
+                            let bw = [0, 1, 2, 3].map(|g| vld1q_f32(biases.add(part + g * QUARTER)));
                             for i in 0..R {
                                 let at = i * blocks + j;
                                 let step = vdupq_n_f32(*x.steps.as_ptr().add(row + at));
                                 let sum = vdupq_n_f32(*sums.add(at * PARTS + h));
                                 for g in 0..4 {
-                                    let part = (j * PARTS + h) * PANEL + g * QUARTER;
-                                    let s = vmulq_f32(vld1q_f32(scales.add(part)), step);
+                                    let (sw, bw) = (sw[g], bw[g]);
+                                    let s = vmulq_f32(sw, step);
                                     let a = vfmaq_f32(acc[i][g], vcvtq_f32_s32(dots[i][g]), s);
-                                    acc[i][g] = vfmaq_f32(a, vld1q_f32(biases.add(part)), sum);
+                                    acc[i][g] = vfmaq_f32(a, bw, sum);
                                 }
                             }
                         }
@@ -335,25 +362,49 @@ macro_rules! tile_copy {
                     store(&acc, t, first, w.out, out);
                 }
             }
-            let fine = x.precision == Precision::Fine;
-            let halves = w.parts > 1;
-            let mut first = 0;
-            while first < t.rows {
-                let n = (t.rows - first).min($pass);
-                // SAFETY: passed on from the caller; the pass is inside the tile.
-                unsafe {
-                    match (fine, halves, n) {
-                        (true, false, 1) => rows::<1, true, 1>(x, w, t, first, out),
-                        (true, false, _) => rows::<$pass, true, 1>(x, w, t, first, out),
-                        (false, false, 1) => rows::<1, false, 1>(x, w, t, first, out),
-                        (false, false, _) => rows::<$pass, false, 1>(x, w, t, first, out),
-                        (true, true, 1) => rows::<1, true, 2>(x, w, t, first, out),
-                        (true, true, _) => rows::<$pass, true, 2>(x, w, t, first, out),
-                        (false, true, 1) => rows::<1, false, 2>(x, w, t, first, out),
-                        (false, true, _) => rows::<$pass, false, 2>(x, w, t, first, out),
+            /// The tile's passes on the weight's layout (`NIBBLES`).
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn passes<const NIBBLES: bool>(
+                x: &QuantizedRows,
+                w: &PackedWeight,
+                t: Tile,
+                out: OutPtr,
+            ) {
+                let fine = x.precision == Precision::Fine;
+                let halves = w.parts > 1;
+                let mut first = 0;
+                while first < t.rows {
+                    let n = (t.rows - first).min($pass);
+                    // SAFETY: passed on from the caller; the pass is inside the tile.
+                    unsafe {
+                        match (fine, halves, n) {
+                            (true, false, 1) => rows::<1, true, 1, NIBBLES>(x, w, t, first, out),
+                            (true, false, _) => {
+                                rows::<$pass, true, 1, NIBBLES>(x, w, t, first, out)
+                            }
+                            (false, false, 1) => rows::<1, false, 1, NIBBLES>(x, w, t, first, out),
+                            (false, false, _) => {
+                                rows::<$pass, false, 1, NIBBLES>(x, w, t, first, out)
+                            }
+                            (true, true, 1) => rows::<1, true, 2, NIBBLES>(x, w, t, first, out),
+                            (true, true, _) => rows::<$pass, true, 2, NIBBLES>(x, w, t, first, out),
+                            (false, true, 1) => rows::<1, false, 2, NIBBLES>(x, w, t, first, out),
+                            (false, true, _) => {
+                                rows::<$pass, false, 2, NIBBLES>(x, w, t, first, out)
+                            }
+                        }
                     }
+                    first += n;
                 }
-                first += n;
+            }
+            // SAFETY: passed on from the caller; `NIBBLES` is the weight's layout.
+            unsafe {
+                if w.nibbles {
+                    passes::<true>(x, w, t, out)
+                } else {
+                    passes::<false>(x, w, t, out)
+                }
             }
         }
     };

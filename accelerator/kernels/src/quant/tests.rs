@@ -97,13 +97,17 @@ fn portable_product(x: &QuantizedRows, w: &PackedWeight) -> Vec<f32> {
     let (rows, out) = (x.rows(), w.out());
     let mut y = vec![0.0f32; rows * out];
     let ptr = OutPtr(y.as_mut_ptr());
+    let mut values = scales::PanelValues::default();
     for panel in 0..out.div_ceil(PANEL) {
+        let (scales, biases) = w.panel_values(panel, &mut values);
         for first_row in (0..rows).step_by(ROWS) {
             let tile = Tile {
                 panel,
                 first_row,
                 rows: (rows - first_row).min(ROWS),
                 cols: (out - panel * PANEL).min(PANEL),
+                scales: scales.as_ptr(),
+                biases: biases.as_ptr(),
             };
             // SAFETY: a single thread writes inside `y` ([rows, out]).
             unsafe { portable_tile(x, w, tile, ptr) };
@@ -285,7 +289,12 @@ fn halves_case(
     let w = PackedWeight::from_rows((out, input), 16, |n, row| {
         row.codes
             .copy_from_slice(&codes[n * input..(n + 1) * input]);
-        for (p, (s, b)) in row.scales.iter_mut().zip(row.biases.iter_mut()).enumerate() {
+        let values = row
+            .scales
+            .values
+            .iter_mut()
+            .zip(row.biases.values.iter_mut());
+        for (p, (s, b)) in values.enumerate() {
             *s = scales[n * input / 16 + p];
             *b = -32.0 * *s;
         }
@@ -351,4 +360,220 @@ fn weights_with_a_scale_per_16_inputs_multiply_within_the_rounding_and_alike_eve
         PackedWeight::from_rows((2, 64), 8, |_, _| {}),
         Err(QuantError::Group { .. })
     ));
+}
+
+/// A weight from rows whose code `(n, k)` is `code(n, k)` and whose scales and biases are
+/// `scale(n, p)`, `bias(n, p)` (`p` the row's `p`-th part of `scale_len` inputs), with the
+/// values `scale · code + bias` it stands for.
+fn from_parts(
+    (out, input): (usize, usize),
+    scale_len: usize,
+    code: impl Fn(usize, usize) -> u8,
+    scale: impl Fn(usize, usize) -> f32,
+    bias: impl Fn(usize, usize) -> f32,
+) -> (PackedWeight, Vec<f32>) {
+    let w = PackedWeight::from_rows((out, input), scale_len, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for p in 0..input / scale_len {
+            (row.scales.values[p], row.biases.values[p]) = (scale(n, p), bias(n, p));
+        }
+    })
+    .expect("packs");
+    let values = (0..out * input)
+        .map(|i| {
+            let (n, k) = (i / input, i % input);
+            scale(n, k / scale_len) * f32::from(code(n, k)) + bias(n, k / scale_len)
+        })
+        .collect();
+    (w, values)
+}
+
+/// Every row of `w` read back is `values`, bit for bit.
+fn assert_rows_read_back(w: &PackedWeight, values: &[f32], what: &str) {
+    let mut row = vec![f32::NAN; w.input()];
+    for n in 0..w.out() {
+        w.row(n, &mut row).expect("a row");
+        let expected = &values[n * w.input()..(n + 1) * w.input()];
+        for (k, (got, want)) in row.iter().zip(expected).enumerate() {
+            assert_eq!(got.to_bits(), want.to_bits(), "{what}: row {n} input {k}");
+        }
+    }
+}
+
+#[test]
+fn codes_are_nibbles_exactly_where_every_one_is_at_most_15() {
+    let (out, input) = (37usize, 96usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    let scale = |n: usize, p: usize| 0.01 * (1 + (n + p) % 7) as f32;
+    let bias = |n: usize, p: usize| -0.1 * (1 + (n * 3 + p) % 5) as f32;
+    let mut r = stream(41);
+    let small: Vec<u8> = (0..out * input)
+        .map(|_| ((r() * 0.5 + 0.5) * 15.0).round() as u8)
+        .collect();
+    // All at most 15: nibbles, half a byte a code (and two floats a block).
+    let (w, values) = from_parts((out, input), 32, |n, k| small[n * input + k], scale, bias);
+    assert!(w.nibbles() && !w.implicit_biases());
+    assert_eq!(w.bytes(), padded * input / 2 + 8 * padded * input / 32);
+    assert_rows_read_back(&w, &values, "nibbles");
+    // One code of 16 in the last row (after 36 rows were packed as nibbles): bytes, and every
+    // earlier row's codes as they were given.
+    let last = |n: usize, k: usize| {
+        if (n, k) == (out - 1, input - 1) {
+            16
+        } else {
+            small[n * input + k]
+        }
+    };
+    let (w, values) = from_parts((out, input), 32, last, scale, bias);
+    assert!(!w.nibbles());
+    assert_eq!(w.bytes(), padded * input + 8 * padded * input / 32);
+    assert_rows_read_back(&w, &values, "bytes after nibbles");
+    // The same codes as nibbles and as bytes multiply alike, both against float64.
+    let x = activations(5, input, 43);
+    let (nibbles, _) = from_parts((out, input), 32, |n, k| small[n * input + k], scale, bias);
+    let (bytes, _) = from_parts(
+        (out, input),
+        32,
+        |n, k| small[n * input + k] | if n == out - 1 && k == 0 { 0x30 } else { 0 },
+        scale,
+        bias,
+    );
+    assert!(nibbles.nibbles() && !bytes.nibbles());
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        let a = product(&x, 5, &nibbles, precision);
+        let b = product(&x, 5, &bytes, precision);
+        // The rows whose codes are the same (all but the last) have the same bits.
+        for m in 0..5 {
+            assert_eq!(
+                bits(&a[m * out..m * out + out - 1]),
+                bits(&b[m * out..m * out + out - 1]),
+                "{precision:?} row {m}"
+            );
+        }
+    }
+}
+
+#[test]
+fn biases_are_implicit_exactly_where_every_one_is_the_same_multiple_of_its_scale() {
+    let (out, input) = (21usize, 64usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    // Q6_K's: a scale per 16 inputs, the bias −32 times it (zero scales among them, whose
+    // biases are −0).
+    let scale = |n: usize, p: usize| ((n * 5 + p) % 9) as f32 * 0.003_906_25 - 0.007_812_5;
+    let q6k = |n: usize, p: usize| -32.0 * scale(n, p);
+    let code = |n: usize, k: usize| ((n * 7 + k * 3) % 64) as u8;
+    let (w, values) = from_parts((out, input), 16, code, scale, q6k);
+    assert!(w.implicit_biases() && !w.nibbles());
+    assert_eq!(w.bytes(), padded * input + 4 * padded * input / 16);
+    assert_rows_read_back(&w, &values, "implicit biases");
+    // One bias one unit in the last place off, in the last row: every bias stored, that one
+    // read back as it was given.
+    let off = |n: usize, p: usize| {
+        let b = q6k(n, p);
+        if (n, p) == (out - 1, 3) {
+            f32::from_bits(b.to_bits() + 1)
+        } else {
+            b
+        }
+    };
+    let (w, values) = from_parts((out, input), 16, code, scale, off);
+    assert!(!w.implicit_biases());
+    assert_eq!(w.bytes(), padded * input + 8 * padded * input / 16);
+    assert_rows_read_back(&w, &values, "one bias off");
+    // A scale that is not finite keeps the biases stored.
+    let nan = |n: usize, p: usize| if n == 2 { f32::NAN } else { scale(n, p) };
+    let (w, _) = from_parts((out, input), 16, code, nan, |n, p| -32.0 * nan(n, p));
+    assert!(!w.implicit_biases());
+    // Every scale zero and every bias −0: implicit (−1 · 0 is −0); +0 biases likewise.
+    for zero in [-0.0f32, 0.0] {
+        let (w, values) = from_parts((out, input), 32, code, |_, _| 0.0, |_, _| zero);
+        assert!(w.implicit_biases(), "biases {zero:?}");
+        assert_rows_read_back(&w, &values, "zero scales");
+    }
+}
+
+#[test]
+fn scales_and_biases_are_factored_exactly_where_every_product_gives_the_value() {
+    // Q4_K's form: per 256 inputs a unit (a float16's value) for the scales and one (negated)
+    // for the biases, per 32 a 6-bit integer of each; 320 inputs, so the last unit covers
+    // two blocks only.
+    let (out, input) = (19usize, 320usize);
+    let padded = out.div_ceil(PANEL) * PANEL;
+    let d = |n: usize, s: usize| 0.000_976_562_5 * (1 + (n + 3 * s) % 11) as f32;
+    let dmin = |n: usize, s: usize| -0.003_906_25 * (1 + (2 * n + s) % 5) as f32;
+    let sc = |n: usize, p: usize| ((n * 7 + p * 5) % 64) as i8;
+    let m = |n: usize, p: usize| ((n * 3 + p * 11) % 64) as i8;
+    let code = |n: usize, k: usize| ((n + k) % 16) as u8;
+    let make = |off: Option<(usize, usize)>| {
+        PackedWeight::from_rows((out, input), 32, |n, row| {
+            for (k, c) in row.codes.iter_mut().enumerate() {
+                *c = code(n, k);
+            }
+            for s in 0..input.div_ceil(256) {
+                (row.scales.units[s], row.biases.units[s]) = (d(n, s), dmin(n, s));
+            }
+            for p in 0..input / 32 {
+                (row.scales.small[p], row.biases.small[p]) = (sc(n, p), m(n, p));
+                row.scales.values[p] = d(n, p / 8) * f32::from(sc(n, p));
+                row.biases.values[p] = dmin(n, p / 8) * f32::from(m(n, p));
+                if off == Some((n, p)) {
+                    // A value its factors do not give (one unit in the last place off).
+                    row.scales.values[p] = f32::from_bits(row.scales.values[p].to_bits() + 1);
+                }
+            }
+        })
+        .expect("packs")
+    };
+    let values: Vec<f32> = (0..out * input)
+        .map(|i| {
+            let (n, k) = (i / input, i % input);
+            let p = k / 32;
+            let scale = d(n, p / 8) * f32::from(sc(n, p));
+            scale * f32::from(code(n, k)) + dmin(n, p / 8) * f32::from(m(n, p))
+        })
+        .collect();
+    let w = make(None);
+    assert_eq!(w.factored(), (true, true));
+    let units = padded * input.div_ceil(256);
+    assert_eq!(
+        w.bytes(),
+        padded * input / 2 + 2 * (padded * input / 32 + 4 * units)
+    );
+    assert_rows_read_back(&w, &values, "factored");
+    // The same weight from floats alone multiplies to the same bits.
+    let floats = PackedWeight::from_rows((out, input), 32, |n, row| {
+        for (k, c) in row.codes.iter_mut().enumerate() {
+            *c = code(n, k);
+        }
+        for p in 0..input / 32 {
+            row.scales.values[p] = d(n, p / 8) * f32::from(sc(n, p));
+            row.biases.values[p] = dmin(n, p / 8) * f32::from(m(n, p));
+        }
+    })
+    .expect("packs");
+    assert_eq!(floats.factored(), (false, false));
+    let x = activations(3, input, 47);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for precision in [Precision::Coarse, Precision::Fine] {
+        assert_eq!(
+            bits(&product(&x, 3, &w, precision)),
+            bits(&product(&x, 3, &floats, precision)),
+            "{precision:?}"
+        );
+    }
+    // One scale its factors do not give, in the last row: the scales are kept as floats (the
+    // biases still factored), and that one reads back as given.
+    let w = make(Some((out - 1, 9)));
+    assert_eq!(w.factored(), (false, true));
+    let mut row = vec![0.0f32; input];
+    w.row(out - 1, &mut row).expect("a row");
+    let p = 9;
+    let given = f32::from_bits((d(out - 1, p / 8) * f32::from(sc(out - 1, p))).to_bits() + 1);
+    let k = p * 32 + 1;
+    let want =
+        given * f32::from(code(out - 1, k)) + dmin(out - 1, p / 8) * f32::from(m(out - 1, p));
+    assert_eq!(row[k].to_bits(), want.to_bits());
 }

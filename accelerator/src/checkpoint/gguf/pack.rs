@@ -12,6 +12,12 @@
 //! - Q4_K, Q5_K: per sub-block of 32, scale `d · sc`, bias `−(dmin · m)` (4- or 5-bit codes);
 //! - Q6_K: per sub-block of 16, scale `d · sc` (`sc` an int8), bias `−32 · d · sc`, codes the
 //!   stored unsigned 6 bits (ggml subtracts 32 from them).
+//!
+//! The packing holds the 4-bit types' codes as nibbles, the K-quants' scales and free biases as
+//! their files do (a small integer times a float16 unit per 256 elements, given beside the
+//! values by [`factors`]), and leaves the biases that are a fixed multiple of their scale (Q4_0's,
+//! Q5_0's, Q8_0's, Q6_K's: `−32 · s` is exact, a power of two) implicit, all decided from the
+//! values (`hunch_kernels::quant`, "The packed weight").
 
 use std::sync::Arc;
 
@@ -45,16 +51,51 @@ fn decoder(t: GgmlType) -> Option<(usize, usize, usize, BlockFn)> {
     })
 }
 
+/// One K-quant block's scales and biases as its file holds them: per block (a 256-element
+/// super-block) a unit for the scales and one for the biases, per scale a small integer of each.
+type FactorFn = fn(&[u8], &mut f32, &mut [i8], &mut f32, &mut [i8]);
+
+/// The K-quants' factors (their blocks are 256 elements: one unit each), for the packing to
+/// keep instead of float32 scales and biases where each product is the decoder's value, bit for
+/// bit (it checks every one).
+fn factors(t: GgmlType) -> Option<FactorFn> {
+    Some(match t {
+        GgmlType::Q4K | GgmlType::Q5K => k_factors,
+        GgmlType::Q6K => q6_k_factors,
+        _ => return None,
+    })
+}
+
 /// Whether tensors of type `t` can be packed for the integer products.
 pub fn packs(t: GgmlType) -> bool {
     decoder(t).is_some()
 }
 
-/// Bytes a packed `[rows, cols]` tensor of type `t` holds: a byte a code, eight per scale.
+/// Bytes a packed `[rows, cols]` tensor of type `t` holds ([`PackedWeight::bytes`]), from its
+/// type before it is read: half a byte a code for the 4-bit types (their codes are at most 15,
+/// which the packing holds as nibbles), a byte for the others; for the scales, and the biases
+/// but where the type's bias is a fixed multiple of its scale (Q4_0's, Q5_0's, Q8_0's, Q6_K's,
+/// which the packing leaves implicit), four bytes each, or for the K-quants one each and four
+/// per 256 inputs (their factors). The packing decides all three from the values themselves: a
+/// Q5 tensor whose codes all happen to be below 16 takes less than this, and a tensor of those
+/// four types whose every scale is zero, with zeros of both signs among its biases, keeps them.
 pub fn packed_bytes(t: GgmlType, rows: u64, cols: u64) -> Option<u64> {
     let (_, _, scale_len, _) = decoder(t)?;
     let panel_rows = rows.div_ceil(16) * 16;
-    Some(panel_rows * cols + panel_rows * cols / scale_len as u64 * 8)
+    let nibbles = matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K);
+    let implicit = matches!(
+        t,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6K
+    );
+    let codes = panel_rows * cols / if nibbles { 2 } else { 1 };
+    let values = panel_rows * cols / scale_len as u64;
+    // A byte a value and four a unit where factored, else four a value.
+    let one = if factors(t).is_some() {
+        values + 4 * panel_rows * cols.div_ceil(256)
+    } else {
+        4 * values
+    };
+    Some(codes + one + if implicit { 0 } else { one })
 }
 
 /// Element `j < 32` of a block's 16 nibble bytes (low nibbles first, then high).
@@ -120,6 +161,24 @@ fn k_scales(b: &[u8], scales: &mut [f32], biases: &mut [f32]) {
     }
 }
 
+/// Q4_K's and Q5_K's factors: `d` and the 6-bit `sc` of each scale `d · sc`, `−dmin` and the
+/// 6-bit `m` of each bias `−(dmin · m)` (the same bits: a product's sign is its factors').
+fn k_factors(
+    b: &[u8],
+    scale_unit: &mut f32,
+    scale_small: &mut [i8],
+    bias_unit: &mut f32,
+    bias_small: &mut [i8],
+) {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    let (sc, m) = scales_and_mins(&b[4..16]);
+    (*scale_unit, *bias_unit) = (d, -dmin);
+    for sub in 0..8 {
+        // 6-bit values: exact as signed bytes.
+        (scale_small[sub], bias_small[sub]) = (sc[sub] as i8, m[sub] as i8);
+    }
+}
+
 fn q4_k(b: &[u8], codes: &mut [u8], scales: &mut [f32], biases: &mut [f32]) {
     k_scales(b, scales, biases);
     for (e, c) in codes.iter_mut().enumerate() {
@@ -149,6 +208,15 @@ fn q6_k(b: &[u8], codes: &mut [u8], scales: &mut [f32], biases: &mut [f32]) {
     for (i, (s, bias)) in scales.iter_mut().zip(biases.iter_mut()).enumerate() {
         *s = d * f32::from(b[192 + i] as i8);
         *bias = -32.0 * *s;
+    }
+}
+
+/// Q6_K's factors: `d` and the int8 `sc` of each scale `d · sc` (its biases are implicit, `−32`
+/// times the scale, so none are given).
+fn q6_k_factors(b: &[u8], scale_unit: &mut f32, scale_small: &mut [i8], _: &mut f32, _: &mut [i8]) {
+    *scale_unit = f16_at(b, 208);
+    for (i, s) in scale_small.iter_mut().enumerate() {
+        *s = b[192 + i] as i8;
     }
 }
 
@@ -259,17 +327,31 @@ impl GgufFile {
         }
         let bytes = self.bytes_of(info);
         let row_bytes = cols / len * block_bytes;
+        let factor = factors(info.ggml_type);
+        let per_block = len / scale_len;
         let packed = PackedWeight::from_rows((rows, cols), scale_len, |n, row: RowParts<'_>| {
             let source = order.map_or(n, |o| o[n]);
-            let blocks = bytes[source * row_bytes..][..row_bytes].chunks_exact(block_bytes);
-            let scales = row.scales.chunks_exact_mut(len / scale_len);
-            let biases = row.biases.chunks_exact_mut(len / scale_len);
-            for (((block, codes), scales), biases) in blocks
+            let blocks = || bytes[source * row_bytes..][..row_bytes].chunks_exact(block_bytes);
+            let scales = row.scales.values.chunks_exact_mut(per_block);
+            let biases = row.biases.values.chunks_exact_mut(per_block);
+            for (((block, codes), scales), biases) in blocks()
                 .zip(row.codes.chunks_exact_mut(len))
                 .zip(scales)
                 .zip(biases)
             {
                 decode(block, codes, scales, biases);
+            }
+            // The K-quants' blocks are one unit each (256 elements).
+            if let Some(factor) = factor {
+                let (s, b) = (row.scales, row.biases);
+                for ((((block, su), ss), bu), bs) in blocks()
+                    .zip(s.units.iter_mut())
+                    .zip(s.small.chunks_exact_mut(per_block))
+                    .zip(b.units.iter_mut())
+                    .zip(b.small.chunks_exact_mut(per_block))
+                {
+                    factor(block, su, ss, bu, bs);
+                }
             }
         })
         .map_err(|e| fail(e.to_string()))?;
@@ -327,7 +409,10 @@ mod tests {
             let (len, _, _, _) = decoder(t).expect("packed");
             let (rows, per_row) = (19usize, 512 / len);
             let data: Vec<u8> = (0..rows * per_row)
-                .flat_map(|i| block(t, 7 * i as u32 + t.id()))
+                // 11, prime to the 7 float16 values `block` draws from, so that blocks differ
+                // in their scales (with 7 every block of a tensor had the same ones, which made
+                // Q4_1's biases one multiple of its scales).
+                .flat_map(|i| block(t, 11 * i as u32 + t.id()))
                 .collect();
             let want: Vec<f32> = match t {
                 GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
@@ -363,6 +448,25 @@ mod tests {
                 }
             }
             assert_eq!(mismatches, 0, "{t}");
+            // Nibbles for the 4-bit types' codes, implicit biases where the type's bias is a
+            // multiple of its scale (decided from the values), and the estimate made from the
+            // type before loading is what the packing holds.
+            let four_bit = matches!(t, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4K);
+            assert_eq!(packed.nibbles(), four_bit, "{t} nibbles");
+            let multiple = matches!(
+                t,
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q6K
+            );
+            assert_eq!(packed.implicit_biases(), multiple, "{t} implicit biases");
+            // The K-quants' scales (and free biases) as their files hold them.
+            let k = matches!(t, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K);
+            let free = matches!(t, GgmlType::Q4K | GgmlType::Q5K);
+            assert_eq!(packed.factored(), (k, free), "{t} factored");
+            assert_eq!(
+                packed_bytes(t, rows as u64, 512),
+                Some(packed.bytes() as u64),
+                "{t} bytes"
+            );
             // Its rows over the mapping read the same values.
             let mapped = file.rows(&info).expect("rows");
             for n in [0, 7, rows - 1] {

@@ -19,8 +19,8 @@
 //!
 //! It serves a model when every projection is a dense, row-contiguous float32 array (borrowed,
 //! not copied), a bf16/f16 one (widened once, up to 6 GiB in all) or an affine 4- or 8-bit one
-//! (repacked once, 1.25 bytes a weight) where the CPU runs the integer products fast; norms
-//! must be float32.
+//! (repacked once, 0.75 bytes a weight at 4 bits, 1.25 at 8) where the CPU runs the integer
+//! products fast; norms must be float32.
 
 pub use hunch_kernels as kernels;
 

@@ -4,11 +4,13 @@
 //! integer products of [`kernels::quant`](super::kernels::quant) (docs/logit-read.md,
 //! "Kernels").
 //!
-//! The repacking is what the native path adds to a quantised model's memory: one byte per
-//! weight and eight per row and block of 32 inputs (1.25 bytes a weight, against 4 for float32
-//! widened at load); the checkpoint's own packed arrays stay loaded for the MLX path and the
-//! embedding rows. A GGUF loaded for the native path comes packed already
-//! ([`Linear::Packed`]): the model holds that one copy, shared here, and nothing else.
+//! The repacking is what the native path adds to a quantised model's memory: half a byte per
+//! weight for 4-bit codes (nibbles), one for 8-bit, and eight per row and block of 32 inputs
+//! (0.75 bytes a weight at 4 bits, 1.25 at 8, against 4 for float32 widened at load; four per
+//! block where every bias is a multiple of its scale); the checkpoint's own packed arrays stay
+//! loaded for the MLX path and the embedding rows. A GGUF loaded for the native path comes
+//! packed already ([`Linear::Packed`]): the model holds that one copy, shared here, and nothing
+//! else.
 
 use std::sync::Arc;
 
