@@ -263,7 +263,16 @@ pub fn attend_rows(
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx2Fma {
         static AVX512: OnceLock<bool> = OnceLock::new();
-        let rows = if *AVX512.get_or_init(|| std::is_x86_feature_detected!("avx512f")) {
+        // 512-bit registers where the CPU has them, unless `HUNCH_CPU_ISA` capped the integer
+        // products below AVX-512 on a CPU that has it: a capped run then measures what a CPU
+        // without AVX-512 would run (docs/benchmarks.md, "Every row beside llama.cpp"). The
+        // bits are the same either way.
+        let wide = || {
+            let capped = quant::available().contains(&quant::QuantIsa::Avx512Vnni)
+                && quant::quant_isa() != quant::QuantIsa::Avx512Vnni;
+            std::is_x86_feature_detected!("avx512f") && !capped
+        };
+        let rows = if *AVX512.get_or_init(wide) {
             attend_rows_avx512
         } else {
             attend_rows_avx2
