@@ -273,27 +273,7 @@ fn a_broken_checkpoint_is_refused_naming_what_is_wrong() {
 /// The real default model, SmolLM2-135M-Instruct's Q4_1 GGUF (`scripts/fetch-default-model.sh`
 /// puts it in the models cache; `HUNCH_SMOLLM2_GGUF` names another copy).
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("HUNCH_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let cache = std::env::var_os("HUNCH_MODELS_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
-                })?;
-            Some(cache.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })?;
-    if path.is_file() {
-        return Some(path);
-    }
-    let skip = std::env::var("HUNCH_TEST_SKIP").unwrap_or_default();
-    assert!(
-        skip.split(',').any(|s| s.trim() == "smollm2"),
-        "{} is missing: run scripts/fetch-default-model.sh (or set HUNCH_TEST_SKIP=smollm2 to \
-         skip the tests that need it on purpose)",
-        path.display()
-    );
-    None
+    hunch_accelerator::tools::smollm2_for_tests()
 }
 
 #[derive(Deserialize)]

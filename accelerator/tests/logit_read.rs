@@ -58,26 +58,7 @@ fn v1_messages_match_the_independent_reference() {
 }
 
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("HUNCH_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HUNCH_MODELS_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/hunch/models"))
-                })
-                .map(|c| c.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })?;
-    if path.is_file() {
-        return Some(path);
-    }
-    let skip = std::env::var("HUNCH_TEST_SKIP").unwrap_or_default();
-    assert!(
-        skip.split(',').any(|s| s.trim() == "smollm2"),
-        "{} is missing: run scripts/fetch-default-model.sh (or HUNCH_TEST_SKIP=smollm2)",
-        path.display()
-    );
-    None
+    hunch_accelerator::tools::smollm2_for_tests()
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! model, against llama.cpp on the same copies (`tests/data/decision/make_decision_goldens.py`
 //! writes `decision-goldens-smollm2.json`). Its 49,152-id BPE vocabulary makes the labels run
 //! past `A`…`Z` into the two-letter codes that are one token, up to llama-server's 255: every
-//! label id must be llama.cpp's. Skipped where the default model is not in the cache.
+//! label id must be llama.cpp's. Needs the default model in the cache (`tools::smollm2_for_tests`).
 
 use std::path::{Path, PathBuf};
 
@@ -58,17 +58,7 @@ struct Variant {
 }
 
 fn smollm2() -> Option<PathBuf> {
-    let path = std::env::var_os("HUNCH_SMOLLM2_GGUF")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HUNCH_MODELS_CACHE")
-                .map(PathBuf::from)
-                .or_else(|| {
-                    std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/hunch/models"))
-                })
-                .map(|c| c.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        })?;
-    path.is_file().then_some(path)
+    crate::tools::smollm2_for_tests()
 }
 
 /// `source` written again as a decision model of `golden`'s type, into `dir`.
