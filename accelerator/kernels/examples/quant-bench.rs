@@ -8,7 +8,8 @@
 //!
 //! `--portable 1` adds the portable copy (one scalar at a time: minutes). Shapes are a 1B
 //! Llama's projections (2048 wide, 8192 feed-forward): q/o, gate/up, down; 4-bit codes packed as
-//! a Q4_K file's are (nibbles, scales and biases factored), and the q/o shape again with 8-bit
+//! a Q4_K file's are (nibbles, scales and biases factored), the down shape with 6-bit codes as
+//! a Q6_K file's are (a scale per 16, biases implicit), and the q/o shape again with 8-bit
 //! codes (which AVX2 splits in two; bytes, float scales and biases).
 
 use std::time::Instant;
@@ -70,6 +71,7 @@ fn main() {
         ("small 2048x256", 2048, 256, 4),
         ("gate/up 8192x2048", 8192, 2048, 4),
         ("down 2048x8192", 2048, 8192, 4),
+        ("down 6-bit", 2048, 8192, 6),
         ("q/o 8-bit", 2048, 2048, 8),
     ] {
         let groups = input / 32;
@@ -87,6 +89,8 @@ fn main() {
             // As a Q4_K file packs: nibble codes, each scale and bias a 6-bit integer times a
             // unit per 256 inputs.
             k_quant_like(&codes, (out, input), &mut values)
+        } else if bits == 6 {
+            q6_k_like(&codes, (out, input), &mut values)
         } else {
             PackedWeight::from_codes(
                 |n, k| codes[n * input + k],
@@ -174,6 +178,32 @@ fn k_quant_like(codes: &[u8], (out, input): (usize, usize), values: &mut Values)
             let (d, dmin) = units[n * supers + p / 8];
             (row.scales.small[p], row.biases.small[p]) = (sc, m);
             (row.scales.values[p], row.biases.values[p]) = (d * f32::from(sc), dmin * f32::from(m));
+        }
+    })
+    .expect("pack")
+}
+
+/// A weight of these codes (≤ 63) packed as ggml's Q6_K is: a scale per 16 inputs, an 8-bit
+/// integer times a unit per 256, and the biases implicit (−32 times the scale).
+fn q6_k_like(codes: &[u8], (out, input): (usize, usize), values: &mut Values) -> PackedWeight {
+    let supers = input.div_ceil(256);
+    let units: Vec<f32> = (0..out * supers)
+        .map(|_| 0.0005 + 0.0001 * values.next())
+        .collect();
+    let small: Vec<i8> = (0..out * input / 16)
+        .map(|_| (values.next() * 127.0) as i8)
+        .collect();
+    PackedWeight::from_rows((out, input), 16, |n, row| {
+        row.codes
+            .copy_from_slice(&codes[n * input..(n + 1) * input]);
+        for s in 0..supers {
+            row.scales.units[s] = units[n * supers + s];
+        }
+        for p in 0..input / 16 {
+            let sc = small[n * input / 16 + p];
+            let scale = units[n * supers + p / 16] * f32::from(sc);
+            (row.scales.small[p], row.scales.values[p]) = (sc, scale);
+            row.biases.values[p] = -32.0 * scale;
         }
     })
     .expect("pack")

@@ -6,23 +6,24 @@
 //! **Why the AVX2 sums are exact.** `vpmaddubsw` multiplies unsigned bytes (the weight's codes
 //! `q`) by signed bytes (the activations' codes `c`, any i8: |c| ≤ 128) and adds adjacent pairs
 //! into 16 bits *with signed saturation*: with 8-bit codes a pair reaches 2·255·127 = 64,770
-//! and would saturate at 32,767. So the codes multiplied are never above 15:
+//! and would saturate at 32,767. So the codes multiplied are never above 63:
 //!
-//! - a weight whose codes are all ≤ 15 (4-bit; [`PackedWeight::code_max`] says, from the
-//!   codes, and such a weight's codes are nibbles, unpacked by a mask and a shift) multiplies
-//!   them as they are;
+//! - a weight whose codes are all ≤ 63 ([`PackedWeight::code_max`] says, from the codes: 4-bit
+//!   nibbles, Q5's 5-bit and Q6_K's 6-bit codes) multiplies them as they are;
 //! - any other splits each code `q = 16·h + l` (`h = q >> 4`, `l = q & 15`, both ≤ 15) and sums
 //!   `16·Σ h·c + Σ l·c`.
 //!
-//! A pair is then at most 2·15·128 = 3,840 in magnitude (no saturation), and each 16-bit lane
-//! sums a block's 8 steps, 16 products: at most 16·15·128 = 30,720 < 32,767 (no wrap either;
-//! a weight with a scale per 16 inputs sums each half's 4 steps apart, 8 products a lane).
-//! `vpmaddwd` against ones (or sixteens for `h`) adds a row's two lanes into 32 bits: the
-//! block's (or the half's) exact integer sum, |Σ q·c| ≤ 32·255·128 < 2^21, so `256·coarse +
-//! fine` fits 32 bits too. Exact integer sums in any order are the portable copy's sums; the
-//! float part below is its operations in its order (`vfmadd` is `mul_add`, and a weight with
-//! two parts a block takes half 0's two terms, then half 1's), so every output has its bits
-//! (`tests.rs` checks it with codes 255 against activations ±127, one scale a block or two).
+//! A pair is then at most 2·63·128 = 16,128 in magnitude (no saturation). Each 16-bit lane sums
+//! the products of a few steps, two a step, and is widened into 32 bits (`vpmaddwd` against
+//! ones, sixteens for `h`) before it can wrap: codes ≤ 15 over a part's up to 8 steps (16·15·128
+//! = 30,720 < 32,767), codes ≤ 31 over 4 steps (8·31·128 = 31,744) and codes ≤ 63 over 2 (4·63·128
+//! = 32,256). The 32-bit sum of a block (or half block, for a weight with a scale per 16 inputs)
+//! is exact, |Σ q·c| ≤ 32·255·128 < 2^21, so `256·coarse + fine` (the coarse lanes widened
+//! against 256s) fits 32 bits too. Exact integer sums in any order are the portable copy's
+//! sums; the float part below is its operations in its order (`vfmadd` is `mul_add`, and a
+//! weight with two parts a block takes half 0's two terms, then half 1's), so every output has
+//! its bits (`copies_tests.rs` checks it with codes 255, 63 and 31 against activations ±127, one
+//! scale a block or two).
 //!
 //! `vpdpbusd` (AVX-VNNI) sums four products into 32 bits without saturation: exact as it is.
 
@@ -35,7 +36,18 @@ use super::{OutPtr, PackedWeight, Precision, QuantizedRows, Tile, BLOCK, PAIR, P
 const HALF: usize = PANEL / 2;
 
 /// Codes up to this multiply unsplit on AVX2 (see the module's proof).
-const NIBBLE_MAX: u8 = 15;
+const UNSPLIT_MAX: u8 = 63;
+
+/// How often a weight's 16-bit sums are widened to 32 bits, in pairs of steps: as rarely as its
+/// largest code allows (four products of a pair of steps a lane, `4 · W · code_max · 128 ≤
+/// 32,767`; the module's proof). A part has at most four pairs, so 4 is "once a part".
+fn widen_every(code_max: u8) -> usize {
+    match code_max {
+        0..=15 => 4,
+        16..=31 => 2,
+        _ => 1,
+    }
+}
 
 /// One tile on AVX2: for each half panel, rows a few at a time.
 ///
@@ -44,11 +56,16 @@ const NIBBLE_MAX: u8 = 15;
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: OutPtr) {
     let fine = x.precision == Precision::Fine;
-    // Nibble codes are at most 15 (never split), and this says so where the match below reads
-    // the layout.
-    let wide = !w.nibbles && w.code_max > NIBBLE_MAX;
+    // Nibble codes are at most 15 (never split, widened once a part), and this says so where
+    // the match below reads the layout.
+    let split = !w.nibbles && w.code_max > UNSPLIT_MAX;
+    let widen = if w.nibbles {
+        4
+    } else {
+        widen_every(w.code_max)
+    };
     // Split fine codes hold four sums a row: two rows keep them in registers.
-    let chunk = if fine && wide { 2 } else { 4 };
+    let chunk = if fine && split { 2 } else { 4 };
     for half in 0..t.cols.div_ceil(HALF) {
         let mut first = 0;
         while first < t.rows {
@@ -56,23 +73,63 @@ pub(super) unsafe fn tile(x: &QuantizedRows, w: &PackedWeight, t: Tile, out: Out
             let p = Pass { half, first, n };
             // SAFETY: passed on from the caller; the pass is inside the tile.
             unsafe {
-                // Nibble codes are at most 15: never split (`wide` is false).
-                match (fine, wide, w.parts, w.nibbles) {
-                    (true, true, 1, _) => by_rows::<true, true, 1, false>(x, w, t, p, out),
-                    (true, false, 1, false) => by_rows::<true, false, 1, false>(x, w, t, p, out),
-                    (false, true, 1, _) => by_rows::<false, true, 1, false>(x, w, t, p, out),
-                    (false, false, 1, false) => by_rows::<false, false, 1, false>(x, w, t, p, out),
-                    (true, true, _, _) => by_rows::<true, true, 2, false>(x, w, t, p, out),
-                    (true, false, _, false) => by_rows::<true, false, 2, false>(x, w, t, p, out),
-                    (false, true, _, _) => by_rows::<false, true, 2, false>(x, w, t, p, out),
-                    (false, false, _, false) => by_rows::<false, false, 2, false>(x, w, t, p, out),
-                    (true, false, 1, true) => by_rows::<true, false, 1, true>(x, w, t, p, out),
-                    (false, false, 1, true) => by_rows::<false, false, 1, true>(x, w, t, p, out),
-                    (true, false, _, true) => by_rows::<true, false, 2, true>(x, w, t, p, out),
-                    (false, false, _, true) => by_rows::<false, false, 2, true>(x, w, t, p, out),
+                match (fine, split, w.parts == 1, w.nibbles) {
+                    (true, true, true, _) => by_rows::<true, true, 4, 1, false>(x, w, t, p, out),
+                    (false, true, true, _) => by_rows::<false, true, 4, 1, false>(x, w, t, p, out),
+                    (true, true, false, _) => by_rows::<true, true, 4, 2, false>(x, w, t, p, out),
+                    (false, true, false, _) => by_rows::<false, true, 4, 2, false>(x, w, t, p, out),
+                    (true, false, true, true) => {
+                        by_rows::<true, false, 4, 1, true>(x, w, t, p, out)
+                    }
+                    (false, false, true, true) => {
+                        by_rows::<false, false, 4, 1, true>(x, w, t, p, out)
+                    }
+                    (true, false, false, true) => {
+                        by_rows::<true, false, 4, 2, true>(x, w, t, p, out)
+                    }
+                    (false, false, false, true) => {
+                        by_rows::<false, false, 4, 2, true>(x, w, t, p, out)
+                    }
+                    (fine, false, one, false) => unsplit_bytes(fine, one, widen, x, w, t, p, out),
                 }
             }
             first += n;
+        }
+    }
+}
+
+/// A pass over byte codes ≤ [`UNSPLIT_MAX`], widened every `widen` pairs of steps.
+///
+/// # Safety
+/// As [`tile`]'s, and the weight's codes are at most [`UNSPLIT_MAX`] and `widen` is
+/// [`widen_every`]'s for them.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)] // The layout's four choices, matched once.
+unsafe fn unsplit_bytes(
+    fine: bool,
+    one_part: bool,
+    widen: usize,
+    x: &QuantizedRows,
+    w: &PackedWeight,
+    t: Tile,
+    p: Pass,
+    out: OutPtr,
+) {
+    // SAFETY: passed on from the caller.
+    unsafe {
+        match (fine, one_part, widen) {
+            (true, true, 4) => by_rows::<true, false, 4, 1, false>(x, w, t, p, out),
+            (true, true, 2) => by_rows::<true, false, 2, 1, false>(x, w, t, p, out),
+            (true, true, _) => by_rows::<true, false, 1, 1, false>(x, w, t, p, out),
+            (true, false, 4) => by_rows::<true, false, 4, 2, false>(x, w, t, p, out),
+            (true, false, 2) => by_rows::<true, false, 2, 2, false>(x, w, t, p, out),
+            (true, false, _) => by_rows::<true, false, 1, 2, false>(x, w, t, p, out),
+            (false, true, 4) => by_rows::<false, false, 4, 1, false>(x, w, t, p, out),
+            (false, true, 2) => by_rows::<false, false, 2, 1, false>(x, w, t, p, out),
+            (false, true, _) => by_rows::<false, false, 1, 1, false>(x, w, t, p, out),
+            (false, false, 4) => by_rows::<false, false, 4, 2, false>(x, w, t, p, out),
+            (false, false, 2) => by_rows::<false, false, 2, 2, false>(x, w, t, p, out),
+            (false, false, _) => by_rows::<false, false, 1, 2, false>(x, w, t, p, out),
         }
     }
 }
@@ -87,7 +144,13 @@ struct Pass {
 
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize, const NIBBLES: bool>(
+unsafe fn by_rows<
+    const FINE: bool,
+    const SPLIT: bool,
+    const WIDEN: usize,
+    const PARTS: usize,
+    const NIBBLES: bool,
+>(
     x: &QuantizedRows,
     w: &PackedWeight,
     t: Tile,
@@ -97,10 +160,10 @@ unsafe fn by_rows<const FINE: bool, const WIDE: bool, const PARTS: usize, const 
     // SAFETY: passed on from the caller.
     unsafe {
         match p.n {
-            4 => rows::<4, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
-            3 => rows::<3, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
-            2 => rows::<2, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
-            _ => rows::<1, FINE, WIDE, PARTS, NIBBLES>(x, w, t, p, out),
+            4 => rows::<4, FINE, SPLIT, WIDEN, PARTS, NIBBLES>(x, w, t, p, out),
+            3 => rows::<3, FINE, SPLIT, WIDEN, PARTS, NIBBLES>(x, w, t, p, out),
+            2 => rows::<2, FINE, SPLIT, WIDEN, PARTS, NIBBLES>(x, w, t, p, out),
+            _ => rows::<1, FINE, SPLIT, WIDEN, PARTS, NIBBLES>(x, w, t, p, out),
         }
     }
 }
@@ -134,13 +197,15 @@ unsafe fn pair<const NIBBLES: bool>(codes: *const u8, k: usize) -> [__m256i; 2] 
     }
 }
 
-/// A block's sum of one row from its 16-bit lanes: `l` alone, or `16·h + l` where split.
+/// A row's 16-bit lanes widened to 32 bits and weighed by `unit`: `unit · Σ l`, or `unit ·
+/// (16·Σ h + Σ l)` where split (`unit` 256 for coarse codes beside fine ones, else 1: `256 ·
+/// coarse + fine` is the 16-bit activations' sum, and fits 32 bits, the module's proof).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn block_sum<const WIDE: bool>(l: __m256i, h: __m256i) -> __m256i {
-    let low = _mm256_madd_epi16(l, _mm256_set1_epi16(1));
-    if WIDE {
-        _mm256_add_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(16)), low)
+fn widened<const SPLIT: bool>(l: __m256i, h: __m256i, unit: i16) -> __m256i {
+    let low = _mm256_madd_epi16(l, _mm256_set1_epi16(unit));
+    if SPLIT {
+        _mm256_add_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(16 * unit)), low)
     } else {
         low
     }
@@ -151,7 +216,8 @@ fn block_sum<const WIDE: bool>(l: __m256i, h: __m256i) -> __m256i {
 unsafe fn rows<
     const R: usize,
     const FINE: bool,
-    const WIDE: bool,
+    const SPLIT: bool,
+    const WIDEN: usize,
     const PARTS: usize,
     const NIBBLES: bool,
 >(
@@ -162,7 +228,10 @@ unsafe fn rows<
     out: OutPtr,
 ) {
     const { assert!(R <= ROWS) };
+    const { assert!(WIDEN == 1 || WIDEN == 2 || WIDEN == 4) };
     let blocks = x.input / BLOCK;
+    // The coarse codes' weight in a row's 32-bit sum.
+    let coarse_unit: i16 = if FINE { 256 } else { 1 };
     // SAFETY: every offset below stays inside the panel's codes, scales and biases (the
     // panel is `PANEL · input` codes, bytes or nibbles, and `blocks · PARTS · PANEL` scales,
     // and biases unless implicit; `PARTS` and `NIBBLES` the weight's, passed by `tile`; a
@@ -183,17 +252,20 @@ unsafe fn rows<
         let mut acc = [_mm256_setzero_ps(); R];
         // Steps of 4 inputs per part (a part: the inputs one scale covers, 32 or 16).
         let steps = BLOCK / STEP / PARTS;
+        let pairs = steps / 2;
         for j in 0..blocks {
             for h in 0..PARTS {
-                // 16-bit sums of the low (or only) and high nibbles, coarse and fine codes.
+                // Each row's exact 32-bit sum of the part, and the 16-bit sums since the last
+                // widening: of the low (or only) and high nibbles, coarse and fine codes.
+                let mut dot = [zero; R];
                 let (mut lo, mut hi) = ([zero; R], [zero; R]);
                 let (mut fine_lo, mut fine_hi) = ([zero; R], [zero; R]);
-                for s in (0..steps).step_by(2) {
-                    let pair_at = j * BLOCK + (h * steps + s) * STEP;
+                for s in 0..pairs {
+                    let pair_at = j * BLOCK + (h * steps + 2 * s) * STEP;
                     for (d, wv) in pair::<NIBBLES>(codes, pair_at).into_iter().enumerate() {
                         let k = pair_at + d * STEP;
-                        // A byte code split in two where wide (`q = 16·h + l`).
-                        let (wl, wh) = if WIDE {
+                        // A byte code split in two where it must be (`q = 16·h + l`).
+                        let (wl, wh) = if SPLIT {
                             (
                                 _mm256_and_si256(wv, nibble),
                                 _mm256_and_si256(_mm256_srli_epi16::<4>(wv), nibble),
@@ -205,7 +277,7 @@ unsafe fn rows<
                             let at = a.add((k / STEP * ROWS + p.first + i) * slot);
                             let c = _mm256_set1_epi32(at.cast::<i32>().read_unaligned());
                             lo[i] = _mm256_add_epi16(lo[i], _mm256_maddubs_epi16(wl, c));
-                            if WIDE {
+                            if SPLIT {
                                 hi[i] = _mm256_add_epi16(hi[i], _mm256_maddubs_epi16(wh, c));
                             }
                             if FINE {
@@ -213,11 +285,22 @@ unsafe fn rows<
                                 let f = _mm256_set1_epi32(f);
                                 let fl = _mm256_maddubs_epi16(wl, f);
                                 fine_lo[i] = _mm256_add_epi16(fine_lo[i], fl);
-                                if WIDE {
+                                if SPLIT {
                                     let fh = _mm256_maddubs_epi16(wh, f);
                                     fine_hi[i] = _mm256_add_epi16(fine_hi[i], fh);
                                 }
                             }
+                        }
+                    }
+                    if (s + 1) % WIDEN == 0 || s + 1 == pairs {
+                        for i in 0..R {
+                            let mut sum = widened::<SPLIT>(lo[i], hi[i], coarse_unit);
+                            if FINE {
+                                let fine = widened::<SPLIT>(fine_lo[i], fine_hi[i], 1);
+                                sum = _mm256_add_epi32(sum, fine);
+                            }
+                            dot[i] = _mm256_add_epi32(dot[i], sum);
+                            (lo[i], hi[i], fine_lo[i], fine_hi[i]) = (zero, zero, zero, zero);
                         }
                     }
                 }
@@ -225,13 +308,8 @@ unsafe fn rows<
                 let sw = _mm256_loadu_ps(scales.add(part));
                 let bw = _mm256_loadu_ps(biases.add(part));
                 for i in 0..R {
-                    let mut dot = block_sum::<WIDE>(lo[i], hi[i]);
-                    if FINE {
-                        let fine = block_sum::<WIDE>(fine_lo[i], fine_hi[i]);
-                        dot = _mm256_add_epi32(_mm256_slli_epi32::<8>(dot), fine);
-                    }
                     let (step, sum) = rows.terms::<PARTS>(i, j, h);
-                    accumulate(&mut acc[i], dot, sw, bw, step, sum);
+                    accumulate(&mut acc[i], dot[i], sw, bw, step, sum);
                 }
             }
         }

@@ -241,7 +241,7 @@ fn random_shapes_match(halves: bool) {
             } else {
                 [32, 64, 128][s % 3].min(input)
             };
-            for code_max in [15u32, 63, 127, 128, 255] {
+            for code_max in [15u32, 31, 63, 64, 127, 128, 255] {
                 let mut r = stream(seed + 7 * s as u64 + code_max as u64);
                 let codes: Vec<u8> = (0..out * input)
                     .map(|_| ((r() * 0.5 + 0.5) * code_max as f32).round() as u8)
@@ -308,7 +308,7 @@ fn extremes_match(scale_len: usize) {
             }),
         ),
     ];
-    let weights: [(&str, Codes); 8] = [
+    let weights: [(&str, Codes); 11] = [
         ("codes 255", Box::new(|_, _| 255)),
         (
             "codes 255 and 0",
@@ -320,6 +320,18 @@ fn extremes_match(scale_len: usize) {
         ),
         ("codes 128", Box::new(|_, _| 128)),
         ("codes 63", Box::new(|_, _| 63)),
+        (
+            "codes 63 and 0 by step",
+            Box::new(|n, k| {
+                if (n + k / STEP).is_multiple_of(2) {
+                    63
+                } else {
+                    0
+                }
+            }),
+        ),
+        ("codes 31", Box::new(|_, _| 31)),
+        ("codes 64", Box::new(|_, _| 64)),
         ("codes 15", Box::new(|_, _| 15)),
         (
             "codes 15 and 0 by step",
