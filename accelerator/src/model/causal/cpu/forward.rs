@@ -205,6 +205,9 @@ pub fn forward_batch(
         .collect()
 }
 
+/// A chunk's K/V in every layer and its hidden states at the positions asked.
+pub type ChunkRows = (Vec<LayerKv>, Vec<Array>);
+
 /// [`forward_batch`], each chunk giving its hidden states after the final norm (`[hidden]`
 /// each) at its positions `rows[i]` (counted from the chunk's start) rather than at its last:
 /// a pointer read takes several positions of a prompt (`read::decision`'s kev).
@@ -213,7 +216,7 @@ pub fn forward_batch_rows(
     packed: &Packed,
     chunks: &[(&[u32], &[PastChunk<'_>])],
     rows: &[Vec<usize>],
-) -> Result<Vec<(Vec<LayerKv>, Vec<Array>)>, ModelError> {
+) -> Result<Vec<ChunkRows>, ModelError> {
     let config = model.config;
     if chunks.is_empty() || chunks.iter().any(|(tokens, _)| tokens.is_empty()) {
         return Err(ModelError::EmptyPrompt);
