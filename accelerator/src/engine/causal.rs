@@ -17,10 +17,10 @@ use hunch_core::protocol::ModelInfo;
 use hunch_core::{ReadError, ReadOutcome, ReadRequest, ReadStats, ReaderLimits, Usage};
 
 use crate::checkpoint::causal::{load_model_for, AffineWeights, CausalFormat, CausalLoadError};
-use crate::checkpoint::gguf::GgufFile;
+use crate::checkpoint::gguf::{DecisionKind, GgufError, GgufFile};
 use crate::model::causal::cpu::kernels::quant::Precision;
-use crate::model::causal::{CausalChunk, CausalKernels, CausalLm, DEFAULT_CAUSAL_CHUNK};
-use crate::read::decision::DecisionPlanner;
+use crate::model::causal::{CausalKernels, CausalLm, DEFAULT_CAUSAL_CHUNK};
+use crate::read::decision::{DecisionPlanner, DecisionSetupError, KevSetupError, PointerHead};
 use crate::read::logits::{LogitPlanner, ScoringSequence};
 use crate::scheduler::{Reply, StepOutcome};
 use crate::server::info::build_backend;
@@ -28,6 +28,8 @@ use crate::server::ReadEngine;
 use crate::tokenizer::chat::ChatTokenizer;
 
 use super::chunk_cache::ChunkCache;
+
+mod prefill;
 pub use super::planner::{Plan, Planner, DECISION_READ_VERSION, LOGIT_READ_VERSION};
 
 /// How to serve a chat model.
@@ -184,6 +186,13 @@ impl CausalEngine {
                         path: path.to_path_buf(),
                         source,
                     })?;
+                let planner = match planner.kind() {
+                    DecisionKind::Kev => {
+                        let head = pointer_head(path, model.config().hidden_size as usize)?;
+                        planner.with_pointer_head(head)
+                    }
+                    _ => planner,
+                };
                 Planner::Decision(planner)
             }
             None => {
@@ -263,7 +272,10 @@ impl CausalEngine {
             ..ReadStats::default()
         };
         let prefill_started = Instant::now();
-        let logits = self.label_logits(&plan.sequences, &mut stats)?;
+        let logits = match plan.markers() {
+            None => self.label_logits(&plan.sequences, &mut stats)?,
+            Some(markers) => self.pointer_scores(&plan.sequences, markers, &mut stats)?,
+        };
         let input_tokens = plan.sequences.iter().map(|s| s.tokens.len() as u64).sum();
         let distributions = plan.distributions(&logits)?;
         stats.prefill_seconds = prefill_started.elapsed().as_secs_f64();
@@ -285,13 +297,17 @@ impl CausalEngine {
         sequences: &[ScoringSequence],
         stats: &mut ReadStats,
     ) -> Result<Vec<Vec<f32>>, ReadError> {
-        let hidden = self.prefill_sequences(sequences, stats)?;
+        let last: Vec<Vec<usize>> = sequences
+            .iter()
+            .map(|s| vec![s.tokens.len().saturating_sub(1)])
+            .collect();
+        let hidden = self.prefill_sequences(sequences, &last, stats)?;
         sequences
             .iter()
             .zip(&hidden)
             .map(|(sequence, hidden)| {
                 self.model
-                    .label_logits(hidden, &sequence.labels)
+                    .label_logits(&hidden[0], &sequence.labels)
                     .map_err(|e| {
                         ReadError::internal(format!(
                             "question {}: label logits: {e}",
@@ -302,144 +318,58 @@ impl CausalEngine {
             .collect()
     }
 
-    /// Where sequence `i` of a request's `sequences` is split into chunks: every multiple of
-    /// the chunk length and its end; and, where the model's bits do not depend on the split
-    /// ([`CausalLm::splits_anywhere`]), wherever it stops sharing tokens with another of the
-    /// request's sequences, so that the common prefix is computed once to the exact token.
-    fn bounds(&self, sequences: &[ScoringSequence], i: usize) -> Vec<usize> {
-        let tokens = &sequences[i].tokens;
-        let mut bounds: Vec<usize> = (1..=tokens.len() / self.chunk)
-            .map(|k| k * self.chunk)
-            .chain([tokens.len()])
-            .collect();
-        if self.model.splits_anywhere() {
-            for (j, other) in sequences.iter().enumerate() {
-                let common = tokens
-                    .iter()
-                    .zip(&other.tokens)
-                    .take_while(|(a, b)| a == b)
-                    .count();
-                if j != i && common > 0 && common < tokens.len() {
-                    bounds.push(common);
-                }
-            }
-        }
-        bounds.sort_unstable();
-        bounds.dedup();
-        bounds
-    }
-
-    /// Every sequence's last hidden state (in order): each restores its longest cached run of
-    /// chunks, then the sequences advance together one chunk at a time (to their next bound,
-    /// [`CausalEngine::bounds`]), the chunks of one step in one batched pass
-    /// ([`CausalLm::forward_batch`]), a chunk that several sequences share (the same tokens
-    /// from position 0 through its end, the same start) computed once for all of them. Each
-    /// chunk that ends at a multiple of the chunk length or at a split point is kept in the
-    /// cache for later requests.
-    fn prefill_sequences(
+    /// A kev model's scores for each sequence (in order): its pointer head over the final-norm
+    /// hidden states at the sequence's `markers` (one per option) and at its last position
+    /// (docs/models.md, "Decision models").
+    pub fn pointer_scores(
         &mut self,
         sequences: &[ScoringSequence],
+        markers: &[Vec<usize>],
         stats: &mut ReadStats,
-    ) -> Result<Vec<Array>, ReadError> {
-        struct Progress {
-            bounds: Vec<usize>,
-            chunks: Vec<CausalChunk>,
-            at: usize,
-            hidden: Option<Array>,
+    ) -> Result<Vec<Vec<f32>>, ReadError> {
+        if markers.len() != sequences.len() {
+            return Err(ReadError::internal("one list of markers per sequence"));
         }
-        let mut progress = Vec::with_capacity(sequences.len());
-        for (i, sequence) in sequences.iter().enumerate() {
-            let bounds = self.bounds(sequences, i);
-            let (chunks, reused) =
-                self.cache
-                    .restore(&sequence.tokens, &bounds, self.model.splits_anywhere());
-            stats.prompt_tokens += sequence.tokens.len() as u64;
-            stats.reused_tokens += reused as u64;
-            if reused > 0 {
-                stats.cache_hits += 1;
-            }
-            progress.push(Progress {
-                bounds,
-                chunks,
-                at: reused,
-                hidden: None,
-            });
-        }
-        loop {
-            // This step's chunks: (the sequence that computes it, start, end, the sequences that
-            // take it).
-            let mut step: Vec<(usize, usize, usize, Vec<usize>)> = Vec::new();
-            for (i, p) in progress.iter().enumerate() {
-                let tokens = &sequences[i].tokens;
-                let Some(&end) = p.bounds.iter().find(|&&b| b > p.at) else {
-                    continue;
-                };
-                let same = step.iter_mut().find(|(j, at, e, _)| {
-                    *at == p.at && *e == end && sequences[*j].tokens[..end] == tokens[..end]
-                });
-                match same {
-                    Some((_, _, _, takers)) => takers.push(i),
-                    None => step.push((i, p.at, end, vec![i])),
-                }
-            }
-            if step.is_empty() {
-                break;
-            }
-            for batch in step.chunks(self.batch_chunks()) {
-                let items: Vec<(&[u32], &[CausalChunk])> = batch
+        let wanted: Vec<Vec<usize>> = sequences
+            .iter()
+            .zip(markers)
+            .map(|(s, m)| {
+                let mut at = m.clone();
+                at.push(s.tokens.len().saturating_sub(1));
+                at
+            })
+            .collect();
+        let hidden = self.prefill_sequences(sequences, &wanted, stats)?;
+        let Planner::Decision(planner) = &self.planner else {
+            return Err(ReadError::internal("a pointer read of a chat model"));
+        };
+        let head = planner
+            .pointer_head()
+            .ok_or_else(|| ReadError::internal("a kev model without its pointer head"))?;
+        let values = |a: &Array| -> Result<Vec<f32>, ReadError> {
+            a.try_as_slice::<f32>()
+                .map(<[f32]>::to_vec)
+                .map_err(|_| ReadError::internal("a hidden state is not contiguous float32"))
+        };
+        sequences
+            .iter()
+            .zip(&hidden)
+            .map(|(sequence, states)| {
+                let (pointer, at_markers) = states
+                    .split_last()
+                    .ok_or_else(|| ReadError::internal("no hidden state read"))?;
+                let at_markers = at_markers
                     .iter()
-                    .map(|(i, at, end, _)| {
-                        (&sequences[*i].tokens[*at..*end], &progress[*i].chunks[..])
-                    })
-                    .collect();
-                let done = self.model.forward_batch(&items).map_err(|e| {
-                    let questions: Vec<String> = batch
-                        .iter()
-                        .map(|(i, ..)| sequences[*i].question.to_string())
-                        .collect();
+                    .map(values)
+                    .collect::<Result<Vec<_>, _>>()?;
+                head.scores(&values(pointer)?, &at_markers).ok_or_else(|| {
                     ReadError::internal(format!(
-                        "questions {}: forward pass: {e}",
-                        questions.join(", ")
-                    ))
-                })?;
-                stats.forwards += 1;
-                let rows: usize = batch.iter().map(|(_, at, end, _)| end - at).sum();
-                stats.max_batch_rows = stats.max_batch_rows.max(rows as u32);
-                for ((i, at, end, takers), (chunk, hidden)) in batch.iter().zip(done) {
-                    if *end < sequences[*i].tokens.len() || end - at == self.chunk {
-                        self.cache
-                            .store(&sequences[*i].tokens[..*end], *at, chunk.clone());
-                    }
-                    for &t in takers {
-                        let p = &mut progress[t];
-                        p.chunks.push(chunk.clone());
-                        p.at = *end;
-                        p.hidden = Some(hidden.clone());
-                        if t != *i {
-                            stats.reused_tokens += (end - at) as u64;
-                        }
-                    }
-                }
-            }
-        }
-        progress
-            .into_iter()
-            .zip(sequences)
-            .map(|(p, sequence)| {
-                p.hidden.ok_or_else(|| {
-                    ReadError::internal(format!(
-                        "question {}: an empty sequence",
+                        "question {}: hidden states and the pointer head disagree",
                         sequence.question
                     ))
                 })
             })
             .collect()
-    }
-
-    /// Chunks computed in one batched pass at most (about 1,024 rows: the stacked activations of
-    /// a 1B model's feed-forward then take ~70 MB).
-    fn batch_chunks(&self) -> usize {
-        (1024 / self.chunk).max(1)
     }
 }
 
@@ -473,6 +403,27 @@ impl ReadEngine for CausalEngine {
     fn info(&self) -> Option<ModelInfo> {
         Some(self.info.clone())
     }
+}
+
+/// A kev model's pointer head (`cls.output`), over hidden states of `hidden` values; a missing
+/// tensor or a wrong shape refuses the model, naming the tensor.
+fn pointer_head(path: &Path, hidden: usize) -> Result<PointerHead, CausalEngineError> {
+    let refused = |e: KevSetupError| CausalEngineError::Decision {
+        path: path.to_path_buf(),
+        source: DecisionSetupError::Kev(e),
+    };
+    let (weight, bias) = match crate::checkpoint::gguf::pointer_head_tensors(&GgufFile::open(path)?)
+    {
+        Ok(tensors) => tensors,
+        Err(GgufError::Missing { name, .. }) => return Err(refused(KevSetupError::NoHead(name))),
+        Err(e) => return Err(e.into()),
+    };
+    PointerHead::new(
+        (weight.name, weight.values, &weight.shape),
+        (bias.name, bias.values, &bias.shape),
+        hidden,
+    )
+    .map_err(|e| refused(e.into()))
 }
 
 /// The model's limits and fingerprint: the checkpoint's digest, the family and layout, the MLX

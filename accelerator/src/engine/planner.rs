@@ -1,7 +1,8 @@
 //! Which read plans a causal model's requests: the label-logit read of a chat model
 //! (`read::logits`), or a llama.cpp decision model's own (`read::decision`), chosen at load
 //! from the checkpoint's metadata. Both hand the engine token sequences whose last position's
-//! label logits it computes; the plan turns those into each question's distribution.
+//! label logits it computes (a kev model: its pointer head's scores at its markers,
+//! [`Plan::markers`]); the plan turns those into each question's distribution.
 
 use hunch_core::{LabelDistribution, QuestionLimits, ReadError, ReadRequest};
 
@@ -27,6 +28,9 @@ pub struct Plan {
     pub sequences: Vec<ScoringSequence>,
     /// A decision model's readouts, one per question; `None`: one sequence per question.
     readouts: Option<Vec<Readout>>,
+    /// A kev model's marker positions, one list per sequence: its scores are its pointer
+    /// head's at those positions, not label logits.
+    markers: Option<Vec<Vec<usize>>>,
 }
 
 impl Planner {
@@ -35,12 +39,14 @@ impl Planner {
             Planner::Chat(p) => Plan {
                 sequences: p.plan(request)?.sequences,
                 readouts: None,
+                markers: None,
             },
             Planner::Decision(p) => {
                 let plan = p.plan(request)?;
                 Plan {
                     sequences: plan.sequences,
                     readouts: Some(plan.readouts),
+                    markers: plan.markers,
                 }
             }
         })
@@ -86,6 +92,11 @@ impl Planner {
 }
 
 impl Plan {
+    /// A kev model's marker positions, one list per sequence (`None`: a label-logit read).
+    pub fn markers(&self) -> Option<&[Vec<usize>]> {
+        self.markers.as_deref()
+    }
+
     /// Each question's distribution, from each sequence's label logits (in sequence order).
     pub fn distributions(&self, logits: &[Vec<f32>]) -> Result<Vec<LabelDistribution>, ReadError> {
         match &self.readouts {

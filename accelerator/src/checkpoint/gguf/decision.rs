@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use super::{GgufFile, MetaValue};
 
 /// The decision types Hunch serves: the label-logit ones, whose answer is the next-token
-/// logits of one single-token label per option at the prompt's last token.
-pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider"];
+/// logits of one single-token label per option at the prompt's last token, and kev, read
+/// through its pointer head at each option's marker.
+pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider", "kev"];
 
 /// The types llama-server knows that Hunch does not serve, with why.
 const UNSERVED_DECISION_TYPES: &[(&str, &str)] = &[
@@ -23,10 +24,6 @@ const UNSERVED_DECISION_TYPES: &[(&str, &str)] = &[
     (
         "laya",
         "it reads an encoder (ModernBERT) at mask markers, and Hunch has no encoder family",
-    ),
-    (
-        "kev",
-        "it reads hidden states through a pointer head, not label logits",
     ),
     ("clef", "it reads a joint decision head of its own"),
     (
@@ -49,6 +46,9 @@ pub enum DecisionKind {
     Lev,
     /// Codes as lev's, one reading per question.
     PplxDecider,
+    /// A pointer head over hidden states: each option read at its `<|box_end|>` marker against
+    /// the prompt's last position, the template given text (`read::decision`'s `kev`).
+    Kev,
 }
 
 impl DecisionKind {
@@ -58,6 +58,7 @@ impl DecisionKind {
             DecisionKind::Openjev => "openjev",
             DecisionKind::Lev => "lev",
             DecisionKind::PplxDecider => "pplx-decider",
+            DecisionKind::Kev => "kev",
         }
     }
 
@@ -67,6 +68,7 @@ impl DecisionKind {
             "openjev" => Ok(DecisionKind::Openjev),
             "lev" => Ok(DecisionKind::Lev),
             "pplx-decider" => Ok(DecisionKind::PplxDecider),
+            "kev" => Ok(DecisionKind::Kev),
             _ => Err(
                 match UNSERVED_DECISION_TYPES.iter().find(|(n, _)| *n == name) {
                     Some((_, why)) => DecisionMetadataError::NotServed {
@@ -102,7 +104,7 @@ pub enum DecisionMetadataError {
     NotServed { name: String, why: &'static str },
     #[error(
         "unknown decision type {name:?} (Hunch serves {}; llama-server also knows nimble, laya, \
-         kev, clef, lfm2-d1 and lfm2-d1-omni)",
+         clef, lfm2-d1 and lfm2-d1-omni)",
         SERVED_DECISION_TYPES.join(", ")
     )]
     UnknownType { name: String },

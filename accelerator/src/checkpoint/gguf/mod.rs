@@ -9,7 +9,8 @@
 //! - `pack`: Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K decoded straight into the native
 //!   integer products' packing ([`GgufFile::pack`]), for a model served on the native path;
 //! - `decision`: llama.cpp's decision-model keys (`{arch}.decision.*`, the `systemone`
-//!   template), read as llama-server reads them;
+//!   template), read as llama-server reads them; `decision_head`: a kev model's pointer head
+//!   (`cls.output`) as float32 values;
 //! - `float`: the element types dequantised tensors are written in, and ggml's f16 scales;
 //! - `load`: the arrays of one tensor ([`GgufFile::load`]) and what they will take
 //!   ([`GgufFile::resident_bytes`]).
@@ -21,6 +22,7 @@
 
 mod blocks;
 mod decision;
+mod decision_head;
 mod error;
 mod file;
 mod float;
@@ -41,6 +43,7 @@ pub use decision::{
     decision_metadata, decision_type_key, DecisionKind, DecisionMetadata, DecisionMetadataError,
     SERVED_DECISION_TYPES,
 };
+pub use decision_head::{pointer_head_tensors, HeadTensor, POINTER_HEAD_BIAS, POINTER_HEAD_WEIGHT};
 pub use error::GgufError;
 pub use file::{GgufFile, GgufTensorInfo};
 pub use load::{GgufWeight, GROUP_SIZE};

@@ -237,10 +237,32 @@ impl CausalLm {
         &self,
         chunks: &[(&[u32], &[CausalChunk])],
     ) -> Result<Vec<(CausalChunk, Array)>, ModelError> {
+        let last: Vec<Vec<usize>> = chunks
+            .iter()
+            .map(|(tokens, _)| vec![tokens.len().saturating_sub(1)])
+            .collect();
+        self.forward_batch_rows(chunks, &last)?
+            .into_iter()
+            .map(|(chunk, mut hidden)| Ok((chunk, hidden.pop().ok_or(ModelError::EmptyPrompt)?)))
+            .collect()
+    }
+
+    /// [`CausalLm::forward_batch`], each chunk giving its hidden states after the final norm
+    /// (`[hidden]` each) at its positions `rows[i]` (counted from the chunk's start) rather
+    /// than at its last: a pointer read takes several positions of a prompt.
+    pub fn forward_batch_rows(
+        &self,
+        chunks: &[(&[u32], &[CausalChunk])],
+        rows: &[Vec<usize>],
+    ) -> Result<Vec<(CausalChunk, Vec<Array>)>, ModelError> {
+        if rows.len() != chunks.len() {
+            return Err(ModelError::Shape("one list of rows per chunk"));
+        }
         let Some(packed) = self.native.as_ref().filter(|p| p.all() && chunks.len() > 1) else {
             return chunks
                 .iter()
-                .map(|(tokens, past)| self.forward_chunk(tokens, past))
+                .zip(rows)
+                .map(|((tokens, past), rows)| self.forward_chunk_rows(tokens, past, rows))
                 .collect();
         };
         let pasts: Vec<Vec<cpu::PastChunk<'_>>> = chunks
@@ -259,7 +281,7 @@ impl CausalLm {
             .zip(&pasts)
             .map(|((tokens, _), past)| (*tokens, &past[..]))
             .collect();
-        let done = cpu::forward_batch(&self.weights(), packed, &items)?;
+        let done = cpu::forward_batch_rows(&self.weights(), packed, &items, rows)?;
         Ok(done
             .into_iter()
             .zip(chunks)
@@ -283,6 +305,19 @@ impl CausalLm {
         tokens: &[u32],
         past: &[CausalChunk],
     ) -> Result<(CausalChunk, Array), ModelError> {
+        let last = [tokens.len().saturating_sub(1)];
+        let (chunk, mut hidden) = self.forward_chunk_rows(tokens, past, &last)?;
+        Ok((chunk, hidden.pop().ok_or(ModelError::EmptyPrompt)?))
+    }
+
+    /// [`CausalLm::forward_chunk`] giving the hidden states after the final norm at the chunk's
+    /// positions `rows` (counted from its start), in that order.
+    pub fn forward_chunk_rows(
+        &self,
+        tokens: &[u32],
+        past: &[CausalChunk],
+        rows: &[usize],
+    ) -> Result<(CausalChunk, Vec<Array>), ModelError> {
         if let Some(packed) = &self.native {
             let past: Vec<cpu::PastChunk<'_>> = past
                 .iter()
@@ -291,7 +326,13 @@ impl CausalLm {
                     kv: &c.kv,
                 })
                 .collect();
-            let (kv, hidden) = cpu::forward_chunk(&self.weights(), packed, tokens, &past)?;
+            let mut done = cpu::forward_batch_rows(
+                &self.weights(),
+                packed,
+                &[(tokens, &past[..])],
+                &[rows.to_vec()],
+            )?;
+            let (kv, hidden) = done.pop().ok_or(ModelError::EmptyPrompt)?;
             return Ok((
                 CausalChunk {
                     tokens: tokens.to_vec(),
@@ -302,6 +343,9 @@ impl CausalLm {
         }
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
+        }
+        if rows.iter().any(|&r| r >= tokens.len()) {
+            return Err(ModelError::Shape("a hidden state asked outside its chunk"));
         }
         let past_lens: Vec<i32> = past.iter().map(|c| c.tokens.len() as i32).collect();
         let start: i32 = past_lens.iter().sum();
@@ -325,11 +369,17 @@ impl CausalLm {
             x = next;
             kv.push(layer_kv);
         }
-        let last = x
-            .take_axis(Array::from_slice(&[len - 1], &[1]), 1)?
-            .reshape(&[self.config.hidden_size])?;
-        let hidden = self.norm.forward(&last)?;
-        let mut outputs: Vec<&Array> = vec![&hidden];
+        // Each asked position normed alone, as a `[hidden]` vector.
+        let hidden = rows
+            .iter()
+            .map(|&r| {
+                let row = x
+                    .take_axis(Array::from_slice(&[r as i32], &[1]), 1)?
+                    .reshape(&[self.config.hidden_size])?;
+                self.norm.forward(&row)
+            })
+            .collect::<Result<Vec<Array>, ModelError>>()?;
+        let mut outputs: Vec<&Array> = hidden.iter().collect();
         for layer_kv in &kv {
             outputs.push(&layer_kv.keys);
             outputs.push(&layer_kv.values);

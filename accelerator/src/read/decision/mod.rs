@@ -20,11 +20,20 @@
 //! reconstructed from it as the chat read does (`logits::canonical::reconstruct`), with its one
 //! ambiguity (a string whose text is a JSON object reads as the object). The read never sees
 //! question ids, so a template that reads `id` or `questions` is refused at load.
+//!
+//! `kev` is read otherwise (`kev`, `pointer`): its template is given kev text, each option ends
+//! with a marker token, and its scores are its pointer head's at those markers against the
+//! prompt's last position, in place of label logits ([`DecisionPlan::markers`]); the softmax
+//! and the rest are the same.
 
+mod kev;
+mod pointer;
 mod readout;
 #[cfg(test)]
 mod tests;
 
+pub use kev::{KevSetupError, MARKER};
+pub use pointer::{PointerHead, PointerHeadError};
 pub use readout::Readout;
 
 use serde_json::{json, Map, Value};
@@ -58,6 +67,8 @@ pub enum DecisionSetupError {
         "a lev model needs {LEV_RATINGS} single-token labels for its noul scale, this one has {0}"
     )]
     TooFewLabels(usize),
+    #[error(transparent)]
+    Kev(#[from] KevSetupError),
 }
 
 /// The labels a model answers with, as token ids and (for lev and pplx-decider) their texts.
@@ -92,6 +103,11 @@ impl LabelSet {
                     texts: Vec::new(),
                 })
             }
+            // kev reads no labels: its options are read at their markers.
+            DecisionKind::Kev => Ok(LabelSet {
+                ids: Vec::new(),
+                texts: Vec::new(),
+            }),
             DecisionKind::Lev | DecisionKind::PplxDecider => {
                 let letters = ('A'..='Z').map(String::from);
                 let pairs = ('A'..='Z').flat_map(|a| ('A'..='Z').map(move |b| format!("{a}{b}")));
@@ -125,6 +141,9 @@ pub struct DecisionPlanner<T: PromptTokenizer> {
     metadata: DecisionMetadata,
     labels: LabelSet,
     max_prompt_tokens: usize,
+    /// kev: the option marker's token id and, once the engine gives it, the pointer head.
+    marker: Option<u32>,
+    head: Option<PointerHead>,
 }
 
 /// The sequences of one request and how their label logits become each question's
@@ -135,6 +154,10 @@ pub struct DecisionPlan {
     pub sequences: Vec<ScoringSequence>,
     /// One per question, in request order: which sequences are its variants.
     pub readouts: Vec<Readout>,
+    /// kev: each sequence's marker positions, one per option in the order given to the
+    /// template, where its scores are read (with the last position); `None` for the label
+    /// types.
+    pub markers: Option<Vec<Vec<usize>>>,
 }
 
 impl DecisionPlan {
@@ -179,6 +202,10 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             }
         }
         let labels = LabelSet::new(metadata.kind, &tokenizer)?;
+        let marker = match metadata.kind {
+            DecisionKind::Kev => Some(kev::marker_token(&tokenizer)?),
+            _ => None,
+        };
         let planner = DecisionPlanner {
             tokenizer,
             kind: metadata.kind,
@@ -186,6 +213,8 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             metadata,
             labels,
             max_prompt_tokens,
+            marker,
+            head: None,
         };
         // A template that cannot render a plain question is refused now, not on every read.
         let probe = ReadRequest {
@@ -203,10 +232,30 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             }],
             options: Default::default(),
         };
-        planner
+        let text = planner
             .render(&probe, 0, 0)
             .map_err(|e| DecisionSetupError::Template(e.to_string()))?;
+        if let Some(marker) = planner.marker {
+            // A kev template must end each option with one marker (llama-server checks every
+            // prompt): one that does not is refused now.
+            let tokens = planner
+                .tokenizer
+                .encode(&text)
+                .map_err(DecisionSetupError::Template)?;
+            kev::layout(&tokens, marker, 2)?;
+        }
         Ok(planner)
+    }
+
+    /// The planner with a kev model's pointer head, which its reads need.
+    pub fn with_pointer_head(mut self, head: PointerHead) -> Self {
+        self.head = Some(head);
+        self
+    }
+
+    /// A kev model's pointer head, once given.
+    pub fn pointer_head(&self) -> Option<&PointerHead> {
+        self.head.as_ref()
     }
 
     pub fn tokenizer(&self) -> &T {
@@ -225,7 +274,11 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
     /// How many options and levels a question may have: as many as the model has labels, a
     /// score at most llama-server's 10 levels.
     pub fn question_limits(&self) -> QuestionLimits {
-        let labels = self.labels.ids.len();
+        let labels = match self.kind {
+            // kev reads at markers: llama-server's 255 options.
+            DecisionKind::Kev => MAX_CODES,
+            _ => self.labels.ids.len(),
+        };
         QuestionLimits {
             max_choice_options: labels,
             max_score_levels: labels.min(MAX_SCORE_LEVELS),
@@ -236,6 +289,7 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
     pub fn plan(&self, request: &ReadRequest) -> Result<DecisionPlan, ReadError> {
         let limits = self.question_limits();
         let mut sequences = Vec::new();
+        let mut markers = Vec::new();
         let mut readouts = Vec::with_capacity(request.questions.len());
         for (index, question) in request.questions.iter().enumerate() {
             question
@@ -273,10 +327,20 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
                         ),
                     });
                 }
+                let labels = match self.marker {
+                    // kev: read at one marker per option, no labels.
+                    Some(marker) => {
+                        let at = kev::layout(&tokens, marker, readout.outputs())
+                            .map_err(|e| ReadError::internal(format!("question {index}: {e}")))?;
+                        markers.push(at);
+                        Vec::new()
+                    }
+                    None => self.labels.ids[..readout.outputs()].to_vec(),
+                };
                 sequences.push(ScoringSequence {
                     question: index,
                     tokens,
-                    labels: self.labels.ids[..readout.outputs()].to_vec(),
+                    labels,
                     scoring: nominal_scoring(&question.kind),
                 });
             }
@@ -285,6 +349,7 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         Ok(DecisionPlan {
             sequences,
             readouts,
+            markers: self.marker.map(|_| markers),
         })
     }
 
@@ -322,6 +387,10 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         if self.kind == DecisionKind::Lev {
             // lev was trained on prompts whose objects have their keys sorted.
             input = sorted_keys(input);
+        }
+        if self.kind == DecisionKind::Kev {
+            // kev's template takes text only.
+            kev::as_text(&mut input);
         }
         input["images"] = json!([]);
         self.template

@@ -195,9 +195,39 @@ pub fn forward_batch(
     packed: &Packed,
     chunks: &[(&[u32], &[PastChunk<'_>])],
 ) -> Result<Vec<(Vec<LayerKv>, Array)>, ModelError> {
+    let last: Vec<Vec<usize>> = chunks
+        .iter()
+        .map(|(tokens, _)| vec![tokens.len().saturating_sub(1)])
+        .collect();
+    forward_batch_rows(model, packed, chunks, &last)?
+        .into_iter()
+        .map(|(kv, mut hidden)| Ok((kv, hidden.pop().ok_or(ModelError::EmptyPrompt)?)))
+        .collect()
+}
+
+/// A chunk's K/V in every layer and its hidden states at the positions asked.
+pub type ChunkRows = (Vec<LayerKv>, Vec<Array>);
+
+/// [`forward_batch`], each chunk giving its hidden states after the final norm (`[hidden]`
+/// each) at its positions `rows[i]` (counted from the chunk's start) rather than at its last:
+/// a pointer read takes several positions of a prompt (`read::decision`'s kev).
+pub fn forward_batch_rows(
+    model: &Weights<'_>,
+    packed: &Packed,
+    chunks: &[(&[u32], &[PastChunk<'_>])],
+    rows: &[Vec<usize>],
+) -> Result<Vec<ChunkRows>, ModelError> {
     let config = model.config;
     if chunks.is_empty() || chunks.iter().any(|(tokens, _)| tokens.is_empty()) {
         return Err(ModelError::EmptyPrompt);
+    }
+    if rows.len() != chunks.len()
+        || chunks
+            .iter()
+            .zip(rows)
+            .any(|((tokens, _), rows)| rows.iter().any(|&r| r >= tokens.len()))
+    {
+        return Err(ModelError::Shape("a hidden state asked outside its chunk"));
     }
     let hidden = config.hidden_size as usize;
     let window = if config.sliding_layers.iter().any(|&s| s) {
@@ -300,14 +330,27 @@ pub fn forward_batch(
         }
     }
 
-    // Each chunk's last position's hidden state after the final norm.
+    // Each chunk's asked positions' hidden states after the final norm, row by row.
+    let norm = norm_weight(model.norm)?;
     kv.into_iter()
         .zip(&places)
-        .map(|(kv, place)| {
-            let last = &x[(place.rows.end - 1) * hidden..place.rows.end * hidden];
-            let mut out = vec![0.0f32; hidden];
-            kernels::rms_norm(last, norm_weight(model.norm)?, model.norm.eps(), &mut out);
-            Ok((kv, Array::from_slice(&out, &[config.hidden_size])))
+        .zip(rows)
+        .map(|((kv, place), rows)| {
+            let states = rows
+                .iter()
+                .map(|&r| {
+                    let at = place.rows.start + r;
+                    let mut out = vec![0.0f32; hidden];
+                    kernels::rms_norm(
+                        &x[at * hidden..(at + 1) * hidden],
+                        norm,
+                        model.norm.eps(),
+                        &mut out,
+                    );
+                    Array::from_slice(&out, &[config.hidden_size])
+                })
+                .collect();
+            Ok((kv, states))
         })
         .collect()
 }

@@ -32,7 +32,7 @@ mod rope;
 use std::fmt;
 use std::str::FromStr;
 
-pub use forward::{forward_batch, forward_chunk};
+pub use forward::{forward_batch, forward_batch_rows, forward_chunk};
 pub use packed::Packed;
 
 use forward::norm_weight;
