@@ -4,7 +4,9 @@ write for a decision model (docs/models.md, "Decision models"): `<arch>.decision
 `<arch>.decision.temperature.<name>` and the named chat template
 `tokenizer.chat_template.systemone` (with `tokenizer.chat_templates` listing it, as gguf-py's
 GGUFWriter writes a named template). The lev and pplx-decider templates are the ones those
-converters write; openjev's is written in the same style (its converter is not public).
+converters write; openjev's and nimble's are written in the same style (their converters are not
+public here): nimble's reads what llama-server gives a nimble template and no other, the
+question's `id` and `questions`, every question of the request.
 
 For benchmarks (docs/benchmarks.md, "Decision models beside llama.cpp") and for the tiny fixtures
 of accelerator/tests/data/decision/make_decision_goldens.py, which imports it:
@@ -66,6 +68,29 @@ def pplx_template():
             "{{ '\\n\\nReturn only the letter code of the best option.<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}")
 
 
+NIMBLE_SYSTEM = ("You answer one question of a request about a state. Every question of the "
+                 "request is listed for context; answer only the one named. Reply with only the "
+                 "option code.")
+
+
+def nimble_template():
+    # Every question of the request, then the one asked: its id, type and labelled options.
+    listed = ("{% for q in questions %}{{ '\\n- ' }}{{ q.id | tojson }} ({{ q.type }}): "
+              + str_or_json("q.instructions")
+              + "{% if q.type == 'choice' %} [{% for o in q.options %}{{ o.key }}{% if not loop.last %}, {% endif %}{% endfor %}]"
+              "{% elif q.type == 'score' %} [0..{{ q.options | length - 1 }}]{% endif %}{% endfor %}")
+    option = ("{% if type == 'noul' %}{% if o.key == 'true' %}yes{% else %}no{% endif %}"
+              "{% if o.description is not none %} - " + D + "{% endif %}"
+              "{% elif type == 'score' %}level {{ o.key }}: " + D
+              + "{% else %}{{ o.key }}{% if o.description is not none %}: " + D + "{% endif %}{% endif %}")
+    return ("<|im_start|>system\n" + NIMBLE_SYSTEM + "<|im_end|>\n<|im_start|>user\n"
+            "{% for image in images %}{{ image }}{% endfor %}"
+            "{{ 'State:\\n' }}" + str_or_json("state") + "\n\nQuestions:" + listed
+            + "{{ '\\n\\nAnswer ' }}{{ id | tojson }} ({{ type }}): " + str_or_json("instructions")
+            + "{% for o in options %}{{ '\\n' }}{{ o.label }}: " + option + "{% endfor %}"
+            "{{ '\\n\\nReturn only the code of the best option.<|im_end|>\\n<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}")
+
+
 def openjev_template():
     # openjev gives the template no labels: the letters come from the option's position.
     letter = "{{ 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'[loop.index0] }}"
@@ -111,7 +136,8 @@ def write_decision_gguf(source, target, dtype, template, temperatures):
     return arch
 
 
-TEMPLATES = {"openjev": openjev_template, "lev": lev_template, "pplx-decider": pplx_template}
+TEMPLATES = {"openjev": openjev_template, "lev": lev_template, "pplx-decider": pplx_template,
+             "nimble": nimble_template}
 
 
 def main():

@@ -63,9 +63,16 @@ fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/decision")
 }
 
+/// Every served type's goldens: `decision-goldens.json`, and nimble's own file (its requests
+/// carry the caller's ids and the whole set, `asked`).
 fn goldens() -> Goldens {
-    let text = std::fs::read_to_string(data().join("decision-goldens.json")).expect("goldens");
-    serde_json::from_str(&text).expect("parse goldens")
+    let mut files = Vec::new();
+    for name in ["decision-goldens.json", "decision-goldens-nimble.json"] {
+        let text = std::fs::read_to_string(data().join(name)).expect("goldens");
+        let goldens: Goldens = serde_json::from_str(&text).expect("parse goldens");
+        files.extend(goldens.files);
+    }
+    Goldens { files }
 }
 
 fn close(a: f64, b: f64, tolerance: f64) -> bool {
@@ -90,6 +97,13 @@ fn decision_models_answer_as_llama_server_does() {
             info.fingerprint
         );
         assert_eq!(info.limits.questions.max_choice_options, golden.labels);
+        // Only nimble's template reads ids, so only its reads are sent them.
+        assert_eq!(
+            info.limits.reads_question_ids,
+            golden.kind == "nimble",
+            "{}",
+            golden.file
+        );
         for (c, case) in golden.cases.iter().enumerate() {
             let name = format!("{} case {c}", golden.file);
             let Planner::Decision(planner) = engine.planner() else {
@@ -214,6 +228,38 @@ fn compare_answers_map(ours: &Value, theirs: &Value, name: &str) {
             "{name}: {key} {x} vs {y}"
         );
     }
+}
+
+/// A nimble read without the caller's ids (a host that predates them) is refused with a 422
+/// that names what is missing, never answered from a prompt without them; with them, the
+/// question mode changes nothing (one prompt a question, each listing the whole request).
+#[test]
+fn a_nimble_read_needs_the_ids_and_ignores_the_mode() {
+    let golden = goldens()
+        .files
+        .into_iter()
+        .find(|f| f.kind == "nimble")
+        .expect("nimble goldens");
+    let mut engine =
+        CausalEngine::load(&data().join(&golden.file), &CausalEngineOptions::default())
+            .expect("load");
+    let request = &golden.cases[0].request;
+    let without = ReadRequest {
+        asked: None,
+        ..request.clone()
+    };
+    let err = engine.read(&without).expect_err("no ids");
+    assert_eq!(
+        err.kind(),
+        hunch_core::ReadErrorKind::InvalidQuestion,
+        "{err}"
+    );
+    assert!(err.to_string().contains("`asked`"), "{err}");
+    let joint = engine.read(request).expect("joint");
+    let mut isolated = request.clone();
+    isolated.options.questions = hunch_core::QuestionMode::Isolated;
+    let isolated = engine.read(&isolated).expect("isolated");
+    assert_eq!(joint.distributions, isolated.distributions);
 }
 
 /// A decision model Hunch cannot serve is refused at load, naming why; never read as a chat

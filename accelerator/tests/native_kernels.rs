@@ -333,6 +333,7 @@ fn request(state: &str) -> ReadRequest {
             questions: QuestionMode::Isolated,
             ..ReadOptions::default()
         },
+        asked: None,
     }
 }
 

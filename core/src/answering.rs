@@ -15,10 +15,11 @@ use crate::answer::Answer;
 use crate::cache::AnswerCache;
 use crate::caching::CachingReader;
 use crate::debias::{DebiasingReader, OrderMode, PriorMode};
+pub use crate::question::AskedQuestion;
 use crate::question::{Question, QuestionId};
 use crate::reader::{
     LabelDistribution, QuestionMode, ReadError, ReadOptions, ReadRequest, ReadStats, Reader,
-    ReaderInfo, ReaderLimits, Usage,
+    ReaderInfo, ReaderLimits, RequestQuestions, Usage,
 };
 use std::sync::Arc;
 
@@ -59,13 +60,6 @@ impl Default for AnswerSettings {
             order: OrderMode::AsGiven,
         }
     }
-}
-
-/// A caller's question: its id beside the id-free question the reader sees.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AskedQuestion {
-    pub id: QuestionId,
-    pub question: Question,
 }
 
 /// Every answer of a set, in the set's order, with what it cost.
@@ -134,6 +128,10 @@ pub async fn answer_set(
                 .map(|&i| questions[i].question.clone())
                 .collect(),
             options: options.clone(),
+            // Every read carries the caller's ids and the whole set, for a model whose prompt
+            // names them; the sidecar's client leaves them out for every other model
+            // ([`ReaderLimits::reads_question_ids`]), so no other read ever sees an id.
+            asked: Some(RequestQuestions::new(questions.to_vec(), to_read.clone())),
         };
         check_size(&request, &limits, reader.model_name()).map_err(fail)?;
         let outcome = reader
@@ -203,6 +201,17 @@ fn check_size(request: &ReadRequest, limits: &ReaderLimits, model: &str) -> Resu
         }
     }
     if let Some(max_bytes) = limits.max_request_bytes {
+        // The body as it is sent: the ids and the whole set only to a model that reads them.
+        let sent;
+        let request = if request.asked.is_some() && !limits.reads_question_ids {
+            sent = ReadRequest {
+                asked: None,
+                ..request.clone()
+            };
+            &sent
+        } else {
+            request
+        };
         let bytes = serde_json::to_vec(request).map(|b| b.len()).unwrap_or(0) as u64;
         if bytes > max_bytes {
             return Err(ReadError::TooLarge {
@@ -450,6 +459,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn every_read_carries_the_ids_and_the_whole_set_beside_its_questions() {
+        let reader = Stub::new();
+        let set = vec![choice("only", 1), noul("a"), choice("c", 3)];
+        answer(&reader, "s", &set).await.unwrap();
+        let sent = &reader.asked()[0];
+        let asked = sent.asked.as_ref().expect("asked");
+        // The whole set, the unread question too, and where the read's questions are in it.
+        assert_eq!(asked.questions, set);
+        assert_eq!(asked.positions, vec![1, 2]);
+        assert_eq!(asked.id(1).map(QuestionId::as_str), Some("c"));
+        // The questions themselves carry no id: renaming one changes only `asked`.
+        let mut renamed = set.clone();
+        renamed[1].id = QuestionId("z".into());
+        answer(&reader, "s", &renamed).await.unwrap();
+        assert_eq!(reader.asked()[1].questions, sent.questions);
+        assert_ne!(reader.asked()[1].asked, sent.asked);
+    }
+
+    #[tokio::test]
+    async fn a_model_that_reads_ids_is_never_answered_from_the_cache() {
+        let mut stub = Stub::new();
+        stub.limits.reads_question_ids = true;
+        let stub = Arc::new(stub);
+        let settings = AnswerSettings {
+            cache: Some(Arc::new(AnswerCache::new(1 << 20))),
+            ..AnswerSettings::default()
+        };
+        let reader = settings.reader(stub.clone());
+        for id in ["a", "b"] {
+            let out = answer_set(reader.as_ref(), "s", &[noul(id)], &isolated())
+                .await
+                .unwrap();
+            assert_eq!(out.cache_hits, 0);
+        }
+        assert_eq!(stub.asked().len(), 2);
+        assert_eq!(
+            stub.asked()[1].asked.as_ref().and_then(|a| a.id(0)),
+            Some(&QuestionId("b".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_size_check_counts_the_ids_only_for_a_model_that_reads_them() {
+        let set: Vec<AskedQuestion> = (0..40).map(|i| noul(&format!("{i:0>30}"))).collect();
+        let bare = ReadRequest {
+            state: "s".into(),
+            questions: set.iter().map(|q| q.question.clone()).collect(),
+            options: isolated(),
+            asked: None,
+        };
+        let bytes = serde_json::to_vec(&bare).unwrap().len() as u64;
+        let mut reader = Stub::new();
+        reader.limits.max_request_bytes = Some(bytes);
+        assert!(answer(&reader, "s", &set).await.is_ok());
+        reader.limits.reads_question_ids = true;
+        let err = answer(&reader, "s", &set).await.expect_err("ids count");
+        assert!(matches!(err.error, ReadError::TooLarge { .. }), "{err}");
+    }
+
+    #[tokio::test]
     async fn a_reader_above_the_cache_sees_every_question_and_every_answer() {
         // What a decision's recorder sees: the whole request and outcome, hits included.
         let stub = Arc::new(Stub::new());
@@ -462,6 +531,7 @@ mod tests {
             state: "s".into(),
             questions: names.iter().map(|n| noul(n).question).collect(),
             options: isolated(),
+            asked: None,
         };
         reader.read(request(&["a"])).await.unwrap();
         let both = reader.read(request(&["b", "a"])).await.unwrap();

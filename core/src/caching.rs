@@ -32,12 +32,18 @@ impl Reader for CachingReader {
         self.inner.model_name()
     }
 
-    /// Isolated questions of a model with a fingerprint are looked up (joint answers depend on
-    /// the other questions, and an anonymous model could change under the cache); the misses are
-    /// read in one request. `stats.answer_cache_hits` counts the answers the cache gave.
+    /// Isolated questions of a model with a fingerprint that reads no question ids are looked up
+    /// (joint answers depend on the other questions, and an anonymous model could change under
+    /// the cache); the misses are read in one request. `stats.answer_cache_hits` counts the
+    /// answers the cache gave.
     async fn read(&self, request: ReadRequest) -> Result<ReadOutcome, ReadError> {
-        let fingerprint = match (request.options.questions, self.inner.info().fingerprint) {
-            (QuestionMode::Isolated, Some(fingerprint)) => fingerprint,
+        let info = self.inner.info();
+        let fingerprint = match (request.options.questions, info.fingerprint) {
+            // A model that reads question ids answers by them and by the other questions,
+            // which the key leaves out: its answers are never cached.
+            (QuestionMode::Isolated, Some(fingerprint)) if !info.limits.reads_question_ids => {
+                fingerprint
+            }
             _ => return self.inner.read(request).await,
         };
         let keys: Vec<CacheKey> = request
@@ -63,6 +69,7 @@ impl Reader for CachingReader {
                         .map(|&i| request.questions[i].clone())
                         .collect(),
                     options: request.options.clone(),
+                    asked: request.asked_for(&misses),
                 })
                 .await
                 .map_err(|e| e.within(&misses))?;

@@ -203,6 +203,7 @@ impl Reader for DebiasingReader {
                         state: state.to_string(),
                         questions,
                         options: options.clone(),
+                        asked: request.asked_for(&origin),
                     })
                     .await
                     .map_err(|e| e.within(&origin))?;

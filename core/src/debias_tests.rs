@@ -125,6 +125,7 @@ fn request(
             order,
             ..Default::default()
         },
+        asked: None,
     }
 }
 
@@ -362,4 +363,46 @@ fn modes_parse_their_names_and_refuse_others_by_name() {
     // Absent from a read request's JSON when off, so the sidecar's wire is unchanged.
     let text = serde_json::to_string(&crate::ReadOptions::default()).unwrap();
     assert!(!text.contains("prior") && !text.contains("order"), "{text}");
+}
+
+/// A remedy's extra reads carry the caller's ids, each read's positions naming the question it
+/// asks (in whatever order), so a model that reads ids is asked about the right question.
+#[tokio::test]
+async fn every_extra_read_names_its_question_by_the_callers_id() {
+    let inner = Arc::new(Biased::new(&[0.7, 0.2, 0.1]));
+    let reader = DebiasingReader::new(inner.clone());
+    let questions = vec![choice(&["red", "green", "blue"]), noul()];
+    let ids = ["colour", "ok"];
+    let mut asked = request(
+        "red",
+        questions.clone(),
+        PriorMode::Divide,
+        OrderMode::ReversedAverage,
+    );
+    asked.asked = Some(crate::RequestQuestions::new(
+        ids.iter()
+            .zip(&questions)
+            .map(|(id, q)| crate::AskedQuestion {
+                id: crate::QuestionId(id.to_string()),
+                question: q.clone(),
+            })
+            .collect(),
+        vec![0, 1],
+    ));
+    reader.read(asked).await.unwrap();
+    let reads = inner.asked();
+    assert!(reads.len() >= 2, "a read about the state and one about N/A");
+    for read in reads {
+        let asked = read.asked.as_ref().expect("asked kept");
+        assert_eq!(asked.questions.len(), 2, "the whole request, always");
+        assert_eq!(asked.positions.len(), read.questions.len());
+        for (i, q) in read.questions.iter().enumerate() {
+            let id = asked.id(i).expect("an id").as_str();
+            let kind_matches = matches!(
+                (&q.kind, id),
+                (QuestionKind::Choice { .. }, "colour") | (QuestionKind::Noul { .. }, "ok")
+            );
+            assert!(kind_matches, "question {i} of a read named {id}");
+        }
+    }
 }

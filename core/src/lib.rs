@@ -32,7 +32,7 @@ pub use question::{
 };
 pub use reader::{
     EngineGauges, LabelDistribution, QuestionMode, ReadError, ReadErrorKind, ReadOptions,
-    ReadOutcome, ReadRequest, ReadStats, Reader, ReaderInfo, ReaderLimits, Usage,
+    ReadOutcome, ReadRequest, ReadStats, Reader, ReaderInfo, ReaderLimits, RequestQuestions, Usage,
     READ_ALGORITHM_VERSION,
 };
 pub use remedy::{OrderMode, PriorMode, UnknownMode};

@@ -89,6 +89,16 @@ impl Question {
     }
 }
 
+/// A caller's question: its id beside the id-free question a read sees. Only a model whose
+/// prompt names questions by id (llama.cpp's `nimble`) is ever given ids, through
+/// [`crate::ReadRequest::asked`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AskedQuestion {
+    pub id: QuestionId,
+    #[serde(flatten)]
+    pub question: Question,
+}
+
 /// Most options a choice may have (TypeSafe's contract). A model may read fewer: its
 /// [`QuestionLimits`] say how many.
 pub const MAX_CHOICE_OPTIONS: usize = 255;

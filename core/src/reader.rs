@@ -2,7 +2,7 @@
 //! distributions". The raw System One API and the policy runtime both call it; the accelerator
 //! sidecar and an upstream System One server implement it.
 
-use crate::question::{Question, QuestionLimits};
+use crate::question::{AskedQuestion, Question, QuestionId, QuestionLimits};
 use crate::remedy::{OrderMode, PriorMode};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -16,6 +16,58 @@ pub struct ReadRequest {
     pub questions: Vec<Question>,
     #[serde(default)]
     pub options: ReadOptions,
+    /// The caller's request around these questions: only for a model whose prompt names each
+    /// question by its id and lists the request's questions (llama.cpp's `nimble`;
+    /// [`ReaderLimits::reads_question_ids`]). Every other read ignores it, and the host sends it
+    /// to no other model, so ids never reach their reads. Absent: a host that predates it (a
+    /// model that needs it refuses the read, naming it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked: Option<RequestQuestions>,
+}
+
+/// Every question of the caller's request, with its id, and where this read's questions are
+/// among them ([`ReadRequest::asked`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestQuestions {
+    /// The request's questions in its order, those answered without a read too (as asked: a
+    /// remedy's reordered read still lists the question as the caller gave it).
+    pub questions: Vec<AskedQuestion>,
+    /// For each question of the read, its place in [`questions`](Self::questions).
+    pub positions: Vec<usize>,
+}
+
+impl RequestQuestions {
+    /// The request's questions, the read being of those at `positions`.
+    pub fn new(questions: Vec<AskedQuestion>, positions: Vec<usize>) -> Self {
+        RequestQuestions {
+            questions,
+            positions,
+        }
+    }
+
+    /// The same request for a read of this read's questions at `picks` (in that order).
+    pub fn select(&self, picks: &[usize]) -> RequestQuestions {
+        RequestQuestions {
+            questions: self.questions.clone(),
+            positions: picks
+                .iter()
+                .filter_map(|&i| self.positions.get(i).copied())
+                .collect(),
+        }
+    }
+
+    /// The id of the read's question `index`, when the positions cover it.
+    pub fn id(&self, index: usize) -> Option<&QuestionId> {
+        let position = *self.positions.get(index)?;
+        self.questions.get(position).map(|q| &q.id)
+    }
+}
+
+impl ReadRequest {
+    /// [`asked`](Self::asked) for a read of this read's questions at `picks`.
+    pub fn asked_for(&self, picks: &[usize]) -> Option<RequestQuestions> {
+        self.asked.as_ref().map(|a| a.select(picks))
+    }
 }
 
 /// Server extensions a plain client never sends; defaults reproduce the reference read.
@@ -93,6 +145,16 @@ pub struct ReaderLimits {
     /// Largest read request body, in bytes, the reader accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_request_bytes: Option<u64>,
+    /// The model's prompt names each question by the caller's id and lists the request's
+    /// questions (llama.cpp's `nimble`): its reads need [`ReadRequest::asked`], and its answers
+    /// depend on ids and on the other questions, so they are never cached. Absent (false) for
+    /// every other model, and from an older sidecar.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reads_question_ids: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Probabilities over a question's labels, in the question's label order

@@ -96,6 +96,7 @@ pub fn read_request(n: usize, draws: Option<u32>) -> ReadRequest {
             draws,
             ..ReadOptions::default()
         },
+        asked: None,
     }
 }
 

@@ -147,6 +147,7 @@ fn request(n: usize, mode: QuestionMode) -> ReadRequest {
             questions: mode,
             ..ReadOptions::default()
         },
+        asked: None,
     }
 }
 

@@ -466,6 +466,7 @@ fn model_info(
             max_prompt_tokens: Some(max_prompt_tokens as u64),
             max_token_bytes: None,
             max_request_bytes: None,
+            reads_question_ids: planner.reads_question_ids(),
         },
         blas_libraries: crate::blas::mapped_libraries(),
         kind: Some(hunch_core::protocol::ModelKind {

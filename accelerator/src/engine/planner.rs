@@ -59,6 +59,15 @@ impl Planner {
         }
     }
 
+    /// Whether the model's prompt names questions by the caller's ids (a nimble decision model):
+    /// its reads need them ([`hunch_core::ReadRequest::asked`]).
+    pub fn reads_question_ids(&self) -> bool {
+        match self {
+            Planner::Chat(_) => false,
+            Planner::Decision(p) => p.reads_question_ids(),
+        }
+    }
+
     /// The read's name in fingerprints and `/v1/models` (`x_read`).
     pub fn read_name(&self) -> &'static str {
         match self {

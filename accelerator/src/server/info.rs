@@ -61,6 +61,7 @@ pub fn model_info(
             max_token_bytes: max_token_bytes(tokenizer),
             // The server fills in its body limit.
             max_request_bytes: None,
+            reads_question_ids: false,
         },
         blas_libraries: crate::blas::mapped_libraries(),
         kind: Some(kind),

@@ -439,6 +439,7 @@ mod tests {
             state: "s".into(),
             questions: Vec::new(),
             options: Default::default(),
+            asked: None,
         }
     }
 

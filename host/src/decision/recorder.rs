@@ -299,17 +299,15 @@ impl Reader for BookReader {
         }
         // Isolated: only the questions the book lacks go to the model; each answer is the same
         // as it would be in the whole set.
-        let missing: Vec<Question> = request
-            .questions
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|(q, _)| q.clone())
-            .collect();
+        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_none()).collect();
         let asked = ReadRequest {
             state: request.state.clone(),
-            questions: missing,
+            questions: missing
+                .iter()
+                .map(|&i| request.questions[i].clone())
+                .collect(),
             options: request.options.clone(),
+            asked: request.asked_for(&missing),
         };
         let read = reader.read(asked).await?;
         let mut fresh = read.distributions.into_iter();
@@ -389,6 +387,7 @@ mod tests {
                 },
             }],
             options: Default::default(),
+            asked: None,
         }
     }
 
@@ -439,6 +438,7 @@ mod tests {
             state: "s".into(),
             questions,
             options: options.clone(),
+            asked: None,
         };
         let recorded = ReadEvent {
             state: None,

@@ -474,6 +474,7 @@ pub async fn reread(
                 state: state.clone(),
                 questions: r.questions.clone(),
                 options: r.options.clone(),
+                asked: None,
             };
             let new = match model.read(request).await {
                 Ok(o) if o.distributions.len() == old.len() => o.distributions,

@@ -105,6 +105,20 @@ impl AcceleratorClient {
             // check, so the limits below are the sidecar's own. A failure leaves the defaults.
             let _ = self.health().await;
         }
+        let without_ids;
+        let request = match self.info() {
+            // The caller's ids and the whole set go only to a model whose prompt reads them
+            // (a nimble decision model), so no other read can ever depend on an id; a sidecar
+            // not heard from yet gets them, and any other read there ignores them.
+            Some(info) if request.asked.is_some() && !info.limits.reads_question_ids => {
+                without_ids = ReadRequest {
+                    asked: None,
+                    ..request.clone()
+                };
+                &without_ids
+            }
+            _ => request,
+        };
         let response = self
             .http
             .post(format!("{}{READ_PATH}", self.base))
@@ -208,5 +222,83 @@ mod tests {
             error_from_status(500, ""),
             ReadError::Internal { .. }
         ));
+    }
+
+    /// A fake sidecar whose model does or does not read question ids; it keeps every read body.
+    async fn sidecar(reads_question_ids: bool) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        use axum::routing::{get, post};
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        let health = Health {
+            state: HealthState::Ready,
+            model: "m".into(),
+            progress: 1.0,
+            message: String::new(),
+            refused: false,
+            info: Some(ModelInfo {
+                fingerprint: "fp".into(),
+                limits: hunch_core::ReaderLimits {
+                    reads_question_ids,
+                    ..Default::default()
+                },
+                blas_libraries: Vec::new(),
+                kind: None,
+            }),
+        };
+        let app = axum::Router::new()
+            .route(HEALTH_PATH, get(move || async move { axum::Json(health) }))
+            .route(
+                READ_PATH,
+                post(move |body: String| async move {
+                    kept.lock().unwrap().push(body);
+                    axum::Json(ReadOutcome {
+                        distributions: vec![hunch_core::LabelDistribution(vec![0.5, 0.5])],
+                        usage: Default::default(),
+                        stats: Default::default(),
+                    })
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, bodies)
+    }
+
+    #[tokio::test]
+    async fn question_ids_are_sent_only_to_a_model_that_reads_them() {
+        let question = hunch_core::Question {
+            instructions: "ok?".into(),
+            kind: hunch_core::QuestionKind::Noul {
+                yes: None,
+                no: None,
+            },
+        };
+        let request = ReadRequest {
+            state: "s".into(),
+            questions: vec![question.clone()],
+            options: Default::default(),
+            asked: Some(hunch_core::RequestQuestions::new(
+                vec![hunch_core::AskedQuestion {
+                    id: hunch_core::QuestionId("secret-id".into()),
+                    question,
+                }],
+                vec![0],
+            )),
+        };
+        for reads in [false, true] {
+            let (url, bodies) = sidecar(reads).await;
+            let client = AcceleratorClient::new("m", &url, Duration::from_secs(5)).unwrap();
+            client.read_request(&request).await.unwrap();
+            let body = bodies.lock().unwrap()[0].clone();
+            assert_eq!(body.contains("secret-id"), reads, "{body}");
+            if !reads {
+                // Byte for byte the read an id-free host sends.
+                let bare = ReadRequest {
+                    asked: None,
+                    ..request.clone()
+                };
+                assert_eq!(body, serde_json::to_string(&bare).unwrap());
+            }
+        }
     }
 }

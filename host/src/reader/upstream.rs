@@ -382,6 +382,7 @@ mod tests {
             state: "s".into(),
             questions: vec![choice.clone(), noul.clone()],
             options: Default::default(),
+            asked: None,
         };
         let body = wire_request("m", &request);
         assert_eq!(

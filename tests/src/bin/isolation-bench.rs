@@ -149,6 +149,7 @@ async fn case(
             questions: mode,
             ..ReadOptions::default()
         },
+        asked: None,
     };
     if warm {
         read(&client, sidecar, &request(first_rep + 1_000_000)).await?;

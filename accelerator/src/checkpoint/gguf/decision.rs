@@ -12,15 +12,10 @@ use super::{GgufFile, MetaValue};
 /// The decision types Hunch serves: the label-logit ones, whose answer is the next-token
 /// logits of one single-token label per option at the prompt's last token, and kev, read
 /// through its pointer head at each option's marker.
-pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider", "kev"];
+pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider", "nimble", "kev"];
 
 /// The types llama-server knows that Hunch does not serve, with why.
 const UNSERVED_DECISION_TYPES: &[(&str, &str)] = &[
-    (
-        "nimble",
-        "its prompt names every question by the request's question id, which Hunch's read does \
-         not carry to the model",
-    ),
     (
         "laya",
         "it reads an encoder (ModernBERT) at mask markers, and Hunch has no encoder family",
@@ -46,6 +41,9 @@ pub enum DecisionKind {
     Lev,
     /// Codes as lev's, one reading per question.
     PplxDecider,
+    /// Codes as lev's, one reading per question, whose prompt names the question by the
+    /// caller's id and lists every question of the request.
+    Nimble,
     /// A pointer head over hidden states: each option read at its `<|box_end|>` marker against
     /// the prompt's last position, the template given text (`read::decision`'s `kev`).
     Kev,
@@ -58,6 +56,7 @@ impl DecisionKind {
             DecisionKind::Openjev => "openjev",
             DecisionKind::Lev => "lev",
             DecisionKind::PplxDecider => "pplx-decider",
+            DecisionKind::Nimble => "nimble",
             DecisionKind::Kev => "kev",
         }
     }
@@ -68,6 +67,7 @@ impl DecisionKind {
             "openjev" => Ok(DecisionKind::Openjev),
             "lev" => Ok(DecisionKind::Lev),
             "pplx-decider" => Ok(DecisionKind::PplxDecider),
+            "nimble" => Ok(DecisionKind::Nimble),
             "kev" => Ok(DecisionKind::Kev),
             _ => Err(
                 match UNSERVED_DECISION_TYPES.iter().find(|(n, _)| *n == name) {
@@ -103,8 +103,8 @@ pub enum DecisionMetadataError {
     )]
     NotServed { name: String, why: &'static str },
     #[error(
-        "unknown decision type {name:?} (Hunch serves {}; llama-server also knows nimble, laya, \
-         clef, lfm2-d1 and lfm2-d1-omni)",
+        "unknown decision type {name:?} (Hunch serves {}; llama-server also knows laya, clef, \
+         lfm2-d1 and lfm2-d1-omni)",
         SERVED_DECISION_TYPES.join(", ")
     )]
     UnknownType { name: String },

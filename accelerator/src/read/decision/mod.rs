@@ -1,10 +1,12 @@
 //! The decision-model read: llama.cpp's decision GGUFs of the label-logit types (`openjev`,
-//! `lev`, `pplx-decider`), asked as llama-server asks them (docs/models.md, "Decision models").
+//! `lev`, `pplx-decider`, `nimble`), asked as llama-server asks them (docs/models.md, "Decision
+//! models").
 //!
 //! Each question gets one prompt per variant: the model's own `systemone` template over the
-//! question as raw JSON values (`type`, `instructions`, `state`, `options` with their `key`,
-//! `description` and, for lev and pplx-decider, their `label`), tokenised with the special
-//! tokens written in it recognised and nothing added. One forward pass gives the next-token
+//! question as raw JSON values (`id`, `type`, `instructions`, `state`, `options` with their
+//! `key`, `description` and, for lev, pplx-decider and nimble, their `label`; for nimble also
+//! `questions`, every question of the request), tokenised with the special tokens written in it
+//! recognised and nothing added. One forward pass gives the next-token
 //! logits at the prompt's last token; the logits of the question's labels, softmaxed at the
 //! model's fitted temperature and averaged over the variants, are its distribution
 //! ([`readout`]).
@@ -18,8 +20,11 @@
 //!
 //! The protocol carries the state, instructions and descriptions as text; structured values are
 //! reconstructed from it as the chat read does (`logits::canonical::reconstruct`), with its one
-//! ambiguity (a string whose text is a JSON object reads as the object). The read never sees
-//! question ids, so a template that reads `id` or `questions` is refused at load.
+//! ambiguity (a string whose text is a JSON object reads as the object). Question ids and the
+//! request's other questions reach a read only through [`ReadRequest::asked`], which the host
+//! sends only to a model whose template reads `id` (or a nimble one's, `questions`;
+//! [`DecisionPlanner::reads_question_ids`]); such a model refuses a read without them. A template
+//! of another type that reads `questions` is refused at load: llama-server gives it none.
 //!
 //! `kev` is read otherwise (`kev`, `pointer`): its template is given kev text, each option ends
 //! with a marker token, and its scores are its pointer head's at those markers against the
@@ -42,7 +47,10 @@ use super::logits::canonical::reconstruct;
 use super::logits::{PromptTokenizer, Scoring, ScoringSequence};
 use crate::checkpoint::gguf::{DecisionKind, DecisionMetadata};
 use crate::tokenizer::chat::JinjaTemplate;
-use hunch_core::{LabelDistribution, QuestionKind, QuestionLimits, ReadError, ReadRequest};
+use hunch_core::{
+    AskedQuestion, LabelDistribution, QuestionId, QuestionKind, QuestionLimits, ReadError,
+    ReadRequest, RequestQuestions,
+};
 
 /// llama-server's bounds on a score's levels.
 const MAX_SCORE_LEVELS: usize = 10;
@@ -59,8 +67,8 @@ pub enum DecisionSetupError {
     #[error("the systemone template: {0}")]
     Template(String),
     #[error(
-        "the systemone template reads `{0}`, which Hunch's read does not carry to the model \
-         (question ids and the request's other questions)"
+        "the systemone template reads `{0}`, which llama-server gives only to a nimble model's \
+         template"
     )]
     ReadsUnknown(&'static str),
     #[error(
@@ -108,7 +116,7 @@ impl LabelSet {
                 ids: Vec::new(),
                 texts: Vec::new(),
             }),
-            DecisionKind::Lev | DecisionKind::PplxDecider => {
+            DecisionKind::Lev | DecisionKind::PplxDecider | DecisionKind::Nimble => {
                 let letters = ('A'..='Z').map(String::from);
                 let pairs = ('A'..='Z').flat_map(|a| ('A'..='Z').map(move |b| format!("{a}{b}")));
                 let mut set = LabelSet {
@@ -144,6 +152,8 @@ pub struct DecisionPlanner<T: PromptTokenizer> {
     /// kev: the option marker's token id and, once the engine gives it, the pointer head.
     marker: Option<u32>,
     head: Option<PointerHead>,
+    /// The template reads `id`, or (nimble) `questions`.
+    reads_question_ids: bool,
 }
 
 /// The sequences of one request and how their label logits become each question's
@@ -196,11 +206,11 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
     ) -> Result<Self, DecisionSetupError> {
         let template = JinjaTemplate::compile(&metadata.template, origin)
             .map_err(|e| DecisionSetupError::Template(e.to_string()))?;
-        for unknown in ["id", "questions"] {
-            if template.reads(unknown) {
-                return Err(DecisionSetupError::ReadsUnknown(unknown));
-            }
+        let nimble = metadata.kind == DecisionKind::Nimble;
+        if !nimble && template.reads("questions") {
+            return Err(DecisionSetupError::ReadsUnknown("questions"));
         }
+        let reads_question_ids = template.reads("id") || (nimble && template.reads("questions"));
         let labels = LabelSet::new(metadata.kind, &tokenizer)?;
         let marker = match metadata.kind {
             DecisionKind::Kev => Some(kev::marker_token(&tokenizer)?),
@@ -215,22 +225,31 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             max_prompt_tokens,
             marker,
             head: None,
+            reads_question_ids,
         };
         // A template that cannot render a plain question is refused now, not on every read.
+        let question = hunch_core::Question {
+            instructions: "instructions".into(),
+            kind: QuestionKind::Choice {
+                options: ["a", "b"]
+                    .map(|name| hunch_core::ChoiceOption {
+                        name: name.into(),
+                        description: None,
+                    })
+                    .into(),
+            },
+        };
         let probe = ReadRequest {
             state: "state".into(),
-            questions: vec![hunch_core::Question {
-                instructions: "instructions".into(),
-                kind: QuestionKind::Choice {
-                    options: ["a", "b"]
-                        .map(|name| hunch_core::ChoiceOption {
-                            name: name.into(),
-                            description: None,
-                        })
-                        .into(),
-                },
-            }],
+            questions: vec![question.clone()],
             options: Default::default(),
+            asked: Some(RequestQuestions::new(
+                vec![AskedQuestion {
+                    id: QuestionId("question".into()),
+                    question,
+                }],
+                vec![0],
+            )),
         };
         let text = planner
             .render(&probe, 0, 0)
@@ -266,6 +285,13 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         self.kind
     }
 
+    /// Whether the prompt names questions by the caller's ids (the template reads `id`, or a
+    /// nimble template `questions`): its reads need [`ReadRequest::asked`], and its answers
+    /// depend on the ids and the request's other questions.
+    pub fn reads_question_ids(&self) -> bool {
+        self.reads_question_ids
+    }
+
     /// The labels the model answers with, in option order.
     pub fn labels(&self) -> &LabelSet {
         &self.labels
@@ -287,6 +313,7 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
 
     /// One sequence per question and variant.
     pub fn plan(&self, request: &ReadRequest) -> Result<DecisionPlan, ReadError> {
+        self.check_asked(request)?;
         let limits = self.question_limits();
         let mut sequences = Vec::new();
         let mut markers = Vec::new();
@@ -353,6 +380,40 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         })
     }
 
+    /// A model whose prompt names questions by id refuses a read that does not carry them (a
+    /// host that predates [`ReadRequest::asked`]), or one whose ids do not cover its questions,
+    /// rather than answer a prompt without them.
+    fn check_asked(&self, request: &ReadRequest) -> Result<(), ReadError> {
+        if !self.reads_question_ids {
+            return Ok(());
+        }
+        let refuse = |message: String| {
+            Err(ReadError::InvalidQuestion {
+                question: 0,
+                message,
+            })
+        };
+        let Some(asked) = &request.asked else {
+            return refuse(format!(
+                "this {} decision model's prompt names each question by its id and lists the \
+                 request's questions, and the read carries neither (`asked`, sent by hosts \
+                 that serve nimble models): upgrade the host that sent it",
+                self.kind.name()
+            ));
+        };
+        if asked.positions.len() != request.questions.len()
+            || asked.positions.iter().any(|&p| p >= asked.questions.len())
+        {
+            return refuse(format!(
+                "the read's `asked` places {} questions among {}, and the read has {}",
+                asked.positions.len(),
+                asked.questions.len(),
+                request.questions.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// The prompt of question `index`'s `variant` (1: the options reversed).
     pub fn render(
         &self,
@@ -365,25 +426,28 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         if variant == 1 {
             options.reverse();
         }
-        let options: Vec<Value> = options
-            .into_iter()
-            .enumerate()
-            .map(|(i, (key, description))| {
-                let mut option = Map::new();
-                option.insert("key".into(), Value::String(key));
-                option.insert("description".into(), description);
-                if let Some(label) = self.labels.texts.get(i) {
-                    option.insert("label".into(), Value::String(label.clone()));
-                }
-                Value::Object(option)
-            })
-            .collect();
-        let mut input = json!({
-            "type": type_name(&question.kind),
-            "instructions": reconstruct(&question.instructions),
-            "state": reconstruct(&request.state),
-            "options": options,
-        });
+        // In llama-server's order: the template's `tojson` writes keys as given.
+        let mut input = Map::new();
+        if let Some(id) = request.asked.as_ref().and_then(|a| a.id(index)) {
+            input.insert("id".into(), Value::String(id.as_str().to_string()));
+        }
+        input.insert("type".into(), type_name(&question.kind).into());
+        input.insert("instructions".into(), reconstruct(&question.instructions));
+        input.insert("state".into(), reconstruct(&request.state));
+        input.insert("options".into(), self.labelled(options));
+        if self.kind == DecisionKind::Nimble {
+            // Every question of the request, each with its options as first given.
+            let questions = request.asked.iter().flat_map(|a| &a.questions).map(|q| {
+                json!({
+                    "id": q.id.as_str(),
+                    "type": type_name(&q.question.kind),
+                    "instructions": reconstruct(&q.question.instructions),
+                    "options": self.labelled(self.options(&q.question.kind)),
+                })
+            });
+            input.insert("questions".into(), Value::Array(questions.collect()));
+        }
+        let mut input = Value::Object(input);
         if self.kind == DecisionKind::Lev {
             // lev was trained on prompts whose objects have their keys sorted.
             input = sorted_keys(input);
@@ -396,6 +460,24 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         self.template
             .render(&input)
             .map_err(|e| ReadError::internal(e.to_string()))
+    }
+
+    /// `options` as the template is given them: `key`, `description` and, where the model has
+    /// label texts, the `label` of each position.
+    fn labelled(&self, options: Vec<(String, Value)>) -> Value {
+        options
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, description))| {
+                let mut option = Map::new();
+                option.insert("key".into(), Value::String(key));
+                option.insert("description".into(), description);
+                if let Some(label) = self.labels.texts.get(i) {
+                    option.insert("label".into(), Value::String(label.clone()));
+                }
+                Value::Object(option)
+            })
+            .collect()
     }
 
     /// The options as llama-server lists them: a choice's in the request's order, a score's

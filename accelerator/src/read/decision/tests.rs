@@ -70,6 +70,22 @@ fn request(state: &str, questions: Vec<Question>) -> ReadRequest {
         state: state.into(),
         questions,
         options: Default::default(),
+        asked: None,
+    }
+}
+
+/// `request` as a host sends it: the caller's ids beside the questions, every question read.
+fn asked(state: &str, questions: &[(&str, Question)]) -> ReadRequest {
+    let all: Vec<AskedQuestion> = questions
+        .iter()
+        .map(|(id, q)| AskedQuestion {
+            id: QuestionId(id.to_string()),
+            question: q.clone(),
+        })
+        .collect();
+    ReadRequest {
+        asked: Some(RequestQuestions::new(all, (0..questions.len()).collect())),
+        ..request(state, questions.iter().map(|(_, q)| q.clone()).collect())
     }
 }
 
@@ -204,11 +220,15 @@ fn limits_and_bad_templates_are_refused_by_name() {
         );
     }
 
-    let reads_id = metadata(DecisionKind::Openjev, "{{ id }}: {{ state }}", &[]);
-    let err = DecisionPlanner::new(CharTokenizer, reads_id, "t", 100)
+    // llama-server gives `questions` to a nimble template only.
+    let reads_questions = metadata(DecisionKind::Openjev, "{{ questions }}: {{ state }}", &[]);
+    let err = DecisionPlanner::new(CharTokenizer, reads_questions, "t", 100)
         .err()
-        .expect("id");
-    assert!(err.to_string().contains("`id`"), "{err}");
+        .expect("questions");
+    assert!(
+        err.to_string().contains("`questions`") && err.to_string().contains("nimble"),
+        "{err}"
+    );
     let broken = metadata(DecisionKind::Openjev, "{% for o in options %}", &[]);
     let err = DecisionPlanner::new(CharTokenizer, broken, "t", 100)
         .err()
@@ -267,4 +287,99 @@ fn a_label_that_is_not_one_token_refuses_the_model() {
     .err()
     .expect("refused");
     assert!(matches!(err, DecisionSetupError::TooFewLabels(0)), "{err}");
+}
+
+/// A nimble prompt names its question by id and lists every question of the request, each with
+/// its options as first given and labelled by position, as llama-server renders it.
+#[test]
+fn nimble_names_the_question_and_lists_the_whole_request() {
+    const NIMBLE: &str = "{{ id }}|{{ type }}|{% for q in questions %}<{{ q.id }}:{{ q.type }}:{{ q.instructions }}:{% for o in q.options %}{{ o.label }}={{ o.key }},{% endfor %}>{% endfor %}|{% for o in options %}{{ o.label }}{% endfor %}|{{ questions | tojson }}";
+    let p = DecisionPlanner::new(
+        CharTokenizer,
+        metadata(DecisionKind::Nimble, NIMBLE, &[]),
+        "t",
+        10_000,
+    )
+    .expect("planner");
+    assert!(p.reads_question_ids());
+    assert_eq!(p.question_limits().max_choice_options, 26);
+    let r = asked("s", &[("size", choice(&["s", "m"])), ("ok", noul())]);
+    let text = p.render(&r, 1, 0).expect("render");
+    let (head, json) = text.rsplit_once('|').expect("json");
+    assert_eq!(
+        head,
+        "ok|noul|<size:choice:Which?:A=s,B=m,><ok:noul:Is it?:A=false,B=true,>|AB"
+    );
+    // llama-server's keys, in its order.
+    assert!(
+        json.starts_with(r#"[{"id": "size", "type": "choice", "instructions": "Which?", "options": [{"key": "s", "description": "about s", "label": "A"}"#),
+        "{json}"
+    );
+    // One prompt a question, the noul's labels false then true.
+    let plan = p.plan(&r).expect("plan");
+    assert_eq!(plan.sequences.len(), 2);
+    assert_eq!(
+        plan.sequences[1].labels,
+        vec![u32::from('A'), u32::from('B')]
+    );
+    let d = plan
+        .distributions(&[vec![0.0, 0.0], vec![0.0, 1.0]])
+        .expect("distributions");
+    let e = 1f64.exp();
+    assert!(
+        (d[1].0[0] - e / (e + 1.0)).abs() < 1e-12,
+        "P(true) {:?}",
+        d[1]
+    );
+
+    // A subset read (the host's cache or a remedy) still lists the whole request.
+    let one = ReadRequest {
+        questions: vec![noul()],
+        asked: r.asked_for(&[1]),
+        ..r.clone()
+    };
+    assert_eq!(p.render(&one, 0, 0).expect("subset"), text);
+
+    // A read without ids (a host that predates them) is refused, naming what is missing.
+    let err = p.plan(&request("s", vec![noul()])).expect_err("no ids");
+    assert!(
+        matches!(&err, ReadError::InvalidQuestion { message, .. } if message.contains("`asked`")),
+        "{err}"
+    );
+    let wrong = ReadRequest {
+        asked: r.asked_for(&[0]),
+        ..r.clone()
+    };
+    assert!(
+        p.plan(&wrong).is_err(),
+        "positions that do not cover the read"
+    );
+}
+
+/// A template that reads no id is rendered as before, with or without ids, and needs none.
+#[test]
+fn templates_that_read_no_id_do_not_depend_on_ids() {
+    let p = planner(DecisionKind::PplxDecider);
+    assert!(!p.reads_question_ids());
+    let plain = request("s", vec![noul()]);
+    let with_ids = asked("s", &[("renamed", noul())]);
+    assert_eq!(p.render(&plain, 0, 0), p.render(&with_ids, 0, 0));
+    assert!(p.plan(&plain).is_ok());
+    // Any type's template may read `id` (llama-server gives it to every one); its reads then
+    // need ids.
+    let reads_id = DecisionPlanner::new(
+        CharTokenizer,
+        metadata(DecisionKind::Openjev, "{{ id }}: {{ state }}", &[]),
+        "t",
+        100,
+    )
+    .expect("id");
+    assert!(reads_id.reads_question_ids());
+    assert_eq!(
+        reads_id
+            .render(&asked("s", &[("q7", noul())]), 0, 0)
+            .expect("render"),
+        "q7: s"
+    );
+    assert!(reads_id.plan(&plain).is_err());
 }

@@ -171,6 +171,7 @@ fn request(questions: Vec<Question>, mode: QuestionMode) -> ReadRequest {
             questions: mode,
             ..ReadOptions::default()
         },
+        asked: None,
     }
 }
 

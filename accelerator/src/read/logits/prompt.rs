@@ -205,6 +205,7 @@ mod tests {
                 questions: mode,
                 ..ReadOptions::default()
             },
+            asked: None,
         }
     }
 
@@ -317,6 +318,7 @@ mod tests {
                 questions: QuestionMode::Joint,
                 ..ReadOptions::default()
             },
+            asked: None,
         };
         let messages = v1_messages(&request);
         let (system, user, _) = &messages[0];
@@ -344,6 +346,7 @@ mod tests {
                 },
             }],
             options: ReadOptions::default(),
+            asked: None,
         };
         let (_, user, prefill) = &v1_messages(&request)[0];
         assert_eq!(*prefill, "{\"answer\": \"");

@@ -22,9 +22,15 @@ temperature buckets, the softmax and the answer formulas), which docs/models.md 
 llama-server itself is not built: the released llama-cpp-python 0.3.36 vendors llama.cpp from
 2026-10-01, a day before its decision read was merged.
 
+nimble (decision-goldens-nimble.json, its own file so the others stay as they were made): the
+template is given the question's `id` and `questions`, every question of the request with its
+options as first given, and the request Hunch's host hands the reader carries them (`asked`).
+Its cases have ids a renaming would change, and one that JSON must escape.
+
 Run in the venv scripts/bench-logits.sh builds (.venv-llama-cpp), with gguf and jinja2:
     .venv-llama-cpp/bin/pip install gguf jinja2
     .venv-llama-cpp/bin/python accelerator/tests/data/decision/make_decision_goldens.py
+(`... make_decision_goldens.py nimble` makes the nimble file and its goldens alone.)
 """
 
 import copy
@@ -42,6 +48,7 @@ CAUSAL = HERE.parent / "causal"
 sys.path.insert(0, str(HERE.parents[3] / "scripts"))
 from decision_gguf import (  # noqa: E402
     lev_template,
+    nimble_template,
     openjev_template,
     pplx_template,
     write_decision_gguf,
@@ -95,6 +102,28 @@ CASES = [
 ]
 
 
+NIMBLE = ("tiny-qwen3.nimble.gguf", "tiny-qwen3.q8_0.gguf", "nimble", nimble_template(),
+          {"choice.3_5": (0.9, "f32"), "noul": (1.2, "f32"), "score": (0.8, "f32")})
+
+NIMBLE_CASES = [
+    CASES[0],
+    {
+        "state": {"ticket": "My invoice #4411 charged me twice; I want one charge back and to keep the plan.",
+                  "plan": "pro", "months": 14},
+        "questions": {
+            "billing \"dup\"": {"type": "noul", "instructions": "Is this a duplicate charge?",
+                                 "criteria": {"true": "Two charges for one thing.", "false": None}},
+            "next_step": {"type": "choice", "instructions": "What should support do first?",
+                          "criteria": {"refund_one": "Refund the duplicate.", "cancel": "Cancel the plan.",
+                                       "escalate": None}},
+            "urgency": {"type": "score", "instructions": "How urgent is it?",
+                        "criteria": ["low", "medium", "high"]},
+            "churn": {"type": "noul", "instructions": {"ask": "Will the customer leave?", "horizon": "30 days"}},
+        },
+    },
+]
+
+
 def render_value(value):
     """Hunch's host renders values to text this way (hunch_core::text::render_value)."""
     if isinstance(value, str):
@@ -123,6 +152,15 @@ def hunch_request(case):
             questions.append({"instructions": instructions, "type": "score",
                               "levels": [render_value(v) for v in criteria]})
     return {"state": render_value(case["state"]), "questions": questions}
+
+
+def hunch_request_with_ids(case):
+    """hunch_request, with the caller's ids and the whole set as the host sends them to a model
+    that reads ids (ReadRequest.asked): every question here needs a read."""
+    request = hunch_request(case)
+    listed = [dict(id=qid, **q) for qid, q in zip(case["questions"], request["questions"])]
+    request["asked"] = {"questions": listed, "positions": list(range(len(listed)))}
+    return request
 
 
 def write_fixture(name, base, dtype, template, temperatures):
@@ -194,18 +232,26 @@ class Server:
     def outputs(self, q):
         return 9 if self.type == "lev" and q["type"] == "noul" else len(self.options(q))
 
-    def render(self, state, qid, q, variant):
-        opts = self.options(q)
-        if variant == 1:
-            opts = opts[::-1]
+    def labelled(self, opts):
         options = []
         for i, (key, desc) in enumerate(opts):
             o = {"key": key, "description": desc}
             if self.label_texts:
                 o["label"] = self.label_texts[i]
             options.append(o)
+        return options
+
+    def render(self, state, qid, q, variant, questions=None):
+        opts = self.options(q)
+        if variant == 1:
+            opts = opts[::-1]
         inp = {"id": qid, "type": q["type"], "instructions": q["instructions"], "state": state,
-               "options": options}
+               "options": self.labelled(opts)}
+        if self.type == "nimble":
+            # Every question of the request, its options as first given (variant 0).
+            inp["questions"] = [{"id": i, "type": x["type"], "instructions": x["instructions"],
+                                 "options": self.labelled(self.options(x))}
+                                for i, x in questions.items()]
         if self.type == "lev":
             inp = sort_keys(inp)
         inp["images"] = []
@@ -228,13 +274,13 @@ class Server:
         last = np.array(self.llm.scores[self.llm.n_tokens - 1], dtype=np.float32)
         return [float(last[i]) for i in labels]
 
-    def answer(self, state, qid, q):
+    def answer(self, state, qid, q, questions=None):
         n = self.outputs(q)
         t = self.temperature(q)
         variants = []
         probs = [0.0] * n
         for v in range(self.variants(q)):
-            prompt = self.render(state, qid, q, v)
+            prompt = self.render(state, qid, q, v, questions)
             tokens = self.llm.tokenize(prompt.encode(), add_bos=False, special=True)
             labels = self.labels[:n]
             s = np.array(self.logits(tokens, labels), dtype=np.float32)
@@ -287,7 +333,23 @@ def main():
     for name, base, dtype, template, temps in REFUSED:
         write_fixture(name, base, dtype, template, temps)
     (HERE / "decision-goldens.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    nimble()
     smollm2()
+
+
+def nimble():
+    name, base, dtype, template, temps = NIMBLE
+    write_fixture(name, base, dtype, template, temps)
+    server = Server(HERE / name, dtype, template, temps)
+    cases = []
+    for case in NIMBLE_CASES:
+        answers = {qid: server.answer(copy.deepcopy(case["state"]), qid, q, case["questions"])
+                   for qid, q in case["questions"].items()}
+        cases.append({"wire": case, "request": hunch_request_with_ids(case),
+                      "questions": list(answers.values())})
+    out = {"files": [{"file": name, "type": dtype, "labels": len(server.labels), "cases": cases}]}
+    (HERE / "decision-goldens-nimble.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(f"{name}: {len(server.labels)} labels")
 
 
 def smollm2():
@@ -324,4 +386,7 @@ SMOLLM2_TEMPERATURES = {"choice": (1.2, "f32"), "score": (0.8, "f32"), "noul": (
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["nimble"]:
+        nimble()
+    else:
+        main()

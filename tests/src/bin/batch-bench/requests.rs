@@ -140,5 +140,6 @@ pub(crate) fn long_request(
         state: long_state(state, s_chars),
         questions: long_questions(sample, questions, q_chars),
         options: ReadOptions::default(),
+        asked: None,
     }
 }
