@@ -54,7 +54,7 @@ pub fn schemas() -> Map<String, Value> {
         "x_layout": {"type": "string", "description": "The checkpoint's layout on disk: gguf, hf, mlx-affine, nvfp4."},
         "x_quantization": {"type": "string", "description": "How its matrices are stored, the type holding most weights first (Q4_1+Q8_0, BF16, affine-4bit-g64)."},
         "x_read": {"type": "string", "description": "The read that answers: logits-v1, decision (a llama.cpp decision model read by its own prompt) or diffusion."},
-        "x_decision_type": {"type": "string", "description": "A decision model's type (its GGUF's decision.type): openjev, lev, pplx-decider or kev."},
+        "x_decision_type": {"type": "string", "description": "A decision model's type (its GGUF's decision.type): openjev, lev, pplx-decider, nimble or kev."},
         "x_checkpoint_name": {"type": "string", "description": "The name the checkpoint gives itself (GGUF general.name)."}
     });
     let mut action = json!({"name": {"type": "string"},
