@@ -302,19 +302,26 @@ class Server:
             answer = {"type": "noul", "noul": dist[0]}
         else:
             dist = probs
-            best = max(range(n), key=lambda i: (probs[i], -i))
-            if q["type"] == "choice":
-                u = 1.0 / n
-                answer = {"type": "choice", "choice": opts[best][0],
-                          "probabilities": {opts[i][0]: probs[i] for i in range(n)},
-                          "confidence": max(0.0, (probs[best] - u) / (1.0 - u))}
-            else:
-                dist_mode = sum(probs[i] * abs(i - best) for i in range(n))
-                dist_u = sum(abs(i - (n - 1) / 2.0) / n for i in range(n))
-                answer = {"type": "score", "score": sum(i * probs[i] for i in range(n)),
-                          "probabilities": {str(i): probs[i] for i in range(n)},
-                          "confidence": max(0.0, 1.0 - dist_mode / dist_u)}
+            answer = choice_or_score_answer(q["type"], opts, probs)
         return {"temperature": t, "variants": variants, "distribution": dist, "answer": answer}
+
+
+def choice_or_score_answer(qtype, opts, probs):
+    """llama-server's answer to a choice or score from its distribution: the argmax (first of
+    equal maxima) with confidence (p_max - 1/N) / (1 - 1/N), or the expected level with the
+    distance-to-mode confidence."""
+    n = len(probs)
+    best = max(range(n), key=lambda i: (probs[i], -i))
+    if qtype == "choice":
+        u = 1.0 / n
+        return {"type": "choice", "choice": opts[best][0],
+                "probabilities": {opts[i][0]: probs[i] for i in range(n)},
+                "confidence": max(0.0, (probs[best] - u) / (1.0 - u))}
+    dist_mode = sum(probs[i] * abs(i - best) for i in range(n))
+    dist_u = sum(abs(i - (n - 1) / 2.0) / n for i in range(n))
+    return {"type": "score", "score": sum(i * probs[i] for i in range(n)),
+            "probabilities": {str(i): probs[i] for i in range(n)},
+            "confidence": max(0.0, 1.0 - dist_mode / dist_u)}
 
 
 def main():

@@ -48,7 +48,7 @@ from llama_cpp import LLAMA_POOLING_TYPE_NONE, Llama
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from make_decision_goldens import CASES, hunch_request, jinja_env  # noqa: E402
+from make_decision_goldens import CASES, choice_or_score_answer, hunch_request, jinja_env  # noqa: E402
 
 BASE = HERE.parent / "causal" / "tiny-qwen3.q8_0.gguf"
 NAME = "tiny-qwen3.kev.gguf"
@@ -304,18 +304,7 @@ class Server:
             answer = {"type": "noul", "noul": dist[0]}
         else:
             dist = probs
-            best = max(range(n), key=lambda i: (probs[i], -i))
-            if q["type"] == "choice":
-                u = 1.0 / n
-                answer = {"type": "choice", "choice": opts[best][0],
-                          "probabilities": {opts[i][0]: probs[i] for i in range(n)},
-                          "confidence": max(0.0, (probs[best] - u) / (1.0 - u))}
-            else:
-                dist_mode = sum(probs[i] * abs(i - best) for i in range(n))
-                dist_u = sum(abs(i - (n - 1) / 2.0) / n for i in range(n))
-                answer = {"type": "score", "score": sum(i * probs[i] for i in range(n)),
-                          "probabilities": {str(i): probs[i] for i in range(n)},
-                          "confidence": max(0.0, 1.0 - dist_mode / dist_u)}
+            answer = choice_or_score_answer(q["type"], opts, probs)
         variant = {"prompt": prompt, "tokens": tokens, "markers": markers, "pointer": pointer,
                    "hidden": [[round(float(x), 6) for x in h[i]] for i in markers + [pointer]],
                    "scores": scores}
