@@ -17,6 +17,8 @@ use hunch_core::{Answer, ReadRequest};
 use serde::Deserialize;
 use serde_json::Value;
 
+mod common;
+
 /// How far Hunch's final-norm hidden states may be from llama.cpp's: both multiply the file's
 /// Q8_0 weights, llama.cpp rounding activations to 8 bits and keeping its K/V in float16, Hunch
 /// rounding to 16 bits (or 8) and keeping float32. Measured on this file: at most 0.031 (values
@@ -203,7 +205,12 @@ fn a_kev_model_answers_as_llama_server_does() {
                 )
                 .expect("answer");
                 let answer = serde_json::to_value(answer).expect("json");
-                compare_answers(&answer, &question.answer, &format!("{name}: q{q}"));
+                common::compare_answers(
+                    &answer,
+                    &question.answer,
+                    &format!("{name}: q{q}"),
+                    PROBABILITY_TOLERANCE,
+                );
             }
             // Read again: the prefix cache restores chunks before the first marker only, and
             // the answer is the same bits.
@@ -221,51 +228,6 @@ fn a_kev_model_answers_as_llama_server_does() {
              pointer score {worst_score:.5}, probability {worst_probability:.5}",
             golden.file
         );
-    }
-}
-
-/// The same answer: the same choice where llama.cpp's is clear, every number within tolerance.
-fn compare_answers(ours: &Value, theirs: &Value, name: &str) {
-    assert_eq!(ours["type"], theirs["type"], "{name}");
-    let (Some(a), Some(b)) = (ours.as_object(), theirs.as_object()) else {
-        panic!("{name}: answers are not objects")
-    };
-    for (key, expected) in b {
-        let got = &a[key];
-        match (got, expected) {
-            (Value::Number(x), Value::Number(y)) => {
-                let (x, y) = (
-                    x.as_f64().unwrap_or(f64::NAN),
-                    y.as_f64().unwrap_or(f64::NAN),
-                );
-                // A confidence or a score spreads a probability's difference over the options.
-                assert!(
-                    (x - y).abs() <= 10.0 * PROBABILITY_TOLERANCE,
-                    "{name}: {key} {x} vs {y}"
-                );
-            }
-            (Value::Object(x), Value::Object(y)) => {
-                assert_eq!(
-                    x.keys().collect::<Vec<_>>(),
-                    y.keys().collect::<Vec<_>>(),
-                    "{name}: {key}"
-                );
-                for (k, v) in y {
-                    let (p, q) = (x[k].as_f64().unwrap_or(f64::NAN), v.as_f64().unwrap_or(0.0));
-                    assert!(
-                        (p - q).abs() <= PROBABILITY_TOLERANCE,
-                        "{name}: {k} {p} vs {q}"
-                    );
-                }
-            }
-            (Value::String(x), Value::String(y)) if key == "choice" && x != y => {
-                let p = |v: &Value| v["probabilities"].as_object().cloned().unwrap_or_default();
-                let theirs = p(theirs);
-                let margin = theirs[y].as_f64().unwrap_or(0.0) - theirs[x].as_f64().unwrap_or(0.0);
-                assert!(margin <= 2.0 * PROBABILITY_TOLERANCE, "{name}: {x} vs {y}");
-            }
-            _ => assert_eq!(got, expected, "{name}: {key}"),
-        }
     }
 }
 

@@ -398,7 +398,7 @@ pub struct ModelKind {
     /// The read the model answers with: `diffusion`, `logits-v1`, or `decision` (a llama.cpp
     /// decision model read by its own prompt).
     pub read: String,
-    /// A decision model's type (`openjev`, `lev`, `pplx-decider`, `nimble`, `kev`; GGUF
+    /// A decision model's type (`openjev`, `lev`, `pplx-decider`, `nimble`, `kev`, `laya`; GGUF
     /// `{arch}.decision.type`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_type: Option<String>,

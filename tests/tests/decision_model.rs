@@ -15,7 +15,10 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, name) in [
         ("tiny-qwen3.lev.gguf", "lev"),
-        ("tiny-llama.laya.gguf", "laya"),
+        ("tiny-qwen3.kev.gguf", "kev"),
+        ("tiny-qwen3.nimble.gguf", "nimble"),
+        ("tiny-modernbert.laya.gguf", "laya"),
+        ("tiny-llama.laya.gguf", "laya-causal"),
     ] {
         std::fs::copy(data.join(file), dir.path().join(format!("{name}.gguf")))
             .expect("copy a checkpoint");
@@ -93,22 +96,72 @@ async fn a_decision_gguf_is_served_by_its_own_read_and_an_unserved_type_is_refus
         assert!(text.contains("instructions"), "{text}");
     }
 
-    // An unserved type: refused by name, and the other model unaffected.
-    let laya = json!({"model": "laya", "state": "s",
+    // The marker-read types through the same API: kev (a pointer head), nimble (the caller's
+    // ids reach its prompt) and laya (an encoder), each the request's options in its order.
+    // kev and laya read at markers (llama-server's 255 options); nimble has the tiny
+    // vocabulary's 26 single-token labels.
+    for (model, max_options) in [("kev", 255), ("nimble", 26), ("laya", 255)] {
+        let body = json!({"model": model, "state": "The lamp arrived broken, the box crushed.",
+            "questions": {
+                "damaged": {"type": "noul", "instructions": "Did it arrive damaged?"},
+                "intent": {"type": "choice", "instructions": "What do they want?",
+                           "criteria": {"refund": null, "replacement": "a new one",
+                                        "nothing": null}},
+                "severity": {"type": "score", "instructions": "How bad?",
+                             "criteria": ["none", "minor", "serious"]}}});
+        let response = post_systemone(&hunch.url, &body).await;
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        assert_eq!(
+            status,
+            200,
+            "{model}: {text}\nlogs:\n{}",
+            hunch.process.logs()
+        );
+        let answer: Value = serde_json::from_str(&text).expect("JSON");
+        let intent = answer["answers"]["intent"]["probabilities"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{model}: {answer}"));
+        assert_eq!(
+            intent.keys().collect::<Vec<_>>(),
+            ["refund", "replacement", "nothing"],
+            "{model}: {answer}"
+        );
+        let total: f64 = intent.values().filter_map(Value::as_f64).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{model}: {answer}");
+        let noul = answer["answers"]["damaged"]["noul"].as_f64();
+        assert!(
+            noul.is_some_and(|p| (0.0..=1.0).contains(&p)),
+            "{model}: {answer}"
+        );
+        assert!(
+            answer["answers"]["severity"]["score"].as_f64().is_some(),
+            "{model}: {answer}"
+        );
+        let entry = listed_model(&hunch.url, model).await;
+        assert_eq!(entry["x_decision_type"], model, "{entry}");
+        assert_eq!(entry["x_max_choice_options"], max_options, "{entry}");
+    }
+    let entry = listed_model(&hunch.url, "laya").await;
+    assert_eq!(entry["x_architecture"], "modern-bert", "{entry}");
+
+    // A type on a family it is not made for: a laya type on a causal model is refused by
+    // name, and the other models unaffected.
+    let laya = json!({"model": "laya-causal", "state": "s",
         "questions": {"q": {"type": "noul", "instructions": "Is it?"}}});
     let response = post_systemone(&hunch.url, &laya).await;
     let status = response.status().as_u16();
     let text = response.text().await.unwrap_or_default();
     assert_eq!(status, 409, "{text}\nlogs:\n{}", hunch.process.logs());
     assert!(text.contains("laya"), "{text}");
-    let entry = listed_model(&hunch.url, "laya").await;
+    let entry = listed_model(&hunch.url, "laya-causal").await;
     assert_eq!(entry["x_state"], "failed", "{entry}");
     assert_eq!(entry["x_refused"], true, "{entry}");
     assert!(
         entry["x_error"]
             .as_str()
             .unwrap_or_default()
-            .contains("not served"),
+            .contains("ModernBERT"),
         "{entry}"
     );
     let again = post_systemone(&hunch.url, &body).await;

@@ -11,6 +11,7 @@
 //! - [`mapped`], [`arrays`]: MLX arrays over the mapped bytes, in the dtype each weight is held in;
 //! - [`assemble`]: the model from a [`MappedLayout`];
 //! - [`stored`]: how a checkpoint's matrices are stored, in words (`/health`'s model kind).
+//! - [`encoder`]: a ModernBERT GGUF with its laya decision head, loaded into `model::encoder`.
 //!
 //! Writing checkpoints (random ones, conversion, quantisers) lives in the `tools` module, which
 //! uses this one and which this module never uses (only its tests write checkpoints with it).
@@ -19,6 +20,7 @@ pub mod arrays;
 pub mod assemble;
 pub mod causal;
 pub mod dims;
+pub mod encoder;
 mod error;
 mod file_error;
 pub mod files;

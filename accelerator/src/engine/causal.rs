@@ -104,6 +104,12 @@ pub enum CausalEngineError {
          (chat_template) does not apply to it"
     )]
     DecisionTemplateGiven { path: PathBuf },
+    #[error(
+        "{path}: a laya decision model is a ModernBERT encoder (general.architecture \
+         modern-bert), read at its mask markers by its decision head; this file is a \
+         {architecture} causal model"
+    )]
+    LayaNotEncoder { path: PathBuf, architecture: String },
 }
 
 /// A chat model ready to read.
@@ -159,6 +165,14 @@ impl CausalEngine {
         let (tokenizer, decision) = match &format {
             CausalFormat::Gguf => {
                 let file = GgufFile::open(path)?;
+                let architecture = file.architecture().unwrap_or("unnamed").to_string();
+                let type_key = crate::checkpoint::gguf::decision_type_key(&architecture);
+                if file.string(&type_key) == Some(DecisionKind::Laya.name()) {
+                    return Err(CausalEngineError::LayaNotEncoder {
+                        path: path.to_path_buf(),
+                        architecture,
+                    });
+                }
                 let decision =
                     crate::checkpoint::gguf::decision_metadata(&file).map_err(|source| {
                         CausalEngineError::DecisionMetadata {

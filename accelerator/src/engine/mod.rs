@@ -5,6 +5,9 @@
 //!   ([`CausalEngine`], docs/logit-read.md), and llama.cpp's decision models of the same
 //!   families, read by their own prompt (`planner`, docs/models.md "Decision models").
 //!
+//! - [`encoder`]: llama.cpp's `laya` decision models, a ModernBERT encoder read at each
+//!   option's marker by its decision head ([`EncoderEngine`]).
+//!
 //! [`load_engine`]'s choice between them goes by the checkpoint's content.
 
 pub mod causal;
@@ -12,11 +15,13 @@ mod chunk_cache;
 #[cfg(test)]
 mod decision_tests;
 mod diffusion;
+pub mod encoder;
 mod planner;
 mod refusal;
 
 pub use causal::{CausalEngine, CausalEngineError, CausalEngineOptions};
 pub use diffusion::*;
+pub use encoder::{EncoderEngine, EncoderEngineError};
 
 /// Only with the `fault-injection` feature, which only the test command turns on
 /// (`scripts/test.sh`), so that no build of the sidecar a user runs can reach it: with
@@ -41,6 +46,7 @@ pub(crate) fn injected_panic_once() {
 pub enum Engine {
     Diffusion(Box<MlxEngine>),
     Causal(Box<CausalEngine>),
+    Encoder(Box<EncoderEngine>),
 }
 
 /// Why no engine could be loaded.
@@ -50,17 +56,24 @@ pub enum AnyEngineError {
     Diffusion(#[from] EngineError),
     #[error(transparent)]
     Causal(#[from] CausalEngineError),
+    #[error(transparent)]
+    Encoder(#[from] EncoderEngineError),
 }
 
-/// Loads `path` with the family its content names: a GGUF file, or a folder whose
-/// `config.json` names a chat architecture, is a chat model; any other folder is read as
-/// DiffusionGemma (whose loader says what is wrong with it if it is not one).
+/// Loads `path` with the family its content names: a GGUF of llama.cpp's `modern-bert` is an
+/// encoder (a laya decision model); another GGUF file, or a folder whose `config.json` names a
+/// chat architecture, is a chat model; any other folder is read as DiffusionGemma (whose
+/// loader says what is wrong with it if it is not one).
 pub fn load_engine(
     path: &std::path::Path,
     diffusion: &EngineOptions,
     causal: &CausalEngineOptions,
 ) -> Result<Engine, AnyEngineError> {
-    if crate::checkpoint::causal::CausalFormat::detect(path).is_some() {
+    if encoder::is_encoder(path) {
+        Ok(Engine::Encoder(Box::new(EncoderEngine::load(
+            path, causal,
+        )?)))
+    } else if crate::checkpoint::causal::CausalFormat::detect(path).is_some() {
         Ok(Engine::Causal(Box::new(CausalEngine::load(path, causal)?)))
     } else {
         Ok(Engine::Diffusion(Box::new(MlxEngine::load(
@@ -74,6 +87,7 @@ impl crate::server::ReadEngine for Engine {
         match self {
             Engine::Diffusion(e) => e.submit(request, reply),
             Engine::Causal(e) => e.submit(request, reply),
+            Engine::Encoder(e) => e.submit(request, reply),
         }
     }
 
@@ -81,6 +95,7 @@ impl crate::server::ReadEngine for Engine {
         match self {
             Engine::Diffusion(e) => e.has_room(),
             Engine::Causal(e) => e.has_room(),
+            Engine::Encoder(e) => e.has_room(),
         }
     }
 
@@ -88,6 +103,7 @@ impl crate::server::ReadEngine for Engine {
         match self {
             Engine::Diffusion(e) => e.set_queued(queued),
             Engine::Causal(e) => e.set_queued(queued),
+            Engine::Encoder(e) => e.set_queued(queued),
         }
     }
 
@@ -95,6 +111,7 @@ impl crate::server::ReadEngine for Engine {
         match self {
             Engine::Diffusion(e) => e.step(),
             Engine::Causal(e) => e.step(),
+            Engine::Encoder(e) => e.step(),
         }
     }
 
@@ -102,6 +119,7 @@ impl crate::server::ReadEngine for Engine {
         match self {
             Engine::Diffusion(e) => e.info(),
             Engine::Causal(e) => e.info(),
+            Engine::Encoder(e) => e.info(),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! type, it is not a refusal: answering 503 for a refusal only costs a client a futile retry,
 //! while answering 4xx for a transient fault tells it wrongly that a retry cannot help.
 
-use super::{AnyEngineError, CausalEngineError, EngineError};
+use super::{AnyEngineError, CausalEngineError, EncoderEngineError, EngineError};
 use crate::checkpoint::causal::CausalLoadError;
 use crate::checkpoint::files::FilesError;
 use crate::checkpoint::gguf::GgufError;
@@ -28,6 +28,7 @@ impl AnyEngineError {
         match self {
             AnyEngineError::Diffusion(e) => e.is_refusal(),
             AnyEngineError::Causal(e) => e.is_refusal(),
+            AnyEngineError::Encoder(e) => e.is_refusal(),
         }
     }
 }
@@ -55,7 +56,24 @@ impl CausalEngineError {
             // apply to it: all in its files or its settings.
             CausalEngineError::DecisionMetadata { .. }
             | CausalEngineError::Decision { .. }
-            | CausalEngineError::DecisionTemplateGiven { .. } => true,
+            | CausalEngineError::DecisionTemplateGiven { .. }
+            | CausalEngineError::LayaNotEncoder { .. } => true,
+        }
+    }
+}
+
+impl EncoderEngineError {
+    /// Whether no retry can load this encoder as it is set up (the module's rule).
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            EncoderEngineError::Gguf(e) => gguf(e),
+            EncoderEngineError::Tokenizer(e) => chat_tokenizer(e),
+            // Its metadata, template or head, or a setting that does not apply to it: all in
+            // its files or its settings.
+            EncoderEngineError::DecisionMetadata { .. }
+            | EncoderEngineError::NotLaya { .. }
+            | EncoderEngineError::Decision { .. }
+            | EncoderEngineError::DecisionTemplateGiven { .. } => true,
         }
     }
 }

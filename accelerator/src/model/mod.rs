@@ -8,6 +8,7 @@
 
 pub mod causal;
 pub mod diffusion_gemma;
+pub mod encoder;
 pub mod fused;
 pub mod kv;
 pub mod linear;

@@ -41,3 +41,33 @@ impl RmsNorm {
         Ok(fast::rms_norm(x, self.weight.as_ref(), self.eps)?)
     }
 }
+
+/// LayerNorm: `(x − mean) / sqrt(var + eps) · w + b`, the weight and the bias each optional
+/// (ModernBERT's own norms carry no bias; the laya head's do).
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    weight: Option<Array>,
+    bias: Option<Array>,
+    eps: f32,
+}
+
+impl LayerNorm {
+    /// A norm with `weight` and, where given, `bias` (each `[dim]`).
+    pub fn new(weight: Array, bias: Option<Array>, eps: f32) -> Self {
+        Self {
+            weight: Some(weight),
+            bias,
+            eps,
+        }
+    }
+
+    /// Normalises over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
+        Ok(fast::layer_norm(
+            x,
+            self.weight.as_ref(),
+            self.bias.as_ref(),
+            self.eps,
+        )?)
+    }
+}

@@ -50,11 +50,11 @@ pub fn schemas() -> Map<String, Value> {
         "name": {"type": "string"}, "description": {"type": "string"}, "release_date": {"type": "string"},
         "x_fingerprint": {"type": ["string", "null"], "description": "The model's identity as it reports it; null while unknown."},
         "x_family": {"type": "string", "description": "The model family, once loaded: chat, decision or diffusion-gemma."},
-        "x_architecture": {"type": "string", "description": "llama, qwen3, gemma3 or diffusiongemma."},
+        "x_architecture": {"type": "string", "description": "llama, qwen2, qwen3, gemma3, modern-bert (a laya decision model) or diffusiongemma."},
         "x_layout": {"type": "string", "description": "The checkpoint's layout on disk: gguf, hf, mlx-affine, nvfp4."},
         "x_quantization": {"type": "string", "description": "How its matrices are stored, the type holding most weights first (Q4_1+Q8_0, BF16, affine-4bit-g64)."},
         "x_read": {"type": "string", "description": "The read that answers: logits-v1, decision (a llama.cpp decision model read by its own prompt) or diffusion."},
-        "x_decision_type": {"type": "string", "description": "A decision model's type (its GGUF's decision.type): openjev, lev, pplx-decider, nimble or kev."},
+        "x_decision_type": {"type": "string", "description": "A decision model's type (its GGUF's decision.type): openjev, lev, pplx-decider, nimble, kev or laya."},
         "x_checkpoint_name": {"type": "string", "description": "The name the checkpoint gives itself (GGUF general.name)."}
     });
     let mut action = json!({"name": {"type": "string"},

@@ -10,16 +10,14 @@ use std::collections::BTreeMap;
 use super::{GgufFile, MetaValue};
 
 /// The decision types Hunch serves: the label-logit ones, whose answer is the next-token
-/// logits of one single-token label per option at the prompt's last token, and kev, read
-/// through its pointer head at each option's marker.
-pub const SERVED_DECISION_TYPES: &[&str] = &["openjev", "lev", "pplx-decider", "nimble", "kev"];
+/// logits of one single-token label per option at the prompt's last token; kev, read through
+/// its pointer head at each option's marker; laya, a ModernBERT encoder's head read at each
+/// option's mask marker.
+pub const SERVED_DECISION_TYPES: &[&str] =
+    &["openjev", "lev", "pplx-decider", "nimble", "kev", "laya"];
 
 /// The types llama-server knows that Hunch does not serve, with why.
 const UNSERVED_DECISION_TYPES: &[(&str, &str)] = &[
-    (
-        "laya",
-        "it reads an encoder (ModernBERT) at mask markers, and Hunch has no encoder family",
-    ),
     ("clef", "it reads a joint decision head of its own"),
     (
         "lfm2-d1",
@@ -47,6 +45,10 @@ pub enum DecisionKind {
     /// A pointer head over hidden states: each option read at its `<|box_end|>` marker against
     /// the prompt's last position, the template given text (`read::decision`'s `kev`).
     Kev,
+    /// A ModernBERT encoder with a decision head, each option read at the mask token that opens
+    /// it, the question and options cut to the head's token budget (`read::decision`'s
+    /// `laya`).
+    Laya,
 }
 
 impl DecisionKind {
@@ -58,6 +60,7 @@ impl DecisionKind {
             DecisionKind::PplxDecider => "pplx-decider",
             DecisionKind::Nimble => "nimble",
             DecisionKind::Kev => "kev",
+            DecisionKind::Laya => "laya",
         }
     }
 
@@ -69,6 +72,7 @@ impl DecisionKind {
             "pplx-decider" => Ok(DecisionKind::PplxDecider),
             "nimble" => Ok(DecisionKind::Nimble),
             "kev" => Ok(DecisionKind::Kev),
+            "laya" => Ok(DecisionKind::Laya),
             _ => Err(
                 match UNSERVED_DECISION_TYPES.iter().find(|(n, _)| *n == name) {
                     Some((_, why)) => DecisionMetadataError::NotServed {
@@ -92,6 +96,24 @@ pub struct DecisionMetadata {
     pub template: String,
     /// Fitted temperatures by name (`choice`, `choice.3_5`, `noul.small`, …), each > 0.
     pub temperatures: BTreeMap<String, f32>,
+    /// laya: what its prompt is laid out with; `None` for the other types.
+    pub laya: Option<LayaMetadata>,
+}
+
+/// What a laya model's prompt is laid out with: `[CLS] question [SEP] ([MASK] option)* [SEP]
+/// state [SEP]` in the file's own tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayaMetadata {
+    /// The head's token budget for the question and its options
+    /// (`{arch}.decision.max_head_tokens`, > 0).
+    pub max_head_tokens: usize,
+    /// The marker that opens each option (`tokenizer.ggml.mask_token_id`).
+    pub mask: u32,
+    /// The separator (`tokenizer.ggml.seperator_token_id`, llama.cpp's spelling).
+    pub sep: u32,
+    /// The mask token's text, which llama-server replaces by a space wherever the request's
+    /// strings contain it.
+    pub mask_text: String,
 }
 
 /// Why a decision GGUF cannot be served.
@@ -114,6 +136,13 @@ pub enum DecisionMetadataError {
     NoTemplate,
     #[error("invalid decision temperature: {key} = {value} (a temperature must be a number > 0)")]
     Temperature { key: String, value: String },
+    #[error("decision model has no valid max_head_tokens ({key}: {got})")]
+    MaxHeadTokens { key: String, got: String },
+    #[error(
+        "decision model has no mask or sep token (tokenizer.ggml.mask_token_id and \
+         tokenizer.ggml.seperator_token_id must name tokens of the vocabulary): {0}"
+    )]
+    NoMaskOrSep(String),
 }
 
 /// The key that makes a GGUF of architecture `arch` a decision model.
@@ -161,11 +190,58 @@ pub fn decision_metadata(
             })?;
         temperatures.insert(name.to_string(), temperature);
     }
+    let laya = match kind {
+        DecisionKind::Laya => Some(laya_metadata(file, arch)?),
+        _ => None,
+    };
     Ok(Some(DecisionMetadata {
         kind,
         template,
         temperatures,
+        laya,
     }))
+}
+
+/// A laya model's budget and special tokens, each refused as llama-server refuses it.
+fn laya_metadata(file: &GgufFile, arch: &str) -> Result<LayaMetadata, DecisionMetadataError> {
+    let max_head_tokens = max_head_tokens(file, arch)?;
+    let tokens = file
+        .strings("tokenizer.ggml.tokens")
+        .map_err(|e| DecisionMetadataError::NoMaskOrSep(e.to_string()))?;
+    let special = |key: &str| -> Result<u32, DecisionMetadataError> {
+        let id = file
+            .uint(key)
+            .ok_or_else(|| DecisionMetadataError::NoMaskOrSep(format!("{key} is missing")))?;
+        if id as usize >= tokens.len() {
+            return Err(DecisionMetadataError::NoMaskOrSep(format!(
+                "{key} = {id}, past the {} tokens",
+                tokens.len()
+            )));
+        }
+        Ok(id as u32)
+    };
+    let mask = special("tokenizer.ggml.mask_token_id")?;
+    let sep = special("tokenizer.ggml.seperator_token_id")?;
+    Ok(LayaMetadata {
+        max_head_tokens,
+        mask,
+        sep,
+        mask_text: tokens[mask as usize].to_string(),
+    })
+}
+
+/// A laya model's `max_head_tokens`: llama-server parses the key's text as a count and refuses
+/// the model where that is missing or 0.
+fn max_head_tokens(file: &GgufFile, arch: &str) -> Result<usize, DecisionMetadataError> {
+    let key = format!("{arch}.decision.max_head_tokens");
+    let text = file.get(&key).map(as_llama_string);
+    text.as_deref()
+        .and_then(|t| t.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| DecisionMetadataError::MaxHeadTokens {
+            key,
+            got: text.unwrap_or_else(|| "missing".into()),
+        })
 }
 
 /// A scalar as llama.cpp's `llama_model_meta_val_str` writes it, which is what llama-server

@@ -264,7 +264,7 @@ impl GgufFile {
         Ok(())
     }
 
-    pub(super) fn tensor_error(&self, info: &GgufTensorInfo, why: String) -> GgufError {
+    pub(crate) fn tensor_error(&self, info: &GgufTensorInfo, why: String) -> GgufError {
         GgufError::Tensor {
             path: self.path.clone(),
             name: info.name.clone(),

@@ -41,7 +41,7 @@ pub(crate) mod writer;
 
 pub use decision::{
     decision_metadata, decision_type_key, DecisionKind, DecisionMetadata, DecisionMetadataError,
-    SERVED_DECISION_TYPES,
+    LayaMetadata, SERVED_DECISION_TYPES,
 };
 pub use decision_head::{pointer_head_tensors, HeadTensor, POINTER_HEAD_BIAS, POINTER_HEAD_WEIGHT};
 pub use error::GgufError;

@@ -388,6 +388,7 @@ mod tests {
             kind: crate::checkpoint::gguf::DecisionKind::Kev,
             template: template.into(),
             temperatures: Default::default(),
+            laya: None,
         };
         crate::read::decision::DecisionPlanner::new(MarkerTokenizer, metadata, "test", 10_000)
     }
@@ -455,6 +456,7 @@ mod tests {
             kind: crate::checkpoint::gguf::DecisionKind::Kev,
             template: TEMPLATE.into(),
             temperatures: Default::default(),
+            laya: None,
         };
         let err = crate::read::decision::DecisionPlanner::new(NoMarker, metadata, "test", 10_000)
             .err()

@@ -29,15 +29,18 @@
 //! `kev` is read otherwise (`kev`, `pointer`): its template is given kev text, each option ends
 //! with a marker token, and its scores are its pointer head's at those markers against the
 //! prompt's last position, in place of label logits ([`DecisionPlan::markers`]); the softmax
-//! and the rest are the same.
+//! and the rest are the same. So is `laya` (`laya`): an encoder's head scores each option at
+//! the mask token that opens it, the prompt cut to the head's budget first.
 
 mod kev;
+mod laya;
 mod pointer;
 mod readout;
 #[cfg(test)]
 mod tests;
 
 pub use kev::{KevSetupError, MARKER};
+pub use laya::{fit as fit_laya_prompt, FittedPrompt, LayaLayoutError, MAX_OPTION_TOKENS};
 pub use pointer::{PointerHead, PointerHeadError};
 pub use readout::Readout;
 
@@ -45,7 +48,7 @@ use serde_json::{json, Map, Value};
 
 use super::logits::canonical::reconstruct;
 use super::logits::{PromptTokenizer, Scoring, ScoringSequence};
-use crate::checkpoint::gguf::{DecisionKind, DecisionMetadata};
+use crate::checkpoint::gguf::{DecisionKind, DecisionMetadata, LayaMetadata};
 use crate::tokenizer::chat::JinjaTemplate;
 use hunch_core::{
     AskedQuestion, LabelDistribution, QuestionId, QuestionKind, QuestionLimits, ReadError,
@@ -77,6 +80,8 @@ pub enum DecisionSetupError {
     TooFewLabels(usize),
     #[error(transparent)]
     Kev(#[from] KevSetupError),
+    #[error("the systemone template: {0}")]
+    Laya(#[from] LayaLayoutError),
 }
 
 /// The labels a model answers with, as token ids and (for lev and pplx-decider) their texts.
@@ -111,8 +116,8 @@ impl LabelSet {
                     texts: Vec::new(),
                 })
             }
-            // kev reads no labels: its options are read at their markers.
-            DecisionKind::Kev => Ok(LabelSet {
+            // kev and laya read no labels: their options are read at their markers.
+            DecisionKind::Kev | DecisionKind::Laya => Ok(LabelSet {
                 ids: Vec::new(),
                 texts: Vec::new(),
             }),
@@ -152,6 +157,8 @@ pub struct DecisionPlanner<T: PromptTokenizer> {
     /// kev: the option marker's token id and, once the engine gives it, the pointer head.
     marker: Option<u32>,
     head: Option<PointerHead>,
+    /// laya: the prompt's special tokens and the head's budget.
+    laya: Option<LayaMetadata>,
     /// The template reads `id`, or (nimble) `questions`.
     reads_question_ids: bool,
 }
@@ -164,9 +171,9 @@ pub struct DecisionPlan {
     pub sequences: Vec<ScoringSequence>,
     /// One per question, in request order: which sequences are its variants.
     pub readouts: Vec<Readout>,
-    /// kev: each sequence's marker positions, one per option in the order given to the
-    /// template, where its scores are read (with the last position); `None` for the label
-    /// types.
+    /// kev and laya: each sequence's marker positions, one per option in the order given to
+    /// the template, where its scores are read (kev: with the last position); `None` for the
+    /// label types.
     pub markers: Option<Vec<Vec<usize>>>,
 }
 
@@ -214,8 +221,15 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         let labels = LabelSet::new(metadata.kind, &tokenizer)?;
         let marker = match metadata.kind {
             DecisionKind::Kev => Some(kev::marker_token(&tokenizer)?),
+            DecisionKind::Laya => metadata.laya.as_ref().map(|l| l.mask),
             _ => None,
         };
+        let laya = metadata.laya.clone();
+        if metadata.kind == DecisionKind::Laya && laya.is_none() {
+            return Err(DecisionSetupError::Laya(LayaLayoutError(
+                "no mask token, separator or budget given".into(),
+            )));
+        }
         let planner = DecisionPlanner {
             tokenizer,
             kind: metadata.kind,
@@ -225,6 +239,7 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             max_prompt_tokens,
             marker,
             head: None,
+            laya,
             reads_question_ids,
         };
         // A template that cannot render a plain question is refused now, not on every read.
@@ -255,13 +270,21 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             .render(&probe, 0, 0)
             .map_err(|e| DecisionSetupError::Template(e.to_string()))?;
         if let Some(marker) = planner.marker {
-            // A kev template must end each option with one marker (llama-server checks every
-            // prompt): one that does not is refused now.
+            // A kev template must end each option with one marker, a laya one open each
+            // option with one between its separators (llama-server checks every prompt): one
+            // that does not is refused now.
             let tokens = planner
                 .tokenizer
                 .encode(&text)
                 .map_err(DecisionSetupError::Template)?;
-            kev::layout(&tokens, marker, 2)?;
+            match &planner.laya {
+                Some(laya) => {
+                    laya::fit(&tokens, 2, marker, laya.sep, laya.max_head_tokens)?;
+                }
+                None => {
+                    kev::layout(&tokens, marker, 2)?;
+                }
+            }
         }
         Ok(planner)
     }
@@ -301,8 +324,8 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
     /// score at most llama-server's 10 levels.
     pub fn question_limits(&self) -> QuestionLimits {
         let labels = match self.kind {
-            // kev reads at markers: llama-server's 255 options.
-            DecisionKind::Kev => MAX_CODES,
+            // kev and laya read at markers: llama-server's 255 options.
+            DecisionKind::Kev | DecisionKind::Laya => MAX_CODES,
             _ => self.labels.ids.len(),
         };
         QuestionLimits {
@@ -340,10 +363,24 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
             let first = sequences.len();
             for variant in 0..readout.variants() {
                 let text = self.render(request, index, variant)?;
-                let tokens = self
+                let mut tokens = self
                     .tokenizer
                     .encode(&text)
                     .map_err(|e| ReadError::internal(format!("tokenizer: {e}")))?;
+                if let (Some(laya), Some(marker)) = (&self.laya, self.marker) {
+                    // Cut to the head's budget; the state is not cut, so the limit applies
+                    // to what is left.
+                    let fitted = laya::fit(
+                        &tokens,
+                        readout.outputs(),
+                        marker,
+                        laya.sep,
+                        laya.max_head_tokens,
+                    )
+                    .map_err(|e| ReadError::internal(format!("question {index}: {e}")))?;
+                    tokens = fitted.tokens;
+                    markers.push(fitted.markers);
+                }
                 if tokens.len() > self.max_prompt_tokens {
                     return Err(ReadError::TooLarge {
                         message: format!(
@@ -355,6 +392,8 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
                     });
                 }
                 let labels = match self.marker {
+                    // laya: its markers are read above.
+                    Some(_) if self.laya.is_some() => Vec::new(),
                     // kev: read at one marker per option, no labels.
                     Some(marker) => {
                         let at = kev::layout(&tokens, marker, readout.outputs())
@@ -455,6 +494,10 @@ impl<T: PromptTokenizer> DecisionPlanner<T> {
         if self.kind == DecisionKind::Kev {
             // kev's template takes text only.
             kev::as_text(&mut input);
+        }
+        if let Some(laya) = &self.laya {
+            // Only the template's masks may be markers.
+            laya::without_marker_text(&mut input, &laya.mask_text);
         }
         input["images"] = json!([]);
         self.template

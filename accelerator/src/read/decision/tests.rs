@@ -32,6 +32,7 @@ fn metadata(kind: DecisionKind, template: &str, temperatures: &[(&str, f32)]) ->
             .iter()
             .map(|(k, v)| (k.to_string(), *v))
             .collect::<BTreeMap<_, _>>(),
+        laya: None,
     }
 }
 

@@ -65,8 +65,8 @@ FIXTURES = [
      {"choice": (1.1, "f32"), "score": (1.1, "f32"), "noul": (1.1, "f32")}),
 ]
 
-# Refused at load by name: a type llama-server has that Hunch does not serve, a type no one has,
-# and a served type whose template does not compile.
+# Refused at load by name: a laya type on a causal model (laya is a ModernBERT encoder's: see
+# make_laya_goldens.py), a type no one has, and a served type whose template does not compile.
 REFUSED = [
     ("tiny-llama.laya.gguf", "tiny-llama.q8_0.gguf", "laya", openjev_template(), {}),
     ("tiny-llama.future.gguf", "tiny-llama.q8_0.gguf", "future-decision", openjev_template(), {}),

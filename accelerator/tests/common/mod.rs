@@ -1,0 +1,49 @@
+//! What the decision-model parity tests share.
+
+use serde_json::Value;
+
+/// The same answer: the same choice where llama.cpp's is clear, every number within tolerance
+/// (a probability within `probability_tolerance`, a score or confidence within ten times it).
+pub fn compare_answers(ours: &Value, theirs: &Value, name: &str, probability_tolerance: f64) {
+    assert_eq!(ours["type"], theirs["type"], "{name}");
+    let (Some(a), Some(b)) = (ours.as_object(), theirs.as_object()) else {
+        panic!("{name}: answers are not objects")
+    };
+    for (key, expected) in b {
+        let got = &a[key];
+        match (got, expected) {
+            (Value::Number(x), Value::Number(y)) => {
+                let (x, y) = (
+                    x.as_f64().unwrap_or(f64::NAN),
+                    y.as_f64().unwrap_or(f64::NAN),
+                );
+                // A confidence or a score spreads a probability's difference over the options.
+                assert!(
+                    (x - y).abs() <= 10.0 * probability_tolerance,
+                    "{name}: {key} {x} vs {y}"
+                );
+            }
+            (Value::Object(x), Value::Object(y)) => {
+                assert_eq!(
+                    x.keys().collect::<Vec<_>>(),
+                    y.keys().collect::<Vec<_>>(),
+                    "{name}: {key}"
+                );
+                for (k, v) in y {
+                    let (p, q) = (x[k].as_f64().unwrap_or(f64::NAN), v.as_f64().unwrap_or(0.0));
+                    assert!(
+                        (p - q).abs() <= probability_tolerance,
+                        "{name}: {k} {p} vs {q}"
+                    );
+                }
+            }
+            (Value::String(x), Value::String(y)) if key == "choice" && x != y => {
+                let p = |v: &Value| v["probabilities"].as_object().cloned().unwrap_or_default();
+                let theirs = p(theirs);
+                let margin = theirs[y].as_f64().unwrap_or(0.0) - theirs[x].as_f64().unwrap_or(0.0);
+                assert!(margin <= 2.0 * probability_tolerance, "{name}: {x} vs {y}");
+            }
+            _ => assert_eq!(got, expected, "{name}: {key}"),
+        }
+    }
+}
