@@ -16,8 +16,10 @@
 //!   `cls.norm`, `cls` (`[d, d]`), `cls.output` (`[d]` and `[1]`).
 //!
 //! Every missing key or tensor, and every shape that disagrees with the keys, refuses the file
-//! by name. Weights stay as stored (float, or Q4_0/Q4_1/Q8_0 as MLX affine arrays; other types
-//! dequantised to float32); norms, biases and the head's vectors are read as float32.
+//! by name. Quantised weights of the types the native integer products take (Q4_0 … Q8_0, Q4_K,
+//! Q5_K, Q6_K) are decoded into their packing where this CPU has a SIMD copy of them; the rest
+//! stay as stored (float, or Q4_0/Q4_1/Q8_0 as MLX affine arrays; other types dequantised to
+//! float32); norms, biases and the head's vectors are read as float32.
 
 use mlx_rs::{Array, Dtype};
 
@@ -40,9 +42,13 @@ pub fn is_modern_bert(file: &GgufFile) -> bool {
     file.architecture() == Some(MODERN_BERT)
 }
 
-/// The encoder and its laya head from `file`.
-pub fn load_laya(file: &GgufFile) -> Result<(ModernBert, MarkerHead), GgufError> {
-    let reader = Reader { file };
+/// The encoder and its laya head from `file`; `pack`: whether quantised weights the native
+/// integer products take are decoded into their packing (where this CPU runs them fast).
+pub fn load_laya(file: &GgufFile, pack: bool) -> Result<(ModernBert, MarkerHead), GgufError> {
+    let reader = Reader {
+        file,
+        pack: pack && hunch_kernels::quant::fast(),
+    };
     let arch = MODERN_BERT;
     let key = |k: &str| format!("{arch}.{k}");
     let total = reader.count(&key("block_count"))?;
@@ -197,6 +203,7 @@ pub fn load_laya(file: &GgufFile) -> Result<(ModernBert, MarkerHead), GgufError>
 
 struct Reader<'a> {
     file: &'a GgufFile,
+    pack: bool,
 }
 
 impl Reader<'_> {
@@ -348,9 +355,14 @@ impl Reader<'_> {
         }
     }
 
-    /// A `[rows, cols]` weight, as stored.
+    /// A `[rows, cols]` weight: a block type the native integer products take decoded into
+    /// their packing where this CPU runs them faster than float32 products, else as stored.
     fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, GgufError> {
         self.expect_shape(name, &[rows, cols])?;
+        let info = self.tensor(name)?;
+        if self.pack && crate::checkpoint::gguf::packs(info.ggml_type) {
+            return Ok(Linear::packed(self.file.pack(info, None)?));
+        }
         Ok(match self.file.load(name, FloatDtype::F32)? {
             GgufWeight::Dense(weight) => Linear::dense(weight),
             GgufWeight::Affine {

@@ -18,6 +18,8 @@ use hunch_core::{
 use crate::checkpoint::causal::CausalFormat;
 use crate::checkpoint::encoder::{is_modern_bert, load_laya};
 use crate::checkpoint::gguf::{DecisionKind, DecisionMetadataError, GgufError, GgufFile};
+use crate::model::causal::cpu::kernels::quant::Precision;
+use crate::model::causal::CausalKernels;
 use crate::model::encoder::{MarkerHead, ModernBert, QuestionType};
 use crate::read::decision::{DecisionPlan, DecisionPlanner, DecisionSetupError};
 use crate::scheduler::{Reply, StepOutcome};
@@ -66,6 +68,8 @@ pub fn is_encoder(path: &Path) -> bool {
 pub struct EncoderEngine {
     encoder: ModernBert,
     head: MarkerHead,
+    /// How the packed weights' products round their inputs.
+    precision: Precision,
     planner: DecisionPlanner<ChatTokenizer>,
     max_requests: usize,
     waiting: VecDeque<Waiting>,
@@ -79,7 +83,8 @@ struct Waiting {
 
 impl EncoderEngine {
     /// Loads the laya GGUF at `path` (the chat engine's options that apply: the prompt limit,
-    /// the queue and the chat-template setting, which a decision model refuses).
+    /// the queue, the kernels and the activations' rounding, and the chat-template setting,
+    /// which a decision model refuses).
     pub fn load(path: &Path, options: &CausalEngineOptions) -> Result<Self, EncoderEngineError> {
         let started = Instant::now();
         let file = GgufFile::open(path)?;
@@ -102,7 +107,10 @@ impl EncoderEngine {
                 path: path.to_path_buf(),
             });
         }
-        let (encoder, head) = load_laya(&file)?;
+        // `--kernels mlx` keeps every product on MLX's operations; otherwise the quantised
+        // ones run on the native integer products where this CPU has a fast copy of them.
+        let pack = options.kernels != CausalKernels::Mlx;
+        let (encoder, head) = load_laya(&file, pack)?;
         let tokenizer = ChatTokenizer::from_gguf(&file)?;
         let max_prompt_tokens = options.max_prompt_tokens.min(encoder.config.max_positions);
         let origin = format!("{} (tokenizer.chat_template.systemone)", path.display());
@@ -125,6 +133,7 @@ impl EncoderEngine {
         Ok(EncoderEngine {
             encoder,
             head,
+            precision: options.activations,
             planner,
             max_requests: options.max_requests.max(1),
             waiting: VecDeque::new(),
@@ -134,6 +143,11 @@ impl EncoderEngine {
 
     pub fn encoder(&self) -> &ModernBert {
         &self.encoder
+    }
+
+    /// How the packed weights' products round their inputs (`--activation-bits`).
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     pub fn planner(&self) -> &DecisionPlanner<ChatTokenizer> {
@@ -192,8 +206,13 @@ impl EncoderEngine {
                     QuestionKind::Score { .. } => QuestionType::Score,
                     QuestionKind::Noul { .. } => QuestionType::Noul,
                 };
-                let encoded = self.encoder.forward(&sequence.tokens).map_err(failed)?;
-                self.head.scores(&encoded, kind, markers).map_err(failed)
+                let encoded = self
+                    .encoder
+                    .forward(&sequence.tokens, self.precision)
+                    .map_err(failed)?;
+                self.head
+                    .scores(&encoded, kind, markers, self.precision)
+                    .map_err(failed)
             })
             .collect()
     }

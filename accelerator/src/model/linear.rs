@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use hunch_kernels::quant::PackedWeight;
+use hunch_kernels::quant::{self, PackedWeight, Precision, QuantizedRows};
 use mlx_rs::{ops, Array, Dtype};
 
 use super::{widened, ModelError};
@@ -157,6 +157,38 @@ impl Linear {
     /// `x · Wᵀ` over the last axis of `x`.
     pub fn forward(&self, x: &Array) -> Result<Array, ModelError> {
         self.product(x, true)
+    }
+
+    /// `x · Wᵀ` with a packed weight multiplied by the native integer products (each row of `x`
+    /// rounded to `precision` first, as the causal native path rounds it), any other weight as
+    /// [`Linear::forward`] multiplies it: for a model whose every product is computed so (the
+    /// encoder, `model::encoder`). The result is float32 `[..., out]`.
+    pub fn forward_native(&self, x: &Array, precision: Precision) -> Result<Array, ModelError> {
+        let Linear::Packed(w) = self else {
+            return self.forward(x);
+        };
+        let mut shape = x.shape().to_vec();
+        let input = shape.last().copied().unwrap_or(0) as usize;
+        if input != w.input() {
+            return Err(ModelError::Shape("a product's input and weight disagree"));
+        }
+        let rows = x.size() / input.max(1);
+        let x = x.as_dtype(Dtype::Float32)?;
+        x.eval()?;
+        let values = x
+            .try_as_slice::<f32>()
+            .map_err(|_| ModelError::Shape("a product's input is not contiguous float32"))?;
+        let failed = |e: quant::QuantError| ModelError::NativeKernels(e.to_string());
+        let mut quantized = QuantizedRows::default();
+        quantized
+            .quantize(values, rows, precision)
+            .map_err(failed)?;
+        let mut y = vec![0.0f32; rows * w.out()];
+        quant::matmul(&quantized, w, &mut y).map_err(failed)?;
+        if let Some(last) = shape.last_mut() {
+            *last = w.out() as i32;
+        }
+        Ok(Array::from_slice(&y, &shape))
     }
 
     /// `x · W` (x's last axis has `out` entries): the soft embedding `p · E` of self-conditioning.

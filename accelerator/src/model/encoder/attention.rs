@@ -6,6 +6,8 @@
 
 use mlx_rs::{fast, ops, Array, Dtype};
 
+use hunch_kernels::quant::Precision;
+
 use crate::model::{linear::Linear, ModelError};
 
 /// One attention block's projections.
@@ -33,16 +35,21 @@ pub(crate) fn biased(y: Array, bias: Option<&Array>) -> Result<Array, ModelError
 impl BidirectionalAttention {
     /// Attention over `x` `[1, L, hidden]` (already normed), before the residual add. `rope`:
     /// the RoPE base queries and keys are rotated with; `mask`: an additive `[L, L]` mask
-    /// (0 where a key is visible, −∞ elsewhere; [`window_mask`]), `None` for every key.
+    /// (0 where a key is visible, −∞ elsewhere; [`window_mask`]), `None` for every key;
+    /// `precision`: how packed projections round their inputs ([`Linear::forward_native`]).
     pub fn forward(
         &self,
         x: &Array,
         rope: Option<f32>,
         mask: Option<&Array>,
+        precision: Precision,
     ) -> Result<Array, ModelError> {
         let len = x.dim(1);
         let hidden = self.heads * self.head_dim;
-        let qkv = biased(self.qkv.forward(x)?, self.qkv_bias.as_ref())?;
+        let qkv = biased(
+            float32(self.qkv.forward_native(x, precision)?)?,
+            self.qkv_bias.as_ref(),
+        )?;
         let parts = qkv.split_equal(3, -1)?;
         let heads = |t: &Array| -> Result<Array, ModelError> {
             Ok(t.reshape(&[1, len, self.heads, self.head_dim])?
@@ -59,7 +66,10 @@ impl BidirectionalAttention {
         let o = o
             .transpose_axes(&[0, 2, 1, 3])?
             .reshape(&[1, len, hidden])?;
-        biased(self.output.forward(&o)?, self.output_bias.as_ref())
+        biased(
+            float32(self.output.forward_native(&o, precision)?)?,
+            self.output_bias.as_ref(),
+        )
     }
 }
 

@@ -8,6 +8,7 @@
 //! question's column; the type enters the head only through its embedding, so computing the
 //! question's own type is the same number.
 
+use hunch_kernels::quant::Precision;
 use mlx_rs::{ops, Array};
 
 use super::attention::{biased, float32, gelu_erf, BidirectionalAttention};
@@ -59,12 +60,14 @@ pub struct MarkerHead {
 
 impl MarkerHead {
     /// The score at each of `markers` (positions of `encoded`, the encoder's `[1, L, hidden]`
-    /// output) for a question of type `kind`.
+    /// output) for a question of type `kind`; packed weights' products round their inputs to
+    /// `precision`.
     pub fn scores(
         &self,
         encoded: &Array,
         kind: QuestionType,
         markers: &[usize],
+        precision: Precision,
     ) -> Result<Vec<f32>, ModelError> {
         let len = encoded.dim(1) as usize;
         if markers.iter().any(|&m| m >= len) {
@@ -75,17 +78,19 @@ impl MarkerHead {
             .take_axis(Array::from_slice(&[kind.row()], &[1]), 0)?;
         let mut x = ops::add(encoded, &row)?;
         for block in &self.blocks {
-            let attended =
-                block
-                    .attention
-                    .forward(&block.attention_norm.forward(&x)?, None, None)?;
-            x = ops::add(&x, &float32(attended)?)?;
+            let normed = block.attention_norm.forward(&x)?;
+            let attended = block.attention.forward(&normed, None, None, precision)?;
+            x = ops::add(&x, &attended)?;
+            let normed = block.mlp_norm.forward(&x)?;
             let up = biased(
-                float32(block.up.forward(&block.mlp_norm.forward(&x)?)?)?,
+                float32(block.up.forward_native(&normed, precision)?)?,
                 Some(&block.up_bias),
             )?;
             let up = ops::maximum(&up, Array::from_f32(0.0))?;
-            let down = biased(float32(block.down.forward(&up)?)?, Some(&block.down_bias))?;
+            let down = biased(
+                float32(block.down.forward_native(&up, precision)?)?,
+                Some(&block.down_bias),
+            )?;
             x = ops::add(&x, &down)?;
         }
         let at: Vec<i32> = markers.iter().map(|&m| m as i32).collect();
@@ -94,7 +99,10 @@ impl MarkerHead {
             .reshape(&[len as i32, hidden])?
             .take_axis(Array::from_slice(&at, &[at.len() as i32]), 0)?;
         let h = self.scorer_norm.forward(&states)?;
-        let h = biased(float32(self.scorer.forward(&h)?)?, Some(&self.scorer_bias))?;
+        let h = biased(
+            float32(self.scorer.forward_native(&h, precision)?)?,
+            Some(&self.scorer_bias),
+        )?;
         let h = gelu_erf(&h)?;
         let scores = ops::add(&ops::matmul(&h, &self.output)?, &self.output_bias)?;
         scores.eval()?;

@@ -5,6 +5,7 @@
 //! a gated MLP `down(gelu(up₁(x)) · up₂(x))` over one fused `up` projection; a final LayerNorm.
 //! No projection or norm has a bias; layer 0 has no attention norm.
 
+use hunch_kernels::quant::Precision;
 use mlx_rs::{ops, Array};
 
 use super::attention::{float32, gelu_erf, window_mask, BidirectionalAttention};
@@ -70,8 +71,9 @@ pub struct ModernBert {
 }
 
 impl ModernBert {
-    /// The final norm's output at every position of `tokens`, `[1, L, hidden]` float32.
-    pub fn forward(&self, tokens: &[u32]) -> Result<Array, ModelError> {
+    /// The final norm's output at every position of `tokens`, `[1, L, hidden]` float32;
+    /// packed weights' products round their inputs to `precision`.
+    pub fn forward(&self, tokens: &[u32], precision: Precision) -> Result<Array, ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -102,12 +104,15 @@ impl ModernBert {
             } else {
                 (config.rope_base, None)
             };
-            let attended = float32(layer.attention.forward(&normed, Some(base), mask)?)?;
+            let attended = layer
+                .attention
+                .forward(&normed, Some(base), mask, precision)?;
             x = ops::add(&x, &attended)?;
-            let up = float32(layer.up.forward(&layer.mlp_norm.forward(&x)?)?)?;
+            let normed = layer.mlp_norm.forward(&x)?;
+            let up = float32(layer.up.forward_native(&normed, precision)?)?;
             let halves = up.split_equal(2, -1)?;
             let gated = ops::multiply(&gelu_erf(&halves[0])?, &halves[1])?;
-            x = ops::add(&x, &float32(layer.down.forward(&gated)?)?)?;
+            x = ops::add(&x, &float32(layer.down.forward_native(&gated, precision)?)?)?;
         }
         self.final_norm.forward(&x)
     }
