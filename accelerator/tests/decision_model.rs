@@ -14,6 +14,8 @@ use hunch_core::{Answer, ReadRequest};
 use serde::Deserialize;
 use serde_json::Value;
 
+mod common;
+
 /// How far Hunch's label logits may be from llama.cpp's. Both multiply the file's Q8_0
 /// weights, but llama.cpp rounds each activation block to 8 bits first and Hunch to 16
 /// (docs/logit-read.md, "Kernels"), keeps its K/V cache in float16, and sums in another order:
@@ -139,7 +141,12 @@ fn decision_models_answer_as_llama_server_does() {
                 )
                 .expect("answer");
                 let answer = serde_json::to_value(answer).expect("json");
-                compare_answers(&answer, &question.answer, &format!("{name}: q{q}"));
+                common::compare_answers(
+                    &answer,
+                    &question.answer,
+                    &format!("{name}: q{q}"),
+                    PROBABILITY_TOLERANCE,
+                );
             }
             // The label logits themselves, sequence by sequence.
             let hunch_logits = label_logits(&mut engine, &case.request);
@@ -168,66 +175,6 @@ fn label_logits(engine: &mut CausalEngine, request: &ReadRequest) -> Vec<Vec<f32
     engine
         .label_logits(&plan.sequences, &mut stats)
         .expect("label logits")
-}
-
-/// The same answer: the same choice where llama.cpp's is clear, every number within tolerance.
-fn compare_answers(ours: &Value, theirs: &Value, name: &str) {
-    assert_eq!(ours["type"], theirs["type"], "{name}");
-    match (ours, theirs) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (key, expected) in b {
-                let got = &a[key];
-                match (got, expected) {
-                    (Value::Number(x), Value::Number(y)) => {
-                        let (x, y) = (
-                            x.as_f64().unwrap_or(f64::NAN),
-                            y.as_f64().unwrap_or(f64::NAN),
-                        );
-                        // A confidence or a score spreads a probability's difference over
-                        // the options; ten options at most.
-                        assert!(
-                            close(x, y, 10.0 * PROBABILITY_TOLERANCE),
-                            "{name}: {key} {x} vs {y}"
-                        );
-                    }
-                    (Value::Object(_), Value::Object(_)) => {
-                        compare_answers_map(got, expected, name)
-                    }
-                    (Value::String(x), Value::String(y)) if key == "choice" && x != y => {
-                        let p =
-                            |v: &Value| v["probabilities"].as_object().cloned().unwrap_or_default();
-                        let theirs = p(theirs);
-                        let margin =
-                            theirs[y].as_f64().unwrap_or(0.0) - theirs[x].as_f64().unwrap_or(0.0);
-                        assert!(margin <= 2.0 * PROBABILITY_TOLERANCE, "{name}: {x} vs {y}");
-                    }
-                    _ => assert_eq!(got, expected, "{name}: {key}"),
-                }
-            }
-        }
-        _ => panic!("{name}: answers are not objects"),
-    }
-}
-
-fn compare_answers_map(ours: &Value, theirs: &Value, name: &str) {
-    let (Some(a), Some(b)) = (ours.as_object(), theirs.as_object()) else {
-        panic!("{name}: not maps")
-    };
-    assert_eq!(
-        a.keys().collect::<Vec<_>>(),
-        b.keys().collect::<Vec<_>>(),
-        "{name}: keys in order"
-    );
-    for (key, y) in b {
-        let (x, y) = (
-            a[key].as_f64().unwrap_or(f64::NAN),
-            y.as_f64().unwrap_or(f64::NAN),
-        );
-        assert!(
-            close(x, y, PROBABILITY_TOLERANCE),
-            "{name}: {key} {x} vs {y}"
-        );
-    }
 }
 
 /// A nimble read without the caller's ids (a host that predates them) is refused with a 422

@@ -21,9 +21,9 @@
 //! stay as stored (float, or Q4_0/Q4_1/Q8_0 as MLX affine arrays; other types dequantised to
 //! float32); norms, biases and the head's vectors are read as float32.
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
-use crate::checkpoint::gguf::{FloatDtype, GgufError, GgufFile, GgufWeight, MetaValue};
+use crate::checkpoint::gguf::{FloatDtype, GgufError, GgufFile, MetaValue};
 use crate::model::encoder::{
     BidirectionalAttention, EncoderLayer, HeadBlock, MarkerHead, ModernBert, ModernBertConfig,
 };
@@ -345,16 +345,6 @@ impl Reader<'_> {
         }
     }
 
-    fn mlx(&self, name: &str, e: impl std::fmt::Display) -> GgufError {
-        match self.file.tensor(name) {
-            Some(info) => self.file.tensor_error(info, format!("reading it: {e}")),
-            None => GgufError::Missing {
-                path: self.file.path().to_path_buf(),
-                name: name.to_string(),
-            },
-        }
-    }
-
     /// A `[rows, cols]` weight: a block type the native integer products take decoded into
     /// their packing where this CPU runs them faster than float32 products, else as stored.
     fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, GgufError> {
@@ -363,37 +353,13 @@ impl Reader<'_> {
         if self.pack && crate::checkpoint::gguf::packs(info.ggml_type) {
             return Ok(Linear::packed(self.file.pack(info, None)?));
         }
-        Ok(match self.file.load(name, FloatDtype::F32)? {
-            GgufWeight::Dense(weight) => Linear::dense(weight),
-            GgufWeight::Affine {
-                weight,
-                scales,
-                biases,
-                bits,
-                group_size,
-            } => Linear::affine(weight, scales, biases, group_size, bits),
-        })
+        Ok(Linear::from(self.file.load(name, FloatDtype::F32)?))
     }
 
     /// A tensor of `shape` as float32 values, whatever it is stored as.
     fn float32(&self, name: &str, shape: &[usize]) -> Result<Array, GgufError> {
         self.expect_shape(name, shape)?;
-        let array = match self.file.load(name, FloatDtype::F32)? {
-            GgufWeight::Dense(array) => array,
-            GgufWeight::Affine {
-                weight,
-                scales,
-                biases,
-                bits,
-                group_size,
-            } => mlx_rs::ops::dequantize(&weight, &scales, &biases, group_size, bits)
-                .map_err(|e| self.mlx(name, e))?,
-        };
-        let array = array
-            .as_dtype(Dtype::Float32)
-            .map_err(|e| self.mlx(name, e))?;
-        array.eval().map_err(|e| self.mlx(name, e))?;
-        Ok(array)
+        self.file.load_float32(name)
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Array, GgufError> {

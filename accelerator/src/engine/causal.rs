@@ -7,7 +7,6 @@
 //! bits whether its prompt's chunks were computed now or restored from the cache, and whatever
 //! else was queued (the chunks' shapes depend only on their positions; `model::causal::blocks`).
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use crate::server::ReadEngine;
 use crate::tokenizer::chat::ChatTokenizer;
 
 use super::chunk_cache::ChunkCache;
+use super::queue::ReadQueue;
 
 mod prefill;
 pub use super::planner::{Plan, Planner, DECISION_READ_VERSION, LOGIT_READ_VERSION};
@@ -118,16 +118,10 @@ pub struct CausalEngine {
     planner: Planner,
     cache: ChunkCache,
     chunk: usize,
-    max_requests: usize,
-    waiting: VecDeque<Waiting>,
+    queue: ReadQueue,
     queued_outside: usize,
     info: ModelInfo,
     format: CausalFormat,
-}
-
-struct Waiting {
-    request: ReadRequest,
-    reply: Reply,
 }
 
 impl CausalEngine {
@@ -251,8 +245,7 @@ impl CausalEngine {
             model,
             planner,
             chunk,
-            max_requests: options.max_requests.max(1),
-            waiting: VecDeque::new(),
+            queue: ReadQueue::new(options.max_requests),
             queued_outside: 0,
             info,
             format,
@@ -391,11 +384,11 @@ impl ReadEngine for CausalEngine {
     fn submit(&mut self, request: ReadRequest, reply: Reply) {
         #[cfg(feature = "fault-injection")]
         super::injected_panic_once();
-        self.waiting.push_back(Waiting { request, reply });
+        self.queue.push(request, reply);
     }
 
     fn has_room(&self) -> bool {
-        self.waiting.len() < self.max_requests
+        self.queue.has_room()
     }
 
     fn set_queued(&mut self, queued: usize) {
@@ -403,14 +396,10 @@ impl ReadEngine for CausalEngine {
     }
 
     fn step(&mut self) -> StepOutcome {
-        let Some(Waiting { request, reply }) = self.waiting.pop_front() else {
+        let Some((request, reply)) = self.queue.next() else {
             return StepOutcome::Idle;
         };
-        if reply.is_abandoned() {
-            return StepOutcome::Worked;
-        }
-        let outcome = self.read(&request);
-        reply.send(outcome);
+        reply.send(self.read(&request));
         StepOutcome::Worked
     }
 

@@ -6,7 +6,6 @@
 //! prefix to share: every position sees every other), so an answer is the same bits whatever
 //! else was queued.
 
-use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use crate::server::ReadEngine;
 use crate::tokenizer::chat::{ChatTokenizer, ChatTokenizerError};
 
 use super::planner::DECISION_READ_VERSION;
+use super::queue::ReadQueue;
 use super::CausalEngineOptions;
 
 /// Why an encoder model could not be made ready.
@@ -71,14 +71,8 @@ pub struct EncoderEngine {
     /// How the packed weights' products round their inputs.
     precision: Precision,
     planner: DecisionPlanner<ChatTokenizer>,
-    max_requests: usize,
-    waiting: VecDeque<Waiting>,
+    queue: ReadQueue,
     info: ModelInfo,
-}
-
-struct Waiting {
-    request: ReadRequest,
-    reply: Reply,
 }
 
 impl EncoderEngine {
@@ -135,8 +129,7 @@ impl EncoderEngine {
             head,
             precision: options.activations,
             planner,
-            max_requests: options.max_requests.max(1),
-            waiting: VecDeque::new(),
+            queue: ReadQueue::new(options.max_requests),
             info,
         })
     }
@@ -222,24 +215,20 @@ impl ReadEngine for EncoderEngine {
     fn submit(&mut self, request: ReadRequest, reply: Reply) {
         #[cfg(feature = "fault-injection")]
         super::injected_panic_once();
-        self.waiting.push_back(Waiting { request, reply });
+        self.queue.push(request, reply);
     }
 
     fn has_room(&self) -> bool {
-        self.waiting.len() < self.max_requests
+        self.queue.has_room()
     }
 
     fn set_queued(&mut self, _queued: usize) {}
 
     fn step(&mut self) -> StepOutcome {
-        let Some(Waiting { request, reply }) = self.waiting.pop_front() else {
+        let Some((request, reply)) = self.queue.next() else {
             return StepOutcome::Idle;
         };
-        if reply.is_abandoned() {
-            return StepOutcome::Worked;
-        }
-        let outcome = self.read(&request);
-        reply.send(outcome);
+        reply.send(self.read(&request));
         StepOutcome::Worked
     }
 

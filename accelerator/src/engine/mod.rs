@@ -17,6 +17,7 @@ mod decision_tests;
 mod diffusion;
 pub mod encoder;
 mod planner;
+mod queue;
 mod refusal;
 
 pub use causal::{CausalEngine, CausalEngineError, CausalEngineOptions};

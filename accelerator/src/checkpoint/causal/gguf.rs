@@ -236,16 +236,7 @@ impl CausalWeights for GgufWeights {
             );
         }
         let float = float_for(info.ggml_type.affine_bits());
-        let mut linear = match self.file.load(&name, float)? {
-            GgufWeight::Dense(weight) => Linear::dense(weight),
-            GgufWeight::Affine {
-                weight,
-                scales,
-                biases,
-                bits,
-                group_size,
-            } => Linear::affine(weight, scales, biases, group_size, bits),
-        };
+        let mut linear = Linear::from(self.file.load(&name, float)?);
         if let Some(heads) = heads {
             let order = unpermute_order(heads, out);
             let order = Array::from_slice(&order, &[out]);
@@ -330,6 +321,22 @@ impl CausalWeights for GgufWeights {
 #[cfg(test)]
 #[path = "gguf_tests.rs"]
 mod model_tests;
+
+/// A loaded tensor as a projection: float tensors dense, affine ones on MLX's quantized kernels.
+impl From<GgufWeight> for Linear {
+    fn from(weight: GgufWeight) -> Linear {
+        match weight {
+            GgufWeight::Dense(weight) => Linear::dense(weight),
+            GgufWeight::Affine {
+                weight,
+                scales,
+                biases,
+                bits,
+                group_size,
+            } => Linear::affine(weight, scales, biases, group_size, bits),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

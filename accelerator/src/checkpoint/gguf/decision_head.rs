@@ -3,9 +3,7 @@
 //! (`[2p]`), read as float32 values whatever type they are stored as. What they mean is the
 //! read's (`read::decision`'s kev); this module only reads them.
 
-use mlx_rs::{ops, Dtype};
-
-use super::{FloatDtype, GgufError, GgufFile, GgufWeight};
+use super::{GgufError, GgufFile};
 
 /// The head's projection.
 pub const POINTER_HEAD_WEIGHT: &str = "cls.output.weight";
@@ -37,20 +35,8 @@ fn float32_values(file: &GgufFile, name: &'static str) -> Result<HeadTensor, Ggu
     })?;
     let shape = info.shape().iter().map(|&d| d as usize).collect();
     let bad = |why: String| file.tensor_error(info, why);
-    let mlx = |e: mlx_rs::error::Exception| bad(format!("reading it as float32: {e}"));
-    let array = match file.load(name, FloatDtype::F32)? {
-        GgufWeight::Dense(array) => array,
-        GgufWeight::Affine {
-            weight,
-            scales,
-            biases,
-            bits,
-            group_size,
-        } => ops::dequantize(&weight, &scales, &biases, group_size, bits).map_err(mlx)?,
-    };
-    let array = array.as_dtype(Dtype::Float32).map_err(mlx)?;
-    array.eval().map_err(mlx)?;
-    let values = array
+    let values = file
+        .load_float32(name)?
         .try_as_slice::<f32>()
         .map_err(|_| bad("not contiguous once read as float32".into()))?
         .to_vec();

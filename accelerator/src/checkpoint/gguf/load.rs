@@ -100,6 +100,34 @@ impl GgufFile {
         array.map(GgufWeight::Dense).ok_or_else(unexpected)
     }
 
+    /// The tensor `name` as one evaluated float32 array, whatever it is stored as: float
+    /// tensors widened, quantised ones dequantised as their load makes them (for the small
+    /// tensors a model reads as values: norms, biases, a head's vectors).
+    pub fn load_float32(&self, name: &str) -> Result<Array, GgufError> {
+        let info = self.tensor(name).ok_or_else(|| GgufError::Missing {
+            path: self.path.clone(),
+            name: name.to_owned(),
+        })?;
+        let mlx = |e: mlx_rs::error::Exception| {
+            self.tensor_error(info, format!("reading it as float32: {e}"))
+        };
+        let array = match self.load(name, FloatDtype::F32)? {
+            GgufWeight::Dense(array) => array,
+            GgufWeight::Affine {
+                weight,
+                scales,
+                biases,
+                bits,
+                group_size,
+            } => {
+                mlx_rs::ops::dequantize(&weight, &scales, &biases, group_size, bits).map_err(mlx)?
+            }
+        };
+        let array = array.as_dtype(Dtype::Float32).map_err(mlx)?;
+        array.eval().map_err(mlx)?;
+        Ok(array)
+    }
+
     /// An array over the tensor's mapped bytes (no copy), or a copy of them where they are not
     /// aligned for the element type (a file written with `general.alignment` below 4).
     fn mapped(&self, info: &GgufTensorInfo, shape: &[i32], dtype: Dtype) -> Array {
