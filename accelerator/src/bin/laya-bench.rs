@@ -24,7 +24,8 @@
 //!
 //! Prints the time per question (p50 of the warm rounds, their spread in brackets) for both, the
 //! ratio Hunch / llama.cpp, prompt tokens per second, the machine (CPU, cores, the kernel copies
-//! `hunch_kernels` picks, the BLAS) and Hunch's resident peak (`VmHWM`: one engine loaded and
+//! `hunch_kernels` picks and how many of the encoder's matrices run on them, the BLAS) and
+//! Hunch's resident peak (`VmHWM`: one engine loaded and
 //! reading, as a sidecar holds it) beside the file's size.
 //!
 //! The small statistics helpers mirror `logits-bench`'s, which are private to that binary.
@@ -219,8 +220,8 @@ fn mib(bytes: u64) -> f64 {
 }
 
 /// The CPU, the cores, the copies of `hunch_kernels` this process runs (its elementwise kernels
-/// and its integer products; which of them the encoder's products use is the engine's), and the
-/// BLAS MLX's products go to.
+/// and its integer products; [`packed_matrices`] says how many of the encoder's products take
+/// the latter), and the BLAS MLX's products go to.
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
