@@ -370,3 +370,92 @@ impl Reader<'_> {
         self.float32(name, &[rows, cols])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::checkpoint::gguf::writer::Writer;
+
+    fn tiny() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/decision/tiny-modernbert.laya.gguf")
+    }
+
+    /// The load's error for the tiny file changed by `change`.
+    fn refusal(change: impl FnOnce(Writer) -> Writer) -> String {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = GgufFile::open(&tiny()).expect("tiny laya file");
+        let path = change(Writer::copy_of(&file)).write(dir.path(), "changed.gguf");
+        let changed = GgufFile::open(&path).expect("changed file opens");
+        match load_laya(&changed, true) {
+            Ok(_) => panic!("the changed file loaded"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_tiny_file_loads_with_the_shape_its_keys_give() {
+        let file = GgufFile::open(&tiny()).expect("tiny laya file");
+        let (encoder, head) = load_laya(&file, true).expect("loads");
+        let config = &encoder.config;
+        assert_eq!((config.hidden, config.layers, config.heads), (64, 3, 4));
+        assert_eq!((config.ffn, config.window), (96, 4));
+        assert_eq!(config.local_layers, vec![false, true, true]);
+        assert_eq!(
+            (config.rope_base, config.rope_base_local),
+            (160_000.0, 10_000.0)
+        );
+        assert!(encoder.layers[0].attention_norm.is_none());
+        assert_eq!(head.blocks.len(), 2);
+    }
+
+    #[test]
+    fn a_file_that_says_other_math_or_lacks_a_part_is_refused_by_name() {
+        let key = |k: &str| format!("{MODERN_BERT}.{k}");
+        let cases: Vec<(Box<dyn FnOnce(Writer) -> Writer>, &str)> = vec![
+            (
+                Box::new(|w: Writer| w.without_meta(&key("decision.block_count"))),
+                "modern-bert.decision.block_count: missing",
+            ),
+            (
+                Box::new(|w: Writer| {
+                    w.set_meta(&key("attention.head_count_kv"), MetaValue::U32(2))
+                }),
+                "attention.head_count_kv",
+            ),
+            (
+                Box::new(|w: Writer| w.set_meta(&key("attention.causal"), MetaValue::Bool(true))),
+                "bidirectional",
+            ),
+            (
+                Box::new(|w: Writer| {
+                    w.set_meta(&key("rope.scaling.type"), MetaValue::String("yarn".into()))
+                }),
+                "rope scaling",
+            ),
+            (
+                Box::new(|w: Writer| {
+                    w.set_meta(
+                        &key("feed_forward_length"),
+                        MetaValue::Array([96u32, 64, 96, 128, 128].map(MetaValue::U32).to_vec()),
+                    )
+                }),
+                "no one width",
+            ),
+            (
+                Box::new(|w: Writer| w.without_tensor("token_types.weight")),
+                "no tensor named token_types.weight",
+            ),
+            (
+                Box::new(|w: Writer| w.without_tensor("blk.4.ffn_up.bias")),
+                "blk.4.ffn_up.bias",
+            ),
+        ];
+        for (change, expected) in cases {
+            let err = refusal(change);
+            assert!(err.contains(expected), "{err:?} lacks {expected:?}");
+        }
+    }
+}

@@ -94,6 +94,27 @@ impl Writer {
         self
     }
 
+    /// The key set to `v`, in place where the file has it, else added.
+    pub fn set_meta(mut self, key: &str, v: MetaValue) -> Self {
+        match self.metadata.iter_mut().find(|(k, _)| k == key) {
+            Some(entry) => entry.1 = v,
+            None => self.metadata.push((key.to_owned(), v)),
+        }
+        self
+    }
+
+    /// Without the key.
+    pub fn without_meta(mut self, key: &str) -> Self {
+        self.metadata.retain(|(k, _)| k != key);
+        self
+    }
+
+    /// Without the tensor.
+    pub fn without_tensor(mut self, name: &str) -> Self {
+        self.tensors.retain(|t| t.name != name);
+        self
+    }
+
     pub fn tensor(mut self, name: &str, dims: &[u64], ggml_type: u32, bytes: Vec<u8>) -> Self {
         self.tensors.push(Tensor {
             name: name.to_owned(),
