@@ -384,7 +384,7 @@ mod tests {
     }
 
     /// A change made to the tiny file.
-    type Change = dyn FnOnce(Writer) -> Writer;
+    type Change<'a> = dyn FnOnce(Writer) -> Writer + 'a;
 
     /// The load's error for the tiny file changed by `change`.
     fn refusal(change: impl FnOnce(Writer) -> Writer) -> String {
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn a_file_that_says_other_math_or_lacks_a_part_is_refused_by_name() {
         let key = |k: &str| format!("{MODERN_BERT}.{k}");
-        let cases: Vec<(Box<Change>, &str)> = vec![
+        let cases: Vec<(Box<Change<'_>>, &str)> = vec![
             (
                 Box::new(|w: Writer| w.without_meta(&key("decision.block_count"))),
                 "modern-bert.decision.block_count: missing",
