@@ -50,3 +50,4 @@ fi
 
 echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (modified)'); llama.cpp: llama-cpp-python $("$py" -c 'import llama_cpp; print(llama_cpp.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 target/release/laya-bench --model "$model" --peer-python "$py" "${rest[@]}"
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -149,7 +149,7 @@ fn a_laya_model_answers_as_llama_server_does() {
 
                 let encoded = engine
                     .encoder()
-                    .forward(&sequence.tokens, engine.precision())
+                    .forward(&sequence.tokens, engine.kernels())
                     .expect("encode");
                 encoded.eval().expect("eval");
                 let states = encoded.try_as_slice::<f32>().expect("float32");

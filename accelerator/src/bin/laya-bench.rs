@@ -223,15 +223,19 @@ fn mib(bytes: u64) -> f64 {
 /// and its integer products; [`packed_matrices`] says how many of the encoder's products take
 /// the latter), and the BLAS MLX's products go to.
 fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|name| name.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    // The first processor's `name : value` lines; the name alone can be as vague as "AMD EPYC".
+    let field = |name: &str| {
+        cpuinfo
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim() == name)
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let mut cpu = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    if let (Some(family), Some(model)) = (field("cpu family"), field("model")) {
+        cpu = format!("{cpu} (family {family} model {model})");
+    }
     format!(
         "{cpu}, {} cores; hunch_kernels: elementwise {}, integer products {}; BLAS {}",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -410,7 +414,7 @@ fn run() -> Result<(), String> {
         "products: {packed} of the encoder's {matrices} matrices on the native integer products \
          ({}, activations {}), the rest on MLX",
         hunch_kernels::quant::quant_isa().name(),
-        engine.precision().name()
+        engine.kernels().precision.name()
     );
     println!(
         "read: {} requests x 3 questions, {sequences} sequences, {prompt_tokens} prompt tokens \

@@ -17,9 +17,8 @@ use hunch_core::{
 use crate::checkpoint::causal::CausalFormat;
 use crate::checkpoint::encoder::{is_modern_bert, load_laya};
 use crate::checkpoint::gguf::{DecisionKind, DecisionMetadataError, GgufError, GgufFile};
-use crate::model::causal::cpu::kernels::quant::Precision;
 use crate::model::causal::CausalKernels;
-use crate::model::encoder::{MarkerHead, ModernBert, QuestionType};
+use crate::model::encoder::{EncoderKernels, MarkerHead, ModernBert, QuestionType};
 use crate::read::decision::{DecisionPlan, DecisionPlanner, DecisionSetupError};
 use crate::scheduler::{Reply, StepOutcome};
 use crate::server::info::build_backend;
@@ -68,8 +67,8 @@ pub fn is_encoder(path: &Path) -> bool {
 pub struct EncoderEngine {
     encoder: ModernBert,
     head: MarkerHead,
-    /// How the packed weights' products round their inputs.
-    precision: Precision,
+    /// What computes the encoder and the head.
+    kernels: EncoderKernels,
     planner: DecisionPlanner<ChatTokenizer>,
     queue: ReadQueue,
     info: ModelInfo,
@@ -105,6 +104,19 @@ impl EncoderEngine {
         // ones run on the native integer products where this CPU has a fast copy of them.
         let pack = options.kernels != CausalKernels::Mlx;
         let (encoder, head) = load_laya(&file, pack)?;
+        // The native kernels for attention and GELU wherever MLX runs on the CPU and the
+        // products are native too (`--kernels mlx` keeps everything on MLX).
+        let kernels = EncoderKernels {
+            native: pack && crate::model::widened::cpu_backend().unwrap_or(false),
+            precision: options.activations,
+        };
+        if kernels.native {
+            // The native kernels split their work between the cores themselves; OpenBLAS (the
+            // small products MLX still runs) on one thread leaves no worker spinning against
+            // them, as for a chat model on the integer products.
+            let single = crate::blas::set_threads(1);
+            tracing::info!(single, "BLAS on one thread beside the native kernels");
+        }
         let tokenizer = ChatTokenizer::from_gguf(&file)?;
         let max_prompt_tokens = options.max_prompt_tokens.min(encoder.config.max_positions);
         let origin = format!("{} (tokenizer.chat_template.systemone)", path.display());
@@ -127,7 +139,7 @@ impl EncoderEngine {
         Ok(EncoderEngine {
             encoder,
             head,
-            precision: options.activations,
+            kernels,
             planner,
             queue: ReadQueue::new(options.max_requests),
             info,
@@ -138,9 +150,9 @@ impl EncoderEngine {
         &self.encoder
     }
 
-    /// How the packed weights' products round their inputs (`--activation-bits`).
-    pub fn precision(&self) -> Precision {
-        self.precision
+    /// What computes the encoder and the head.
+    pub fn kernels(&self) -> EncoderKernels {
+        self.kernels
     }
 
     pub fn planner(&self) -> &DecisionPlanner<ChatTokenizer> {
@@ -201,10 +213,10 @@ impl EncoderEngine {
                 };
                 let encoded = self
                     .encoder
-                    .forward(&sequence.tokens, self.precision)
+                    .forward(&sequence.tokens, self.kernels)
                     .map_err(failed)?;
                 self.head
-                    .scores(&encoded, kind, markers, self.precision)
+                    .scores(&encoded, kind, markers, self.kernels)
                     .map_err(failed)
             })
             .collect()

@@ -6,8 +6,7 @@
 
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use hunch_kernels::quant::Precision;
-
+use super::{native, EncoderKernels};
 use crate::model::{linear::Linear, ModelError};
 
 /// One attention block's projections.
@@ -34,16 +33,19 @@ pub(crate) fn biased(y: Array, bias: Option<&Array>) -> Result<Array, ModelError
 
 impl BidirectionalAttention {
     /// Attention over `x` `[1, L, hidden]` (already normed), before the residual add. `rope`:
-    /// the RoPE base queries and keys are rotated with; `mask`: an additive `[L, L]` mask
-    /// (0 where a key is visible, −∞ elsewhere; [`window_mask`]), `None` for every key;
-    /// `precision`: how packed projections round their inputs ([`Linear::forward_native`]).
+    /// the RoPE base queries and keys are rotated with; `window`: the additive `[L, L]` mask
+    /// MLX's attention takes (0 where a key is visible, −∞ elsewhere; [`window_mask`]) and the
+    /// same window as the native kernels take it (keys at most this far), `(None, None)` for
+    /// every key; `kernels`: MLX's attention or the native one, and how packed projections
+    /// round their inputs ([`Linear::forward_native`]).
     pub fn forward(
         &self,
         x: &Array,
         rope: Option<f32>,
-        mask: Option<&Array>,
-        precision: Precision,
+        (mask, window): (Option<&Array>, Option<usize>),
+        kernels: EncoderKernels,
     ) -> Result<Array, ModelError> {
+        let precision = kernels.precision;
         let len = x.dim(1);
         let hidden = self.heads * self.head_dim;
         let qkv = biased(
@@ -61,11 +63,29 @@ impl BidirectionalAttention {
             k = fast::rope(&k, self.head_dim, false, base, 1.0, 0, None)?;
         }
         let scale = 1.0 / (self.head_dim as f32).sqrt();
-        let mask = mask.map(fast::ScaledDotProductAttentionMask::Array);
-        let o = fast::scaled_dot_product_attention(&q, &k, &v, scale, mask, None)?;
-        let o = o
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[1, len, hidden])?;
+        let o = if kernels.native {
+            let rows = |t: &Array| -> Result<Vec<f32>, ModelError> {
+                // `[1, heads, L, d]`, laid out in that order.
+                let t = t.contiguous()?;
+                t.eval()?;
+                Ok(t.try_as_slice::<f32>()
+                    .map_err(|_| ModelError::Shape("attention inputs are not contiguous"))?
+                    .to_vec())
+            };
+            let out = native::attend(
+                (&rows(&q)?, &rows(&k)?, &rows(&v)?),
+                self.heads as usize,
+                self.head_dim as usize,
+                window,
+                scale,
+            );
+            Array::from_slice(&out, &[1, len, hidden])
+        } else {
+            let mask = mask.map(fast::ScaledDotProductAttentionMask::Array);
+            let o = fast::scaled_dot_product_attention(&q, &k, &v, scale, mask, None)?;
+            o.transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[1, len, hidden])?
+        };
         biased(
             float32(self.output.forward_native(&o, precision)?)?,
             self.output_bias.as_ref(),

@@ -8,10 +8,10 @@
 //! question's column; the type enters the head only through its embedding, so computing the
 //! question's own type is the same number.
 
-use hunch_kernels::quant::Precision;
 use mlx_rs::{ops, Array};
 
 use super::attention::{biased, float32, gelu_erf, BidirectionalAttention};
+use super::{native, EncoderKernels};
 use crate::model::{linear::Linear, norm::LayerNorm, ModelError};
 
 /// The row of `token_types` (and llama-server's output column) of each question type.
@@ -60,15 +60,15 @@ pub struct MarkerHead {
 
 impl MarkerHead {
     /// The score at each of `markers` (positions of `encoded`, the encoder's `[1, L, hidden]`
-    /// output) for a question of type `kind`; packed weights' products round their inputs to
-    /// `precision`.
+    /// output) for a question of type `kind`; `kernels` says what computes it.
     pub fn scores(
         &self,
         encoded: &Array,
         kind: QuestionType,
         markers: &[usize],
-        precision: Precision,
+        kernels: EncoderKernels,
     ) -> Result<Vec<f32>, ModelError> {
+        let precision = kernels.precision;
         let len = encoded.dim(1) as usize;
         if markers.iter().any(|&m| m >= len) {
             return Err(ModelError::Shape("a marker lies past its sequence"));
@@ -79,7 +79,9 @@ impl MarkerHead {
         let mut x = ops::add(encoded, &row)?;
         for block in &self.blocks {
             let normed = block.attention_norm.forward(&x)?;
-            let attended = block.attention.forward(&normed, None, None, precision)?;
+            let attended = block
+                .attention
+                .forward(&normed, None, (None, None), kernels)?;
             x = ops::add(&x, &attended)?;
             let normed = block.mlp_norm.forward(&x)?;
             let up = biased(
@@ -103,7 +105,18 @@ impl MarkerHead {
             float32(self.scorer.forward_native(&h, precision)?)?,
             Some(&self.scorer_bias),
         )?;
-        let h = gelu_erf(&h)?;
+        let h = if kernels.native {
+            let h = h.contiguous()?;
+            h.eval()?;
+            let mut values = h
+                .try_as_slice::<f32>()
+                .map_err(|_| ModelError::Shape("the scorer's values are not contiguous"))?
+                .to_vec();
+            native::gelu_erf(&mut values);
+            Array::from_slice(&values, h.shape())
+        } else {
+            gelu_erf(&h)?
+        };
         let scores = ops::add(&ops::matmul(&h, &self.output)?, &self.output_bias)?;
         scores.eval()?;
         Ok(scores

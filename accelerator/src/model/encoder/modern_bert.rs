@@ -5,10 +5,10 @@
 //! a gated MLP `down(gelu(up₁(x)) · up₂(x))` over one fused `up` projection; a final LayerNorm.
 //! No projection or norm has a bias; layer 0 has no attention norm.
 
-use hunch_kernels::quant::Precision;
 use mlx_rs::{ops, Array};
 
 use super::attention::{float32, gelu_erf, window_mask, BidirectionalAttention};
+use super::{native, EncoderKernels};
 use crate::model::{linear::Linear, norm::LayerNorm, ModelError};
 
 /// The shape of one ModernBERT encoder.
@@ -72,8 +72,8 @@ pub struct ModernBert {
 
 impl ModernBert {
     /// The final norm's output at every position of `tokens`, `[1, L, hidden]` float32;
-    /// packed weights' products round their inputs to `precision`.
-    pub fn forward(&self, tokens: &[u32], precision: Precision) -> Result<Array, ModelError> {
+    /// `kernels` says what computes it.
+    pub fn forward(&self, tokens: &[u32], kernels: EncoderKernels) -> Result<Array, ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
@@ -84,36 +84,62 @@ impl ModernBert {
             });
         }
         let config = &self.config;
+        let precision = kernels.precision;
         let len = tokens.len();
         let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
         let ids = Array::from_slice(&ids, &[len as i32]);
         let x = float32(self.embeddings.rows(&ids)?)?.reshape(&[1, len as i32, config.hidden])?;
         let mut x = self.embeddings_norm.forward(&x)?;
-        // The window's mask, made once per sequence; a sequence no longer than the window
-        // needs none.
-        let mask =
-            (config.window > 0 && len > config.window + 1).then(|| window_mask(len, config.window));
+        // A sequence no longer than the window needs none; MLX's attention takes it as a mask,
+        // made once per sequence.
+        let windowed = config.window > 0 && len > config.window + 1;
+        let mask = (windowed && !kernels.native).then(|| window_mask(len, config.window));
         for (index, layer) in self.layers.iter().enumerate() {
-            let local = config.is_local(index);
             let normed = match &layer.attention_norm {
                 Some(norm) => norm.forward(&x)?,
                 None => x.clone(),
             };
-            let (base, mask) = if local {
-                (config.rope_base_local, mask.as_ref())
+            let (base, window) = if config.is_local(index) {
+                let window = windowed.then_some(config.window);
+                (config.rope_base_local, (mask.as_ref(), window))
             } else {
-                (config.rope_base, None)
+                (config.rope_base, (None, None))
             };
             let attended = layer
                 .attention
-                .forward(&normed, Some(base), mask, precision)?;
+                .forward(&normed, Some(base), window, kernels)?;
             x = ops::add(&x, &attended)?;
             let normed = layer.mlp_norm.forward(&x)?;
             let up = float32(layer.up.forward_native(&normed, precision)?)?;
-            let halves = up.split_equal(2, -1)?;
-            let gated = ops::multiply(&gelu_erf(&halves[0])?, &halves[1])?;
+            let gated = if kernels.native {
+                gated_native(&up, config.ffn as usize)?
+            } else {
+                let halves = up.split_equal(2, -1)?;
+                ops::multiply(&gelu_erf(&halves[0])?, &halves[1])?
+            };
             x = ops::add(&x, &float32(layer.down.forward_native(&gated, precision)?)?)?;
         }
         self.final_norm.forward(&x)
     }
+}
+
+/// `gelu(first half) · second half` of each row of `up` (`[..., 2·ffn]`), natively.
+fn gated_native(up: &Array, ffn: usize) -> Result<Array, ModelError> {
+    let up = up.contiguous()?;
+    up.eval()?;
+    let values = up
+        .try_as_slice::<f32>()
+        .map_err(|_| ModelError::Shape("the MLP's values are not contiguous float32"))?;
+    let mut out = Vec::with_capacity(values.len() / 2);
+    for row in values.chunks_exact(2 * ffn) {
+        let (gate, rest) = row.split_at(ffn);
+        let start = out.len();
+        out.extend_from_slice(gate);
+        native::gelu_erf_mul(&mut out[start..], rest);
+    }
+    let mut shape = up.shape().to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = ffn as i32;
+    }
+    Ok(Array::from_slice(&out, &shape))
 }
