@@ -159,7 +159,7 @@ pub fn load_laya(file: &GgufFile, pack: bool) -> Result<(ModernBert, MarkerHead)
     }
     let encoder = ModernBert {
         config,
-        embeddings: reader.linear("token_embd.weight", vocab, d)?,
+        embeddings: reader.embeddings("token_embd.weight", vocab, d)?,
         embeddings_norm: norm("token_embd_norm", false)?,
         layers: encoder_layers,
         final_norm: norm("output_norm", false)?,
@@ -354,6 +354,18 @@ impl Reader<'_> {
             return Ok(Linear::packed(self.file.pack(info, None)?));
         }
         Ok(Linear::from(self.file.load(name, FloatDtype::F32)?))
+    }
+
+    /// The embedding, `[vocab, d]`: a packed model's rows stay in the mapping and are decoded
+    /// as a prompt gathers them (a prompt reads a few hundred of a vocabulary's rows, so only
+    /// their pages are ever resident), as a chat model's embedding does.
+    fn embeddings(&self, name: &str, rows: usize, cols: usize) -> Result<Linear, GgufError> {
+        self.expect_shape(name, &[rows, cols])?;
+        let info = self.tensor(name)?;
+        if self.pack && crate::checkpoint::gguf::packs(info.ggml_type) {
+            return Ok(Linear::rows_from(std::sync::Arc::new(self.file.rows(info)?)));
+        }
+        self.linear(name, rows, cols)
     }
 
     /// A tensor of `shape` as float32 values, whatever it is stored as.
