@@ -30,6 +30,7 @@
 //!
 //! The small statistics helpers mirror `logits-bench`'s, which are private to that binary.
 
+use hunch_accelerator::tools::bench::{machine, median, resident_peak, spread};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -190,59 +191,8 @@ fn request(n: usize) -> ReadRequest {
     }
 }
 
-/// `min-max` of per-question seconds, in milliseconds: the spread over the warm rounds.
-fn spread(v: &[f64]) -> String {
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{:.1}-{:.1}", min * 1e3, max * 1e3)
-}
-
-/// The median (the mean of the middle two of an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-/// `/proc/self/status`'s `field` (`VmHWM:`), in bytes, where the system has one.
-fn status_bytes(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1u64 << 20) as f64
-}
-
-/// The CPU, the cores, the copies of `hunch_kernels` this process runs (its elementwise kernels
-/// and its integer products; [`packed_matrices`] says how many of the encoder's products take
-/// the latter), and the BLAS MLX's products go to.
-fn machine() -> String {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    // The first processor's `name : value` lines; the name alone can be as vague as "AMD EPYC".
-    let field = |name: &str| {
-        cpuinfo
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim() == name)
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    let mut cpu = field("model name").unwrap_or_else(|| "unknown CPU".into());
-    if let (Some(family), Some(model)) = (field("cpu family"), field("model")) {
-        cpu = format!("{cpu} (family {family} model {model})");
-    }
-    format!(
-        "{cpu}, {} cores; hunch_kernels: elementwise {}, integer products {}; BLAS {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        hunch_kernels::isa().name(),
-        hunch_kernels::quant::quant_isa().name(),
-        hunch_accelerator::blas::active().name()
-    )
 }
 
 /// How many of the encoder's matrices were packed for the native integer products at load (the
@@ -434,7 +384,7 @@ fn run() -> Result<(), String> {
         prompt_tokens as f64 / (hunch_per_question * questions as f64),
         hunch_kernels::threads()
     );
-    match status_bytes("VmHWM:") {
+    match resident_peak() {
         Some(peak) => println!(
             "memory     : hunch resident peak (VmHWM) {:.0} MiB, the file {:.0} MiB: {:.2}x",
             mib(peak),

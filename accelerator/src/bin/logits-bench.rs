@@ -19,6 +19,7 @@
 //! line, model `bench`), for `scripts/bench_logits_http.py`, which reads them through a running
 //! `hunch serve`: the same reads with the host and HTTP around them.
 
+use hunch_accelerator::tools::bench::{machine, median, resident_peak, spread};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -184,46 +185,6 @@ fn wire_body(r: &ReadRequest) -> serde_json::Value {
     };
     serde_json::json!({"model": "bench", "state": r.state, "questions": questions,
                        "x_questions": mode})
-}
-
-/// `min-max` of per-question seconds, in milliseconds: the spread over the warm rounds.
-fn spread(v: &[f64]) -> String {
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{:.1}-{:.1}", min * 1e3, max * 1e3)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[v.len() / 2]
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    format!(
-        "{cpu}, {} cores, BLAS {}",
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-        hunch_accelerator::blas::active().name()
-    )
-}
-
-/// This process's peak resident set (`VmHWM` in `/proc/self/status`), in bytes, where the
-/// system has one.
-fn resident_peak() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 fn main() -> std::process::ExitCode {

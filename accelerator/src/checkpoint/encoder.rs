@@ -363,7 +363,9 @@ impl Reader<'_> {
         self.expect_shape(name, &[rows, cols])?;
         let info = self.tensor(name)?;
         if self.pack && crate::checkpoint::gguf::packs(info.ggml_type) {
-            return Ok(Linear::rows_from(std::sync::Arc::new(self.file.rows(info)?)));
+            return Ok(Linear::rows_from(std::sync::Arc::new(
+                self.file.rows(info)?,
+            )));
         }
         self.linear(name, rows, cols)
     }

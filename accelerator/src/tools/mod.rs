@@ -4,6 +4,7 @@
 //! [`crate::checkpoint`], the engine, the server) never uses them; they share the on-disk
 //! conventions with the loader through [`crate::checkpoint::format`].
 
+pub mod bench;
 pub mod demo;
 pub mod quant;
 pub mod random;
