@@ -6,10 +6,11 @@
 //! - `feed_forward_length` is one width or one per block (the head's blocks have their own);
 //! - `attention.sliding_window` is the window's full width (ModernBERT's 128: 64 keys each
 //!   side), `attention.sliding_window_pattern` where present says which layers are windowed
-//!   (a count `n`: all but every `n`-th from layer 0; or one flag per layer), else ModernBERT's
-//!   every third; `rope.freq_base` is the global layers' RoPE base (llama.cpp's default
-//!   10000 where absent), `rope.freq_base_swa` the windowed layers' (the global one where
-//!   absent);
+//!   (a count `n`: all but every `n`-th from layer 0; or one flag per layer), else every third
+//!   from layer 0 (llama.cpp's converter writes no pattern for ModernBERT: its loader sets
+//!   that one in code, from the architecture); `rope.freq_base` is the global layers' RoPE base,
+//!   `rope.freq_base_swa` the windowed layers'. The window and the two bases are required: no
+//!   default stands in for a value a ModernBERT was trained with;
 //! - tensors: `token_embd`, `token_embd_norm`, per layer `attn_norm` (none on layer 0),
 //!   `attn_qkv`, `attn_output`, `ffn_norm`, `ffn_up` (`[2·ffn, d]`), `ffn_down`, then
 //!   `output_norm`; the head's blocks the same names with biases; `token_types` (`[3, d]`),
@@ -34,8 +35,6 @@ pub const MODERN_BERT: &str = "modern-bert";
 
 /// ModernBERT's windowed-layer pattern where the file states none: layers 0, 3, 6, … global.
 const DEFAULT_GLOBAL_EVERY: usize = 3;
-/// llama.cpp's RoPE base where a file states none.
-const DEFAULT_ROPE_BASE: f32 = 10_000.0;
 
 /// Whether `file` is a ModernBERT GGUF (llama.cpp's `modern-bert`).
 pub fn is_modern_bert(file: &GgufFile) -> bool {
@@ -73,16 +72,9 @@ pub fn load_laya(file: &GgufFile, pack: bool) -> Result<(ModernBert, MarkerHead)
     }
     let ffn = reader.encoder_ffn(&key("feed_forward_length"), layers)?;
     let eps = reader.float(&key("attention.layer_norm_epsilon"))?;
-    let rope_base = reader
-        .optional_float(&key("rope.freq_base"))?
-        .unwrap_or(DEFAULT_ROPE_BASE);
-    let rope_base_local = reader
-        .optional_float(&key("rope.freq_base_swa"))?
-        .unwrap_or(rope_base);
-    let sliding = match file.get(&key("attention.sliding_window")) {
-        None => 0,
-        Some(_) => reader.count(&key("attention.sliding_window"))?,
-    };
+    let rope_base = reader.float(&key("rope.freq_base"))?;
+    let rope_base_local = reader.float(&key("rope.freq_base_swa"))?;
+    let sliding = reader.count(&key("attention.sliding_window"))?;
     let local_layers = reader.local_layers(&key("attention.sliding_window_pattern"), layers)?;
     reader.refuse_other_math(arch, (hidden / heads) as u64, heads as u64)?;
     let config = ModernBertConfig {
@@ -435,6 +427,14 @@ mod tests {
             (
                 Box::new(|w: Writer| w.without_meta(&key("decision.block_count"))),
                 "modern-bert.decision.block_count: missing",
+            ),
+            (
+                Box::new(|w: Writer| w.without_meta(&key("rope.freq_base_swa"))),
+                "modern-bert.rope.freq_base_swa: missing",
+            ),
+            (
+                Box::new(|w: Writer| w.without_meta(&key("attention.sliding_window"))),
+                "modern-bert.attention.sliding_window: missing",
             ),
             (
                 Box::new(|w: Writer| {
