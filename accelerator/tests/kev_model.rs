@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 
 use hunch_accelerator::engine::causal::Planner;
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
-use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
-use hunch_accelerator::model::causal::CausalKernels;
 use hunch_accelerator::server::ReadEngine;
 use hunch_core::{Answer, ReadRequest};
 use serde::Deserialize;
@@ -77,34 +75,12 @@ fn goldens() -> Goldens {
     serde_json::from_str(&text).expect("parse goldens")
 }
 
-/// The setups the read is checked on: the default (the native path, activations rounded to
-/// 16 bits), the native path rounding them to 8 bits as llama.cpp does, and MLX's kernels.
-fn setups() -> [(&'static str, CausalEngineOptions); 3] {
-    [
-        ("native", CausalEngineOptions::default()),
-        (
-            "native, 8-bit activations",
-            CausalEngineOptions {
-                activations: Precision::Coarse,
-                ..CausalEngineOptions::default()
-            },
-        ),
-        (
-            "mlx",
-            CausalEngineOptions {
-                kernels: CausalKernels::Mlx,
-                ..CausalEngineOptions::default()
-            },
-        ),
-    ]
-}
-
 #[test]
 fn a_kev_model_answers_as_llama_server_does() {
     for (golden, (setup, options)) in goldens()
         .files
         .iter()
-        .flat_map(|g| setups().map(|s| (g, s)))
+        .flat_map(|g| common::setups().map(|s| (g, s)))
     {
         let mut engine = CausalEngine::load(&data().join(&golden.file), &options)
             .unwrap_or_else(|e| panic!("{}: {e}", golden.file));

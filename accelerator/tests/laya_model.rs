@@ -11,8 +11,6 @@
 use std::path::{Path, PathBuf};
 
 use hunch_accelerator::engine::{CausalEngineOptions, EncoderEngine};
-use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
-use hunch_accelerator::model::causal::CausalKernels;
 use hunch_accelerator::server::ReadEngine;
 use hunch_core::{Answer, ReadRequest};
 use serde::Deserialize;
@@ -75,35 +73,12 @@ fn goldens() -> Goldens {
     serde_json::from_str(&text).expect("parse goldens")
 }
 
-/// The setups the read is checked on: the default (the quantised products on the native
-/// integer kernels, activations rounded to 16 bits), the same rounding them to 8 bits as
-/// llama.cpp does, and MLX's operations throughout.
-fn setups() -> [(&'static str, CausalEngineOptions); 3] {
-    [
-        ("native", CausalEngineOptions::default()),
-        (
-            "native, 8-bit activations",
-            CausalEngineOptions {
-                activations: Precision::Coarse,
-                ..CausalEngineOptions::default()
-            },
-        ),
-        (
-            "mlx",
-            CausalEngineOptions {
-                kernels: CausalKernels::Mlx,
-                ..CausalEngineOptions::default()
-            },
-        ),
-    ]
-}
-
 #[test]
 fn a_laya_model_answers_as_llama_server_does() {
     for (golden, (setup, options)) in goldens()
         .files
         .iter()
-        .flat_map(|g| setups().map(|s| (g, s)))
+        .flat_map(|g| common::setups().map(|s| (g, s)))
     {
         let mut engine = EncoderEngine::load(&data().join(&golden.file), &options)
             .unwrap_or_else(|e| panic!("{}: {e}", golden.file));

@@ -1,6 +1,33 @@
-//! What the decision-model parity tests share.
+//! What the decision-model parity tests share. Each test binary uses part of it.
+#![allow(dead_code)]
 
+use hunch_accelerator::engine::CausalEngineOptions;
+use hunch_accelerator::model::causal::cpu::kernels::quant::Precision;
+use hunch_accelerator::model::causal::CausalKernels;
 use serde_json::Value;
+
+/// The setups a marker read (kev, laya) is checked on: the default (the native path,
+/// activations rounded to 16 bits), the native path rounding them to 8 bits as llama.cpp does,
+/// and MLX's operations throughout.
+pub fn setups() -> [(&'static str, CausalEngineOptions); 3] {
+    [
+        ("native", CausalEngineOptions::default()),
+        (
+            "native, 8-bit activations",
+            CausalEngineOptions {
+                activations: Precision::Coarse,
+                ..CausalEngineOptions::default()
+            },
+        ),
+        (
+            "mlx",
+            CausalEngineOptions {
+                kernels: CausalKernels::Mlx,
+                ..CausalEngineOptions::default()
+            },
+        ),
+    ]
+}
 
 /// The same answer: the same choice where llama.cpp's is clear, every number within tolerance
 /// (a probability within `probability_tolerance`, a score or confidence within ten times it).
