@@ -64,16 +64,17 @@ impl BidirectionalAttention {
         }
         let scale = 1.0 / (self.head_dim as f32).sqrt();
         let o = if kernels.native {
-            let rows = |t: &Array| -> Result<Vec<f32>, ModelError> {
-                // `[1, heads, L, d]`, laid out in that order.
-                let t = t.contiguous()?;
-                t.eval()?;
-                Ok(t.try_as_slice::<f32>()
-                    .map_err(|_| ModelError::Shape("attention inputs are not contiguous"))?
-                    .to_vec())
-            };
+            // `[1, heads, L, d]` each, laid out in that order and read in place.
+            let laid_out = [&q, &k, &v].map(|t| t.contiguous());
+            let [q, k, v] = laid_out;
+            let (q, k, v) = (q?, k?, v?);
+            mlx_rs::transforms::eval([&q, &k, &v])?;
+            fn slice(t: &Array) -> Result<&[f32], ModelError> {
+                t.try_as_slice::<f32>()
+                    .map_err(|_| ModelError::Shape("attention inputs are not contiguous"))
+            }
             let out = native::attend(
-                (&rows(&q)?, &rows(&k)?, &rows(&v)?),
+                (slice(&q)?, slice(&k)?, slice(&v)?),
                 self.heads as usize,
                 self.head_dim as usize,
                 window,
