@@ -6,6 +6,7 @@
 //! - [`capabilities`]: what a guest may call (`read`, `log`), one module each.
 //! - [`calibration`]: which calibration a version's reads are calibrated with (`NAME.toml`).
 //! - [`invoke`]: a loaded version (compiled once, `InstancePre`) and its invocation.
+//! - [`readers`]: where policies' reads go (the server's readers by name).
 //! - [`registry`] / [`watch`]: the versions being served, from a directory or the API; hot reload.
 //! - [`bundle`]: signed policy bundles a fleet pulls (the whole set, atomically).
 //! - [`rollout`]: candidate versions in shadow or canary, shadow runs, agreement.
@@ -18,6 +19,7 @@ pub mod capabilities;
 pub mod engine;
 pub mod invoke;
 pub mod limits;
+pub mod readers;
 pub mod registry;
 pub mod replay;
 pub mod rollout;
@@ -32,8 +34,6 @@ pub mod watch;
 pub use engine::{build_engine, EngineSettings};
 pub use invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 pub use limits::{Limit, LimitExceeded, Limits};
-pub use registry::{
-    Admission, Capacity, PolicySummary, ReaderSource, Registry, RegistryError, ShadowSlot,
-    StaticReaders,
-};
+pub use readers::{ReaderSource, StaticReaders};
+pub use registry::{Admission, Capacity, PolicySummary, Registry, RegistryError, ShadowSlot};
 pub use watch::{watch, PolicyWatcher};

@@ -11,9 +11,9 @@
 //! - Versions are content hashes, so touching a file without changing it reloads nothing.
 
 use crate::calibration::file::Calibrations;
-use crate::policy::calibration::ActiveCalibration;
 use crate::policy::invoke::{Invocation, InvokeError, LoadError, LoadedPolicy, PolicyConfig};
 use crate::policy::limits::Limits;
+use crate::policy::readers::ReaderSource;
 use crate::policy::rollout::RolloutStats;
 use hunch_core::Reader;
 use serde::Serialize;
@@ -26,69 +26,14 @@ use tokio::sync::Semaphore;
 use wasmtime::Engine;
 
 mod bundle;
+mod files;
 mod stages;
+mod summary;
 
 pub use bundle::{SetError, StagedPolicy, Version};
-
-/// Where policies' reads go: the server's readers by name.
-pub trait ReaderSource: Send + Sync {
-    /// `None` asks for the default reader.
-    fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>>;
-
-    /// The reader a shadow run reads with: by default the live one; the server's reads at
-    /// background priority, admitted only when no live read waits.
-    fn shadow_reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
-        self.reader(name)
-    }
-
-    /// The server's question mode and answer cache for policy reads. Required, so that no
-    /// source of readers can forget the server's settings.
-    fn answering(&self) -> hunch_core::AnswerSettings;
-
-    /// The server's calibration now (`--calibration`), which a policy's reads use unless its
-    /// `NAME.toml` names its own or turns it off. Required for the same reason.
-    fn calibration(&self) -> Option<Arc<Calibrations>>;
-}
-
-/// A fixed set of readers: a default and named ones, asked with fixed answer settings.
-pub struct StaticReaders {
-    pub default: Option<Arc<dyn Reader>>,
-    pub named: BTreeMap<String, Arc<dyn Reader>>,
-    pub answering: hunch_core::AnswerSettings,
-    pub calibration: Option<Arc<Calibrations>>,
-}
-
-impl StaticReaders {
-    pub fn single(reader: Arc<dyn Reader>) -> Self {
-        StaticReaders {
-            default: Some(reader),
-            named: BTreeMap::new(),
-            answering: hunch_core::AnswerSettings::default(),
-            calibration: None,
-        }
-    }
-}
-
-impl ReaderSource for StaticReaders {
-    fn reader(&self, name: Option<&str>) -> Option<Arc<dyn Reader>> {
-        match name {
-            None => self.default.clone(),
-            Some(n) => self
-                .named
-                .get(n)
-                .cloned()
-                .or_else(|| self.default.clone().filter(|r| r.model_name() == n)),
-        }
-    }
-
-    fn answering(&self) -> hunch_core::AnswerSettings {
-        self.answering.clone()
-    }
-
-    fn calibration(&self) -> Option<Arc<Calibrations>> {
-        self.calibration.clone()
-    }
-}
+use files::{remove_if_exists, write_atomically};
+use summary::{describe, summary};
+pub use summary::{CandidateSummary, PolicySummary};
 
 /// The outcome of the last attempt to (re)load a policy.
 #[derive(Debug, Clone, Serialize)]
@@ -99,32 +44,6 @@ pub struct ReloadStatus {
     /// The version that attempt produced (or refused).
     pub version: Option<String>,
     pub error: Option<String>,
-}
-
-/// What `GET /v1/policies` shows about one policy.
-#[derive(Debug, Clone, Serialize)]
-pub struct PolicySummary {
-    pub name: String,
-    /// `None` when no version ever loaded (only a refused one).
-    pub version: Option<String>,
-    pub loaded_at_ms: Option<u64>,
-    pub description: Option<String>,
-    /// The policy's own name and version from `describe`.
-    pub declared_name: Option<String>,
-    pub declared_version: Option<String>,
-    pub input_schema: Option<Value>,
-    pub output_schema: Option<Value>,
-    pub limits: Option<Limits>,
-    pub reader: Option<String>,
-    pub wasm_bytes: Option<usize>,
-    pub last_reload: Option<ReloadStatus>,
-    /// `off` without a candidate, else the candidate's `shadow`, `canary` or `off`.
-    pub mode: &'static str,
-    pub candidate: Option<CandidateSummary>,
-    /// The version a rollback would restore.
-    pub previous_version: Option<String>,
-    /// What the version's reads are calibrated with now.
-    pub calibration: Option<ActiveCalibration>,
 }
 
 /// The outcome of one load attempt, for the reload status.
@@ -203,18 +122,6 @@ pub struct Route {
     pub shadow: Option<Arc<LoadedPolicy>>,
     /// Whether a candidate in canary mode took part in the routing (counted per stage).
     pub canary: bool,
-}
-
-/// What `GET /v1/policies/NAME` shows about a candidate.
-#[derive(Debug, Clone, Serialize)]
-pub struct CandidateSummary {
-    pub version: String,
-    pub declared_version: String,
-    pub loaded_at_ms: u64,
-    pub rollout: crate::policy::rollout::RolloutConfig,
-    /// What the candidate's reads are calibrated with (its own `NAME.candidate.toml` may name a
-    /// new calibration: how one is shadowed before promotion).
-    pub calibration: ActiveCalibration,
 }
 
 /// Why a deployment or removal was refused.
@@ -756,61 +663,6 @@ impl Registry {
     }
 }
 
-fn summary(name: &str, e: &Entry, server: Option<&Calibrations>) -> PolicySummary {
-    let p = e.current.as_ref();
-    let candidate = e.candidate.as_ref().map(|c| CandidateSummary {
-        version: c.version.clone(),
-        declared_version: c.descriptor.version.clone(),
-        loaded_at_ms: unix_ms(c.loaded_at),
-        rollout: c.rollout.clone(),
-        calibration: c.calibration.active(server),
-    });
-    PolicySummary {
-        name: name.to_string(),
-        version: p.map(|p| p.version.clone()),
-        loaded_at_ms: p.map(|p| unix_ms(p.loaded_at)),
-        description: p.map(|p| p.descriptor.description.clone()),
-        declared_name: p.map(|p| p.descriptor.name.clone()),
-        declared_version: p.map(|p| p.descriptor.version.clone()),
-        input_schema: p.map(|p| p.descriptor.input_schema.clone()),
-        output_schema: p.map(|p| p.descriptor.output_schema.clone()),
-        limits: p.map(|p| p.limits),
-        reader: p.and_then(|p| p.reader.clone()),
-        wasm_bytes: p.map(|p| p.wasm_bytes),
-        last_reload: e.last_reload.clone(),
-        mode: e
-            .candidate
-            .as_ref()
-            .map(|c| c.rollout.mode.as_str())
-            .unwrap_or("off"),
-        candidate,
-        previous_version: e.previous.as_ref().map(|p| p.version.clone()),
-        calibration: p.map(|p| p.calibration.active(server)),
-    }
-}
-
-/// `summary` with `version` as the version it describes.
-fn describe(
-    summary: PolicySummary,
-    version: &LoadedPolicy,
-    server: Option<&Calibrations>,
-) -> PolicySummary {
-    PolicySummary {
-        version: Some(version.version.clone()),
-        loaded_at_ms: Some(unix_ms(version.loaded_at)),
-        description: Some(version.descriptor.description.clone()),
-        declared_name: Some(version.descriptor.name.clone()),
-        declared_version: Some(version.descriptor.version.clone()),
-        input_schema: Some(version.descriptor.input_schema.clone()),
-        output_schema: Some(version.descriptor.output_schema.clone()),
-        limits: Some(version.limits),
-        reader: version.reader.clone(),
-        wasm_bytes: Some(version.wasm_bytes),
-        calibration: Some(version.calibration.active(server)),
-        ..summary
-    }
-}
-
 /// A version's content hash and its config's: together, what makes a reload a change.
 fn hashes(wasm: &[u8], toml_text: Option<&str>) -> (String, Option<String>) {
     use crate::policy::invoke::content_hash;
@@ -818,62 +670,6 @@ fn hashes(wasm: &[u8], toml_text: Option<&str>) -> (String, Option<String>) {
         content_hash(wasm),
         toml_text.map(|t| content_hash(t.as_bytes())),
     )
-}
-
-/// Write to a temporary sibling, then rename: the watcher never sees a half-written file.
-async fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
-    let tmp = path.with_extension(format!(
-        "{}.tmp",
-        path.extension().and_then(|e| e.to_str()).unwrap_or("")
-    ));
-    tokio::fs::write(&tmp, bytes)
-        .await
-        .map_err(|e| LoadError::Io(format!("cannot write {}: {e}", tmp.display())))?;
-    tokio::fs::rename(&tmp, path)
-        .await
-        .map_err(|e| LoadError::Io(format!("cannot rename to {}: {e}", path.display())))
-}
-
-async fn rename(from: &Path, to: &Path) -> Result<(), LoadError> {
-    tokio::fs::rename(from, to).await.map_err(|e| {
-        LoadError::Io(format!(
-            "cannot rename {} to {}: {e}",
-            from.display(),
-            to.display()
-        ))
-    })
-}
-
-/// Copies `from` to `to` through a temporary (atomic for readers of `to`).
-async fn copy_if_exists(from: &Path, to: &Path) -> Result<(), LoadError> {
-    match tokio::fs::read(from).await {
-        Ok(bytes) => write_atomically(to, &bytes).await,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LoadError::Io(format!(
-            "cannot read {}: {e}",
-            from.display()
-        ))),
-    }
-}
-
-/// `to` becomes a copy of `from`, or is removed when `from` does not exist.
-async fn copy_or_remove(from: &Path, to: &Path) -> Result<(), LoadError> {
-    if tokio::fs::metadata(from).await.is_ok() {
-        copy_if_exists(from, to).await
-    } else {
-        remove_if_exists(to).await
-    }
-}
-
-async fn remove_if_exists(path: &Path) -> Result<(), LoadError> {
-    match tokio::fs::remove_file(path).await {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LoadError::Io(format!(
-            "cannot remove {}: {e}",
-            path.display()
-        ))),
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! (both persisted when the policies come from a directory), and routing each request to the
 //! version that decides it (shadow, canary).
 
+use super::files::{copy_if_exists, copy_or_remove, remove_if_exists, rename};
 use super::*;
 
 impl Registry {
