@@ -602,5 +602,4 @@ impl Metrics {
 }
 
 #[cfg(test)]
-#[path = "metrics_tests.rs"]
 mod tests;
