@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use hunch_accelerator::engine::causal::Planner;
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
 use hunch_accelerator::server::ReadEngine;
-use hunch_core::{Answer, ReadRequest};
+use hunch_core::ReadRequest;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -77,10 +77,6 @@ fn goldens() -> Goldens {
     Goldens { files }
 }
 
-fn close(a: f64, b: f64, tolerance: f64) -> bool {
-    (a - b).abs() <= tolerance
-}
-
 #[test]
 fn decision_models_answer_as_llama_server_does() {
     for golden in goldens().files {
@@ -125,29 +121,18 @@ fn decision_models_answer_as_llama_server_does() {
             assert!(sequences.next().is_none(), "{name}: extra sequences");
 
             let outcome = engine.read(&case.request).expect("read");
-            for (q, question) in case.questions.iter().enumerate() {
-                let ours = &outcome.distributions[q].0;
-                assert_eq!(ours.len(), question.distribution.len(), "{name}: q{q}");
-                for (a, b) in ours.iter().zip(&question.distribution) {
-                    assert!(
-                        close(*a, *b, PROBABILITY_TOLERANCE),
-                        "{name}: q{q} distribution {ours:?} against llama.cpp's {:?}",
-                        question.distribution
-                    );
-                }
-                let answer = Answer::from_distribution(
-                    &case.request.questions[q],
-                    &outcome.distributions[q],
-                )
-                .expect("answer");
-                let answer = serde_json::to_value(answer).expect("json");
-                common::compare_answers(
-                    &answer,
-                    &question.answer,
-                    &format!("{name}: q{q}"),
-                    PROBABILITY_TOLERANCE,
-                );
-            }
+            let expected: Vec<(&[f64], &Value)> = case
+                .questions
+                .iter()
+                .map(|q| (q.distribution.as_slice(), &q.answer))
+                .collect();
+            common::compare_read(
+                &name,
+                &case.request,
+                &outcome.distributions,
+                &expected,
+                PROBABILITY_TOLERANCE,
+            );
             // The label logits themselves, sequence by sequence.
             let hunch_logits = label_logits(&mut engine, &case.request);
             let theirs = case.questions.iter().flat_map(|q| &q.variants);

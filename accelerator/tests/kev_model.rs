@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use hunch_accelerator::engine::causal::Planner;
 use hunch_accelerator::engine::{CausalEngine, CausalEngineOptions};
 use hunch_accelerator::server::ReadEngine;
-use hunch_core::{Answer, ReadRequest};
+use hunch_core::ReadRequest;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -164,30 +164,19 @@ fn a_kev_model_answers_as_llama_server_does() {
             }
 
             let outcome = engine.read(&case.request).expect("read");
-            for (q, question) in case.questions.iter().enumerate() {
-                let ours = &outcome.distributions[q].0;
-                assert_eq!(ours.len(), question.distribution.len(), "{name}: q{q}");
-                for (a, b) in ours.iter().zip(&question.distribution) {
-                    worst_probability = worst_probability.max((a - b).abs());
-                    assert!(
-                        (a - b).abs() <= PROBABILITY_TOLERANCE,
-                        "{name}: q{q} distribution {ours:?} against llama.cpp's {:?}",
-                        question.distribution
-                    );
-                }
-                let answer = Answer::from_distribution(
-                    &case.request.questions[q],
-                    &outcome.distributions[q],
-                )
-                .expect("answer");
-                let answer = serde_json::to_value(answer).expect("json");
-                common::compare_answers(
-                    &answer,
-                    &question.answer,
-                    &format!("{name}: q{q}"),
-                    PROBABILITY_TOLERANCE,
-                );
-            }
+            let expected: Vec<(&[f64], &Value)> = case
+                .questions
+                .iter()
+                .map(|q| (q.distribution.as_slice(), &q.answer))
+                .collect();
+            let worst = common::compare_read(
+                &name,
+                &case.request,
+                &outcome.distributions,
+                &expected,
+                PROBABILITY_TOLERANCE,
+            );
+            worst_probability = worst_probability.max(worst);
             // Read again: the prefix cache restores chunks before the first marker only, and
             // the answer is the same bits.
             let again = engine.read(&case.request).expect("read again");

@@ -74,3 +74,38 @@ pub fn compare_answers(ours: &Value, theirs: &Value, name: &str, probability_tol
         }
     }
 }
+
+/// A read's label distributions and the answers made from them against llama.cpp's, question by
+/// question (`expected`: each question's distribution and answer, in order); the largest
+/// probability difference.
+pub fn compare_read(
+    name: &str,
+    request: &hunch_core::ReadRequest,
+    distributions: &[hunch_core::LabelDistribution],
+    expected: &[(&[f64], &Value)],
+    probability_tolerance: f64,
+) -> f64 {
+    let mut worst = 0f64;
+    for (q, (distribution, theirs)) in expected.iter().enumerate() {
+        let ours = &distributions[q].0;
+        assert_eq!(ours.len(), distribution.len(), "{name}: q{q}");
+        for (a, b) in ours.iter().zip(distribution.iter()) {
+            worst = worst.max((a - b).abs());
+            assert!(
+                (a - b).abs() <= probability_tolerance,
+                "{name}: q{q} distribution {ours:?} against llama.cpp's {distribution:?}"
+            );
+        }
+        let answer =
+            hunch_core::Answer::from_distribution(&request.questions[q], &distributions[q])
+                .expect("answer");
+        let answer = serde_json::to_value(answer).expect("json");
+        compare_answers(
+            &answer,
+            theirs,
+            &format!("{name}: q{q}"),
+            probability_tolerance,
+        );
+    }
+    worst
+}
